@@ -1,0 +1,29 @@
+# Every target bootstraps .venv from pyproject.toml by itself: on a fresh machine
+# `make measure` and `make test` are the whole set-up.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+ARTIFACTS := .artifacts
+
+.PHONY: venv test measure
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# The whole suite, the stop-latency tests included, in parallel.
+test: $(STAMP)
+	mkdir -p $(ARTIFACTS)
+	$(PY) -m pytest --stop-latency -n 2 --stop-latency-json $(ARTIFACTS)/test-latency.json
+
+# The stop-latency tests only, serially (parallel load distorts latencies),
+# 20 samples per label so that a p95 means something.
+measure: $(STAMP)
+	mkdir -p $(ARTIFACTS)
+	$(PY) -m pytest --stop-latency -p no:xdist -m stop_latency --stop-latency-repeat 20 \
+		--stop-latency-json docs/measure.json -q

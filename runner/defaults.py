@@ -1,0 +1,48 @@
+"""Every default of the runner, in one place.
+
+The spec loader reads its defaults from here, and docs/stop-latency.md derives its
+DERIVED figures from these names (it imports this module; nothing is copied by hand).
+Units are seconds unless the name says otherwise.
+"""
+
+# [provider]
+CALL_TIMEOUT = 7200.0
+"""Longest single provider call; 0 disables. Bounds the graceful stop's worst case."""
+IDLE_TIMEOUT = 120.0
+"""Longest silence of a provider call; any output chunk resets it; 0 disables."""
+
+# [stop]
+STOP_GRACE = 10.0
+"""How long `runner stop` waits for the engine's own teardown before force-killing."""
+KILL_GRACE = 1.0
+"""SIGTERM to SIGKILL when the runner kills a process group."""
+CONTAINMENT = "auto"
+""""auto", "group" or "cgroup"."""
+STOP_CHANNEL = "auto"
+""""signal", "file" or "auto": how `runner stop` reaches the engine."""
+
+# [[hooks.post_session]], [[hooks.post_run]], [[verify]]
+HOOK_TIMEOUT = 120.0
+"""Each post_session / post_run hook."""
+VERIFY_TIMEOUT = 1800.0
+"""Each verify command."""
+
+# [repair], [retry]
+REPAIR_MAX_ATTEMPTS = 2
+"""Repair sessions per item after a fixable verify failure."""
+RETRY_BACKOFF = 5.0
+"""Wait before each repair attempt; the STOP file is read every tick of it."""
+
+# [output]
+OUTPUT_CAP_BYTES = 8 * 1024 * 1024
+"""Captured output kept per command; the rest is counted, not stored."""
+
+# Engine internals (not spec keys).
+BACKOFF_TICK = 0.1
+"""A backoff re-reads the STOP file every tick."""
+PAUSE_POLL = 0.25
+"""While paused, the STOP and PAUSE files are re-read this often."""
+WATCHDOG_POLL = 0.1
+"""The control-file watchdog reads stop-request.json at least this often."""
+TEARDOWN_BUDGET = 5.0
+"""The engine's own bounded clean-up after a hard stop (on top of kill_grace)."""

@@ -1,0 +1,69 @@
+"""The runner's exception tree.
+
+    RunnerError                  every error the CLI turns into a one-line message
+     +-- BadInput                exit BAD_INPUT
+     |    +-- SpecError          the spec: file, key, what was expected
+     |    +-- IdentityError      a malformed identity file (never read as "nothing to kill")
+     |    +-- ControlFileError   a control file that cannot be acted on
+     +-- NoLiveRun               exit NO_LIVE_RUN
+     +-- RunLocked               exit REFUSED: a live engine holds the run directory
+     +-- Unkillable              exit UNKILLABLE: a stop left processes it could not kill
+
+    RunStopped (BaseException)   the stop, raised at the engine's next check point
+
+RunStopped derives from BaseException, as trio's Cancelled does, so that an
+`except Exception` in phase code cannot swallow a stop: it unwinds through every
+`finally` to the engine's top.
+"""
+
+from .exitcodes import Exit
+
+
+class RunnerError(Exception):
+    exit_code = Exit.INTERNAL
+
+
+class BadInput(RunnerError):
+    exit_code = Exit.BAD_INPUT
+
+
+class SpecError(BadInput):
+    def __init__(self, path, key, expected, got=None):
+        self.path, self.key, self.expected, self.got = str(path), key, expected, got
+        msg = f"{self.path}: {key}: expected {expected}"
+        if got is not None:
+            msg += f", got {got!r}"
+        super().__init__(msg)
+
+
+class IdentityError(BadInput):
+    pass
+
+
+class ControlFileError(BadInput):
+    pass
+
+
+class NoLiveRun(RunnerError):
+    exit_code = Exit.NO_LIVE_RUN
+
+
+class RunLocked(RunnerError):
+    exit_code = Exit.REFUSED
+
+
+class Unkillable(RunnerError):
+    exit_code = Exit.UNKILLABLE
+
+    def __init__(self, pids, message=None):
+        self.pids = sorted(pids)
+        super().__init__(message or f"could not kill pids {self.pids}")
+
+
+class RunStopped(BaseException):
+    """A stop delivered at a check point. `origin` says where it came from
+    (signal, file, ctrl-c, forced); `mode` is "hard" or "graceful"."""
+
+    def __init__(self, origin, mode="hard"):
+        self.origin, self.mode = origin, mode
+        super().__init__(f"run stopped ({mode}, origin {origin})")
