@@ -1,0 +1,54 @@
+"""Atomic file writes: a reader (or a SIGKILL at any moment) sees the old file or the
+new one, never a torn mix.
+
+The temp file lives in the target's own directory, because os.replace is atomic only
+within one filesystem. The directory is fsynced after the replace so the rename itself
+survives a power loss, not only the bytes.
+"""
+
+import json
+import os
+import tempfile
+
+_before_replace = None
+"""Test seam: if set, called as `_before_replace(tmp_path, final_path)` after the temp
+file is written and fsynced, just before os.replace. A test raises from it to inject a
+crash deterministically between the two steps."""
+
+
+def _fsync_dir(directory):
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path, data: bytes) -> None:
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if _before_replace is not None:
+            _before_replace(tmp, path)
+        os.replace(tmp, path)
+    except BaseException:
+        # A failed or interrupted write leaves no temp litter behind; the old file stays.
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def atomic_write_text(path, text) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
