@@ -1,0 +1,280 @@
+"""The run spec: TOML, validated completely into frozen dataclasses before anything starts.
+
+Every default comes from runner.defaults. Every mistake raises SpecError with one line
+naming the file, the dotted key (array entries indexed, e.g. `verify[1].timeout`) and
+what was expected, so the CLI can print it as is and exit BAD_INPUT.
+"""
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass
+
+from . import defaults
+from .errors import SpecError
+
+CONTAINMENTS = ("auto", "group", "cgroup")
+CHANNELS = ("signal", "file", "auto")
+PLACEHOLDERS = ("item", "feedback")
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    command: tuple[str, ...]
+    timeout: float
+    fixable: bool = True
+
+
+@dataclass(frozen=True)
+class ProviderSpec:
+    command: tuple[str, ...]
+    call_timeout: float
+    idle_timeout: float
+
+
+@dataclass(frozen=True)
+class StopSpec:
+    grace: float
+    kill_grace: float
+    containment: str
+    channel: str
+
+
+@dataclass(frozen=True)
+class Spec:
+    items: tuple[str, ...]
+    provider: ProviderSpec
+    stop: StopSpec
+    post_session: tuple[CommandSpec, ...]
+    post_run: tuple[CommandSpec, ...]
+    verify: tuple[CommandSpec, ...]
+    repair_max_attempts: int
+    retry_backoff: float
+    output_cap_bytes: int
+    source: str
+
+
+_MISSING = object()
+
+
+class _Reader:
+    """Walks one parsed document; knows the file name for every error it raises."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def fail(self, key, expected, got=_MISSING):
+        # SpecError renders `got` with repr; a missing value has nothing to show.
+        raise SpecError(self.source, key, expected, None if got is _MISSING else _show(got))
+
+    def table(self, doc, key, allowed, required=False):
+        """A top-level table `key` of the document."""
+        value = doc.get(key, _MISSING)
+        if value is _MISSING:
+            if required:
+                self.fail(key, "a table (required)")
+            return {}
+        if not isinstance(value, dict):
+            self.fail(key, "a table", value)
+        self.no_unknown(value, key, allowed)
+        return value
+
+    def no_unknown(self, table, prefix, allowed):
+        for name in table:
+            if name not in allowed:
+                dotted = f"{prefix}.{name}" if prefix else name
+                self.fail(dotted, "one of the known keys " + ", ".join(sorted(allowed)) + " (unknown key)")
+
+    def number(self, table, prefix, name, default, *, minimum=0.0, exclusive=False):
+        key = f"{prefix}.{name}" if prefix else name
+        value = table.get(name, _MISSING)
+        if value is _MISSING:
+            return float(default)
+        # bool is an int in Python; `timeout = true` is a mistake, not 1 second.
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self.fail(key, _bound_text("a number", minimum, exclusive), value)
+        if value < minimum or (exclusive and value == minimum):
+            self.fail(key, _bound_text("a number", minimum, exclusive), value)
+        return float(value)
+
+    def integer(self, table, prefix, name, default, *, minimum, exclusive=False):
+        key = f"{prefix}.{name}" if prefix else name
+        value = table.get(name, _MISSING)
+        if value is _MISSING:
+            return int(default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(key, _bound_text("an integer", minimum, exclusive), value)
+        if value < minimum or (exclusive and value == minimum):
+            self.fail(key, _bound_text("an integer", minimum, exclusive), value)
+        return value
+
+    def choice(self, table, prefix, name, default, choices):
+        key = f"{prefix}.{name}"
+        value = table.get(name, default)
+        if not isinstance(value, str) or value not in choices:
+            self.fail(key, "one of " + ", ".join(f'"{c}"' for c in choices), value)
+        return value
+
+    def boolean(self, table, prefix, name, default):
+        key = f"{prefix}.{name}"
+        value = table.get(name, default)
+        if not isinstance(value, bool):
+            self.fail(key, "true or false", value)
+        return value
+
+    def argv(self, table, prefix):
+        key = f"{prefix}.command"
+        value = table.get("command", _MISSING)
+        if value is _MISSING:
+            self.fail(key, "a non-empty list of strings (required)")
+        if not isinstance(value, list) or not value:
+            self.fail(key, "a non-empty list of strings", value)
+        for i, arg in enumerate(value):
+            if not isinstance(arg, str):
+                self.fail(f"{key}[{i}]", "a string", arg)
+        if not value[0]:
+            self.fail(f"{key}[0]", "a non-empty program name", value[0])
+        return tuple(value)
+
+    def commands(self, doc, key, name, default_timeout, allowed):
+        value = doc.get(name, _MISSING)
+        if value is _MISSING:
+            return ()
+        if not isinstance(value, list):
+            self.fail(key, f"an array of tables ([[{key}]])", value)
+        out = []
+        for i, entry in enumerate(value):
+            prefix = f"{key}[{i}]"
+            if not isinstance(entry, dict):
+                self.fail(prefix, "a table", entry)
+            self.no_unknown(entry, prefix, allowed)
+            command = self.argv(entry, prefix)
+            timeout = self.number(entry, prefix, "timeout", default_timeout, exclusive=True)
+            fixable = self.boolean(entry, prefix, "fixable", True) if "fixable" in allowed else True
+            out.append(CommandSpec(command=command, timeout=timeout, fixable=fixable))
+        return tuple(out)
+
+    def items(self, doc):
+        value = doc.get("items", _MISSING)
+        if value is _MISSING:
+            self.fail("items", "a non-empty list of unique non-empty strings (required)")
+        if not isinstance(value, list) or not value:
+            self.fail("items", "a non-empty list of unique non-empty strings", value)
+        seen = set()
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or not item:
+                self.fail(f"items[{i}]", "a non-empty string", item)
+            if item in seen:
+                self.fail(f"items[{i}]", "a unique item (duplicate)", item)
+            seen.add(item)
+        return tuple(value)
+
+
+def _bound_text(kind, minimum, exclusive):
+    return f"{kind} {'>' if exclusive else '>='} {minimum:g}"
+
+
+def _show(value):
+    # Keep the error short, whatever was pasted into the spec (repr keeps it on one line).
+    if isinstance(value, str) and len(value) > 60:
+        return value[:57] + "..."
+    if isinstance(value, (list, dict)) and len(repr(value)) > 60:
+        return f"<{type(value).__name__} of {len(value)}>"
+    return value
+
+
+_TOP = {"items", "provider", "stop", "hooks", "verify", "repair", "retry", "output"}
+_PROVIDER = {"command", "call_timeout", "idle_timeout"}
+_STOP = {"grace", "kill_grace", "containment", "channel"}
+_HOOK = {"command", "timeout"}
+_VERIFY = {"command", "timeout", "fixable"}
+
+
+def _validate(doc, source) -> Spec:
+    r = _Reader(source)
+    r.no_unknown(doc, "", _TOP)
+    items = r.items(doc)
+
+    p = r.table(doc, "provider", _PROVIDER, required=True)
+    provider = ProviderSpec(
+        command=r.argv(p, "provider"),
+        call_timeout=r.number(p, "provider", "call_timeout", defaults.CALL_TIMEOUT),
+        idle_timeout=r.number(p, "provider", "idle_timeout", defaults.IDLE_TIMEOUT),
+    )
+
+    s = r.table(doc, "stop", _STOP)
+    stop = StopSpec(
+        grace=r.number(s, "stop", "grace", defaults.STOP_GRACE, exclusive=True),
+        kill_grace=r.number(s, "stop", "kill_grace", defaults.KILL_GRACE, exclusive=True),
+        containment=r.choice(s, "stop", "containment", defaults.CONTAINMENT, CONTAINMENTS),
+        channel=r.choice(s, "stop", "channel", defaults.STOP_CHANNEL, CHANNELS),
+    )
+
+    hooks = r.table(doc, "hooks", {"post_session", "post_run"})
+    post_session = r.commands(hooks, "hooks.post_session", "post_session", defaults.HOOK_TIMEOUT, _HOOK)
+    post_run = r.commands(hooks, "hooks.post_run", "post_run", defaults.HOOK_TIMEOUT, _HOOK)
+    verify = r.commands(doc, "verify", "verify", defaults.VERIFY_TIMEOUT, _VERIFY)
+
+    repair = r.table(doc, "repair", {"max_attempts"})
+    retry = r.table(doc, "retry", {"backoff"})
+    output = r.table(doc, "output", {"cap_bytes"})
+
+    return Spec(
+        items=items,
+        provider=provider,
+        stop=stop,
+        post_session=post_session,
+        post_run=post_run,
+        verify=verify,
+        repair_max_attempts=r.integer(repair, "repair", "max_attempts", defaults.REPAIR_MAX_ATTEMPTS, minimum=0),
+        retry_backoff=r.number(retry, "retry", "backoff", defaults.RETRY_BACKOFF),
+        output_cap_bytes=r.integer(output, "output", "cap_bytes", defaults.OUTPUT_CAP_BYTES, minimum=0, exclusive=True),
+        source=str(source),
+    )
+
+
+def loads(text, source) -> Spec:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        # tomllib's message already carries line and column, on one line.
+        raise SpecError(source, "(toml)", f"valid TOML ({_one_line(e)})") from None
+    return _validate(doc, source)
+
+
+def load(path) -> Spec:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(path, "(file)", f"UTF-8 text ({_one_line(e)})") from None
+    except OSError as e:
+        raise SpecError(path, "(file)", f"a readable file ({e.strerror or _one_line(e)})") from None
+    return loads(text, str(path))
+
+
+def _one_line(exc):
+    return " ".join(str(exc).split())
+
+
+_PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
+
+
+def substitute(argv, **values) -> list[str]:
+    """Replace `{item}` / `{feedback}` in each argument by plain text.
+
+    One pass per argument, so a value that itself contains `{feedback}` is never expanded
+    again; braces that are not a known placeholder stay as they are (no str.format: an
+    item named `{0}` or `{x.__class__}` is just text). Nothing here goes through a shell.
+    """
+    for name in values:
+        if name not in PLACEHOLDERS:
+            raise TypeError(f"substitute: unknown placeholder {name!r}")
+    strs = {k: str(v) for k, v in values.items()}
+
+    def repl(m):
+        name = m.group(1)
+        return strs[name] if name in strs else m.group(0)
+
+    return [_PLACEHOLDER.sub(repl, arg) for arg in argv]
