@@ -1,0 +1,203 @@
+"""The run directory: its layout, the engine lock, and finding runs.
+
+The engine holds an exclusive flock on `lock` for its whole life. The kernel drops the
+lock when the engine dies, however it dies, so "is a live engine here?" is answered by
+probing the lock, never by trusting a pid that may have been reused.
+"""
+
+import errno
+import fcntl
+import os
+import secrets
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import BadInput, NoLiveRun, RunLocked
+
+
+class EngineLock:
+    """The engine's exclusive lock on its run directory; held until release() or exit."""
+
+    def __init__(self, path, fd):
+        self.path, self.fd = path, fd
+
+    @property
+    def held(self) -> bool:
+        return self.fd is not None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            os.close(fd)  # closing the only descriptor drops the flock
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class RunDir:
+    def __init__(self, path):
+        self.path = Path(os.path.abspath(path))
+        p = self.path
+        self.spec = p / "spec.toml"
+        self.state = p / "state.json"
+        self.journal = p / "journal.jsonl"
+        self.engine_identity = p / "engine.json"
+        self.lock = p / "lock"
+        self.children = p / "children"
+        self.snapshots = p / "snapshots.jsonl"
+        self.cgroup_file = p / "cgroup"
+        self.output = p / "output"
+        self.stop_request = p / "stop-request.json"
+        self.stop_request_lock = p / "stop-request.lock"
+        self.stop_file = p / "STOP"
+        self.pause_file = p / "PAUSE"
+        self.archive = p / "archive"
+        self.engine_log = p / "engine.log"
+
+    def __repr__(self):
+        return f"RunDir({str(self.path)!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, RunDir) and other.path == self.path
+
+    def __hash__(self):
+        return hash(self.path)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    def exists(self) -> bool:
+        """The directory holds a run (its frozen spec is there)."""
+        return self.spec.is_file()
+
+    @classmethod
+    def create(cls, path, spec_path) -> "RunDir":
+        """Make the run directory and freeze a copy of the spec into it.
+
+        Refuses (BadInput) a directory that already holds a run. The frozen spec is
+        published with os.link, which fails if the name exists: of two `runner run`
+        racing for one directory exactly one wins, and the copy is never seen half-written.
+        """
+        rd = cls(path)
+        try:
+            data = Path(spec_path).read_bytes()
+        except OSError as e:
+            raise BadInput(f"{spec_path}: cannot read the spec ({e.strerror or e})") from None
+        try:
+            rd.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BadInput(f"{rd.path}: cannot create the run directory ({e.strerror or e})") from None
+        if rd.exists():
+            raise BadInput(f"{rd.path}: already holds a run (use `runner resume` or another --run-dir)")
+        fd, tmp = tempfile.mkstemp(prefix=".spec.", suffix=".tmp", dir=rd.path)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, rd.spec)
+            except FileExistsError:
+                raise BadInput(f"{rd.path}: already holds a run (use `runner resume` or another --run-dir)") from None
+        finally:
+            os.unlink(tmp)
+        for sub in (rd.children, rd.output, rd.archive):
+            sub.mkdir(exist_ok=True)
+        _fsync_dir(rd.path)
+        return rd
+
+    def acquire_lock(self) -> EngineLock:
+        """Take the engine lock (LOCK_EX|LOCK_NB); RunLocked if a live engine holds it.
+
+        The descriptor is non-inheritable (O_CLOEXEC; Popen closes fds anyway), so a child
+        that outlives the engine cannot keep the run looking alive.
+        """
+        fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise RunLocked(f"{self.path}: a live engine holds this run directory") from None
+            raise
+        # For a human reading the directory only; liveness is the flock, not this pid.
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return EngineLock(self.lock, fd)
+
+    def is_live(self) -> bool:
+        """A live engine holds the lock. Probed on a separate descriptor with LOCK_SH|LOCK_NB,
+        so the probe never blocks and never creates a lock file."""
+        try:
+            fd = os.open(self.lock, os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return True
+            raise
+        finally:
+            os.close(fd)  # also drops the shared lock if we got it
+        return False
+
+
+def _fsync_dir(directory):
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def new_run_id() -> str:
+    """UTC timestamp (sorts by start time to the second) plus 24 random bits."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def default_base() -> Path:
+    return Path(".runner/runs")
+
+
+def list_runs(base) -> list[RunDir]:
+    """Every run under `base` (directories holding a frozen spec), oldest id first."""
+    try:
+        entries = sorted(Path(base).iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [RunDir(e) for e in entries if e.is_dir() and (e / "spec.toml").is_file()]
+
+
+def resolve(run_dir, base=None, *, want=None, what="live") -> RunDir:
+    """The run a command acts on.
+
+    Given `run_dir`: it must hold a run (NoLiveRun otherwise). Not given: exactly one run
+    under `base` (default_base()) must satisfy `want` (default: RunDir.is_live); with none
+    or several, NoLiveRun with one line naming the candidates. `what` names the kind of
+    run in that message (a caller passing its own `want`, e.g. resume, says "resumable").
+    """
+    if run_dir is not None:
+        rd = RunDir(run_dir)
+        if not rd.exists():
+            raise NoLiveRun(f"{rd.path}: no run there (no spec.toml)")
+        return rd
+    base = Path(base) if base is not None else default_base()
+    want = want or RunDir.is_live
+    runs = list_runs(base)
+    matches = [r for r in runs if want(r)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        msg = f"no {what} run under {base}"
+        if runs:
+            recent = ", ".join(r.run_id for r in runs[-3:])
+            msg += f" (most recent runs: {recent}); pass --run-dir"
+        raise NoLiveRun(msg)
+    names = ", ".join(str(r.path) for r in matches)
+    raise NoLiveRun(f"{len(matches)} {what} runs, pass --run-dir with one of: {names}")
