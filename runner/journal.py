@@ -1,0 +1,97 @@
+"""journal.jsonl: one JSON object a line, each with "event" and "t" (wall-clock epoch).
+
+Each record is one os.write on an O_APPEND descriptor: the kernel appends it whole, so
+the engine, its watchdog thread and a stopper process can append at once without
+interleaving. A SIGKILL or a crash can at worst leave a torn last line; readers skip it,
+and the next writer starts on a fresh line so the torn fragment never swallows a record.
+"""
+
+import json
+import os
+import threading
+import time
+
+
+class Journal:
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._fd = None
+        self._lock = threading.Lock()
+
+    def _open(self):
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._needs_newline = _ends_torn(self.path)
+        return fd
+
+    def append(self, event, **fields) -> dict:
+        if "t" in fields:
+            raise TypeError("journal records carry their own 't'")
+        record = {"event": event, "t": time.time(), **fields}
+        # json.dumps escapes newlines inside strings, so a record is always one line.
+        line = (json.dumps(record, default=str) + "\n").encode("utf-8")
+        with self._lock:
+            if self._fd is None:
+                self._fd = self._open()
+            if self._needs_newline:
+                line = b"\n" + line
+                self._needs_newline = False
+            _write_all(self._fd, line)
+            os.fsync(self._fd)
+        return record
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _write_all(fd, data):
+    # A regular file takes the whole buffer in one write; the loop only guards the
+    # theoretical short write so that no record is silently cut.
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _ends_torn(path):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
+
+
+def read(path) -> list[dict]:
+    """Every record, in order. A torn line (a crash mid-append) is skipped, not fatal."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    out = []
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("event"), str):
+            out.append(record)
+    return out
+
+
+def events(path, name) -> list[dict]:
+    return [r for r in read(path) if r["event"] == name]
