@@ -1,0 +1,147 @@
+"""/proc helpers: identity (pid + start ticks), zombie-is-dead, token scans, pidfd waits.
+
+Every signal goes through a pidfd opened BEFORE the identity check, so a pid reused
+between the check and the kill can never be hit.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+
+_TOKEN_KEY = b"STOPLATENCY_VICTIM="
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """Fields 3.. of /proc/<pid>/stat (index 0 = state), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    f = _stat(pid)
+    return int(f[19]) if f else None
+
+
+def state(pid: int) -> str | None:
+    f = _stat(pid)
+    return f[0].decode() if f else None
+
+
+def ids(pid: int) -> tuple[int, int, int] | None:
+    """(ppid, pgid, sid)."""
+    f = _stat(pid)
+    return (int(f[1]), int(f[2]), int(f[3])) if f else None
+
+
+def is_alive(pid: int, ticks: int | None = None) -> bool:
+    """Alive and the same process; a zombie is dead (PID 1 reaps orphans late here)."""
+    f = _stat(pid)
+    if f is None or f[0] in (b"Z", b"X", b"x"):
+        return False
+    return ticks is None or int(f[19]) == ticks
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def token_of(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    i = data.find(_TOKEN_KEY)
+    if i < 0 or (i > 0 and data[i - 1] != 0):
+        return None
+    end = data.find(b"\0", i)
+    return data[i + len(_TOKEN_KEY) : end if end >= 0 else None].decode(errors="replace")
+
+
+def scan_tokens() -> dict[int, str]:
+    """Every process on the machine that carries a token: {pid: token}."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            tok = token_of(int(entry))
+            if tok:
+                found[int(entry)] = tok
+    return found
+
+
+def lineage(tokens, extras=()) -> list[tuple[int, int]]:
+    """Living (pid, start_ticks) carrying one of ``tokens``, plus living ``extras``."""
+    tokens = set(tokens)
+    out = {}
+    for pid, tok in scan_tokens().items():
+        if tok in tokens:
+            ticks = start_ticks(pid)
+            if ticks is not None and is_alive(pid, ticks):
+                out[pid] = ticks
+    for pid, ticks in extras:
+        if pid not in out and is_alive(pid, ticks):
+            out[pid] = ticks
+    return sorted(out.items())
+
+
+def open_pidfd(pid: int, ticks: int) -> int | None:
+    """A pidfd that surely names (pid, ticks), or None if that process is gone."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (ProcessLookupError, OSError):
+        return None
+    if not is_alive(pid, ticks):  # checked after opening: the fd now pins the process
+        os.close(fd)
+        return None
+    return fd
+
+
+def signal_identified(pid: int, ticks: int, sig: int) -> bool:
+    """Send ``sig`` to (pid, ticks) only; False if that process no longer exists."""
+    fd = open_pidfd(pid, ticks)
+    if fd is None:
+        return False
+    try:
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def wait_gone(tokens, extras=(), timeout: float = 10.0, rescan: float = 0.05) -> list[tuple[int, int]]:
+    """Wait until no process of the lineage lives; return the survivors ([] = all gone).
+
+    Event-driven: blocks on pidfd readiness of the known members and re-scans /proc
+    by token whenever one exits and at least every ``rescan`` seconds, because a
+    respawner starts members that a snapshot taken at entry cannot know.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        living = lineage(tokens, extras)
+        left = deadline - time.monotonic()
+        if not living or left <= 0:
+            return living
+        fds = [fd for fd in (open_pidfd(p, t) for p, t in living) if fd is not None]
+        if not fds:
+            continue
+        try:
+            poller = select.poll()
+            for fd in fds:
+                poller.register(fd, select.POLLIN)
+            poller.poll(max(min(left, rescan), 0.0) * 1000)
+        finally:
+            for fd in fds:
+                os.close(fd)

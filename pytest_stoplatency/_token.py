@@ -1,0 +1,56 @@
+"""The STOPLATENCY_VICTIM token: ``<owner-pid>.<owner-start-ticks>.<victim-id>``.
+
+The owner is the pytest process that issued the token (each xdist worker is its
+own owner). Pid plus start ticks name the owner even after its pid is reused, so a
+sweep can tell a dead owner's victims from a live one's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import NamedTuple
+
+from . import _procs
+from .victim import READY_ENV, TOKEN_ENV  # noqa: F401  (one spelling for both sides)
+
+# Module-level, not per session: an in-process pytester run shares the owner.
+_ids = itertools.count(1)
+
+
+class Owner(NamedTuple):
+    pid: int
+    start_ticks: int
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.pid}.{self.start_ticks}."
+
+    def alive(self) -> bool:
+        return _procs.is_alive(self.pid, self.start_ticks)
+
+
+class Token(NamedTuple):
+    owner: Owner
+    victim_id: str
+
+    def __str__(self) -> str:
+        return f"{self.owner.pid}.{self.owner.start_ticks}.{self.victim_id}"
+
+
+def me() -> Owner:
+    pid = os.getpid()
+    return Owner(pid, _procs.start_ticks(pid))
+
+
+def new_token() -> Token:
+    return Token(me(), str(next(_ids)))
+
+
+def parse(text: str | None) -> Token | None:
+    if not text:
+        return None
+    parts = text.split(".")
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    return Token(Owner(int(parts[0]), int(parts[1])), parts[2])

@@ -1,0 +1,268 @@
+"""The victim program: a process that the code under test must stop.
+
+    python -m pytest_stoplatency.victim KIND [--sleep S] [--children N] [--cleanup S]
+
+Imports nothing beyond the standard library (no pytest, no psutil): a victim is
+started hundreds of times per suite and by other people's code, so it must start
+as cheaply as the interpreter allows. It is also runnable as a plain script
+(``python victim.py``), which the env-scrubber's grandchild relies on: with its
+environment dropped it cannot find the package through PYTHONPATH.
+
+The token (STOPLATENCY_VICTIM) and the ready file path (STOPLATENCY_READY) come
+in through the environment, so a victim started by someone else with its file
+descriptors closed still completes the handshake. The ready file is written only
+once every process of the victim has installed its signal disposition.
+
+No victim ever calls setsid on itself (whoever starts it decides its session) and
+none uses PR_SET_PDEATHSIG: a victim must die because a stop reached it, never
+because the process that started it died.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+TOKEN_ENV = "STOPLATENCY_VICTIM"
+READY_ENV = "STOPLATENCY_READY"
+
+KINDS = (
+    "cooperative",
+    "trap-term",
+    "ignore-term",
+    "slow-exit",
+    "forker",
+    "escapee",
+    "double-fork",
+    "pipe-holder",
+    "respawner",
+    "stopped",
+    "env-scrubber",
+)
+
+
+def start_ticks(pid: int) -> int:
+    """Field 22 of /proc/<pid>/stat: with the pid, the process's identity."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    return int(data[data.rfind(b")") + 2 :].split()[19])
+
+
+def _swallow(signum, frame):  # a handler, not SIG_IGN: children exec'd later get SIG_DFL back
+    pass
+
+
+def _trap():
+    signal.signal(signal.SIGTERM, _swallow)
+
+
+def _sleep_until(deadline: float) -> None:
+    # A loop, because a swallowed signal may end time.sleep early on some paths.
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(left)
+
+
+def _spawn(body, *, setsid: bool = False) -> int:
+    """Fork a child that runs ``body(ready)``; return its pid once it called ready().
+
+    The pipe is private to the handshake and closed on both sides right after it.
+    """
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(r)
+            if setsid:
+                os.setsid()
+
+            def ready():
+                os.write(w, b"r")
+                os.close(w)
+
+            body(ready)
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    try:
+        if os.read(r, 1) != b"r":
+            raise RuntimeError(f"victim child {pid} died before it was ready")
+    finally:
+        os.close(r)
+    return pid
+
+
+def _write_ready(info: dict) -> None:
+    path = os.environ.get(READY_ENV)
+    if not path:
+        return
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(info, f)
+    os.replace(tmp, path)  # atomic: the reader never sees half a file
+
+
+def _trapping_sleeper(deadline):
+    def body(ready):
+        _trap()
+        ready()
+        _sleep_until(deadline)
+
+    return body
+
+
+def _plain_sleeper(deadline):
+    def body(ready):
+        ready()
+        _sleep_until(deadline)
+
+    return body
+
+
+def _respawn_loop(deadline, children: list[int]) -> None:
+    """Replace each child as soon as it dies, until the deadline."""
+    while (left := deadline - time.monotonic()) > 0:
+        fds: dict[int, int] = {}
+        dead: list[int] = []
+        for pid in children:
+            try:
+                fds[os.pidfd_open(pid)] = pid
+            except ProcessLookupError:
+                dead.append(pid)
+        if not dead:
+            readable, _, _ = select.select(list(fds), [], [], left)
+            dead = [fds[fd] for fd in readable]
+        for fd in fds:
+            os.close(fd)
+        for pid in dead:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+            children.remove(pid)
+            children.append(_spawn(_trapping_sleeper(deadline)))
+
+
+def run(kind: str, sleep: float, n_children: int, cleanup: float) -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    deadline = time.monotonic() + sleep
+    children: list[int] = []
+    extras: list[dict] = []
+    main_loop = None
+
+    if kind == "cooperative":
+        pass
+    elif kind in ("trap-term", "stopped"):
+        _trap()
+    elif kind == "ignore-term":
+        # SIG_IGN survives fork and exec: the children never set it themselves.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        children = [_spawn(_plain_sleeper(deadline)) for _ in range(n_children)]
+    elif kind == "slow-exit":
+        def _slow(signum, frame):
+            time.sleep(cleanup)
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, _slow)
+    elif kind == "forker":
+        _trap()
+        children = [_spawn(_trapping_sleeper(deadline)) for _ in range(n_children)]
+    elif kind == "escapee":
+        _trap()
+        children = [_spawn(_trapping_sleeper(deadline), setsid=True)]
+    elif kind == "double-fork":
+        _trap()
+
+        def intermediate(ready):
+            _spawn(_trapping_sleeper(deadline))  # the daemon, ready before we exit
+            ready()
+            # exits right away: the daemon is re-parented away from the victim
+
+        mid = _spawn(intermediate)
+        os.waitpid(mid, 0)
+    elif kind == "pipe-holder":
+        # The victim itself dies on SIGTERM; its child keeps stdout open after it.
+        children = [_spawn(_trapping_sleeper(deadline))]
+    elif kind == "respawner":
+        _trap()
+        children = [_spawn(_trapping_sleeper(deadline)) for _ in range(max(n_children, 1))]
+        main_loop = lambda: _respawn_loop(deadline, children)  # noqa: E731
+    elif kind == "env-scrubber":
+        _trap()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                os.setsid()  # leaves the victim's group and session
+                os.set_inheritable(w, True)
+                # An empty environment, as env -i, sudo or ssh leave: no token any more.
+                os.execve(sys.executable, [
+                    sys.executable, os.path.abspath(__file__), "--role", "scrubbed",
+                    "--ready-fd", str(w), "--sleep", str(max(deadline - time.monotonic(), 0.0)),
+                ], {})
+            finally:
+                os._exit(1)
+        os.close(w)
+        try:
+            if os.read(r, 1) != b"r":
+                raise RuntimeError("env-scrubber grandchild died before it was ready")
+        finally:
+            os.close(r)
+        children = [pid]
+        extras.append({"role": "scrubbed", "pid": pid, "start_ticks": start_ticks(pid)})
+    else:
+        raise SystemExit(f"unknown victim kind {kind!r}; one of {', '.join(KINDS)}")
+
+    _write_ready({
+        "pid": os.getpid(),
+        "start_ticks": start_ticks(os.getpid()),
+        "kind": kind,
+        "lang": "python",
+        "token": os.environ.get(TOKEN_ENV),
+        "children": children,
+        "extras": extras,
+    })
+    if kind == "stopped":
+        os.kill(os.getpid(), signal.SIGSTOP)  # SIGTERM now stays pending; SIGKILL still works
+    if main_loop:
+        main_loop()
+    else:
+        _sleep_until(deadline)
+
+
+def _run_scrubbed(ready_fd: int, sleep: float) -> None:
+    """The env-scrubber's grandchild after its exec with an empty environment."""
+    signal.signal(signal.SIGTERM, _swallow)
+    os.write(ready_fd, b"r")
+    os.close(ready_fd)
+    _sleep_until(time.monotonic() + sleep)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m pytest_stoplatency.victim")
+    p.add_argument("kind", nargs="?", choices=KINDS)
+    p.add_argument("--sleep", type=float, default=7200.0)
+    p.add_argument("--children", type=int, default=2)
+    p.add_argument("--cleanup", type=float, default=1.0)
+    p.add_argument("--role", choices=("scrubbed",), help=argparse.SUPPRESS)
+    p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.role == "scrubbed":
+        _run_scrubbed(a.ready_fd, a.sleep)
+    elif a.kind is None:
+        p.error("KIND is required")
+    else:
+        run(a.kind, a.sleep, a.children, a.cleanup)
+
+
+if __name__ == "__main__":
+    main()
