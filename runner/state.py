@@ -1,0 +1,175 @@
+"""state.json: the run's state, written atomically, with the `stopped` guard.
+
+The single-writer rule: while the engine lives only the engine records `stopped`; a
+stopper records it only after proving the engine dead. Whoever writes, a recorded stop
+belongs to its attempt and no later save of that attempt may take it back (the engine
+keeps an in-memory State that may predate the stop; saving it must not clobber the stop).
+`runner resume` starts a new attempt, which is the only way back to stopped=False.
+"""
+
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass, field, fields
+
+from .atomic import atomic_write_json
+from .errors import BadInput
+
+ITEM_STATUSES = ("pending", "done", "failed", "stopped")
+RUN_STATUSES = ("running", "completed", "failed", "stopped", "crashed")
+
+
+@dataclass
+class ItemState:
+    status: str = "pending"
+    session_done: bool = False
+    post_session_done: bool = False
+    verify_passed: bool = False
+    repairs: int = 0
+    calls: int = 0
+
+
+@dataclass
+class State:
+    run_id: str
+    attempt: int = 1
+    status: str = "running"
+    stopped: bool = False
+    stop_origin: str | None = None
+    current_item: str | None = None
+    phase: str | None = None
+    items: dict[str, ItemState] = field(default_factory=dict)
+    provider_calls: int = 0
+    exit_code: int | None = None
+    updated: float = 0.0
+
+    @classmethod
+    def new(cls, run_id, items) -> "State":
+        return cls(run_id=run_id, items={name: ItemState() for name in items})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data, source="state") -> "State":
+        """Strict: a malformed state is refused with one line, never half-read."""
+
+        def bad(what):
+            raise BadInput(f"{source}: malformed state: {what}")
+
+        if not isinstance(data, dict):
+            bad("not a JSON object")
+        _check_keys(data, cls, bad, "")
+        if not isinstance(data.get("run_id"), str):
+            bad("run_id: expected a string")
+        _check_types(data, _STATE_TYPES, bad, "")
+        if data.get("status", "running") not in RUN_STATUSES:
+            bad(f"status: expected one of {', '.join(RUN_STATUSES)}, got {data['status']!r}")
+        raw_items = data.get("items", {})
+        if not isinstance(raw_items, dict):
+            bad("items: expected an object")
+        items = {}
+        for name, raw in raw_items.items():
+            if not isinstance(raw, dict):
+                bad(f"items.{name}: expected an object")
+            _check_keys(raw, ItemState, bad, f"items.{name}.")
+            _check_types(raw, _ITEM_TYPES, bad, f"items.{name}.")
+            if raw.get("status", "pending") not in ITEM_STATUSES:
+                bad(f"items.{name}.status: expected one of {', '.join(ITEM_STATUSES)}, got {raw['status']!r}")
+            items[name] = ItemState(**raw)
+        return cls(**{**data, "items": items})
+
+
+_STATE_TYPES = {
+    "attempt": (int,), "status": (str,), "stopped": (bool,), "stop_origin": (str, type(None)),
+    "current_item": (str, type(None)), "phase": (str, type(None)), "provider_calls": (int,),
+    "exit_code": (int, type(None)), "updated": (int, float),
+}
+_ITEM_TYPES = {
+    "status": (str,), "session_done": (bool,), "post_session_done": (bool,), "verify_passed": (bool,),
+    "repairs": (int,), "calls": (int,),
+}
+
+
+def _check_keys(data, cls, bad, prefix):
+    known = {f.name for f in fields(cls)}
+    for key in data:
+        if key not in known:
+            bad(f"{prefix}{key}: unknown key")
+
+
+def _check_types(data, types, bad, prefix):
+    for key, allowed in types.items():
+        if key not in data:
+            continue
+        value = data[key]
+        # bool is an int in Python; a counter that reads `true` is corruption.
+        if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
+            bad(f"{prefix}{key}: expected {'/'.join(t.__name__ for t in allowed)}, got {value!r}")
+
+
+class StateStore:
+    def __init__(self, path):
+        self.path = path
+        self._saved_stop = None  # (attempt, origin) of a stop this store itself saved
+
+    def load(self) -> State:
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raise BadInput(f"{self.path}: no state file") from None
+        except OSError as e:
+            raise BadInput(f"{self.path}: unreadable state ({e.strerror or e})") from None
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise BadInput(f"{self.path}: malformed state: {' '.join(str(e).split())}") from None
+        return State.from_dict(data, self.path)
+
+    def load_or_none(self) -> State | None:
+        """None when no state has been written yet (an engine that has only just started)."""
+        try:
+            with open(self.path, "rb"):
+                pass
+        except FileNotFoundError:
+            return None
+        return self.load()
+
+    def _recorded_stop(self, attempt):
+        """(origin,) if a stop is recorded for `attempt`, on disk or by this store's last save."""
+        try:
+            disk = self.load()
+        except BadInput:
+            disk = None  # unreadable on disk: this store's own memory still guards
+        if disk is not None and disk.attempt == attempt and disk.stopped:
+            return (disk.stop_origin,)
+        if self._saved_stop is not None and self._saved_stop[0] == attempt:
+            return (self._saved_stop[1],)
+        return None
+
+    def save(self, state) -> None:
+        """Write `state` atomically. Updates `state` in place (updated time, and the guard).
+
+        The read-then-write below is not atomic against another writer; it does not need to
+        be, because of the single-writer rule (a stopper writes only once the engine is dead).
+        """
+        recorded = self._recorded_stop(state.attempt)
+        if recorded is not None and not state.stopped:
+            state.stopped, state.stop_origin, state.status = True, recorded[0], "stopped"  # STOPPED GUARD: never un-stop an attempt
+        state.updated = time.time()
+        atomic_write_json(self.path, state.to_dict())
+        if state.stopped:
+            self._saved_stop = (state.attempt, state.stop_origin)
+
+    def new_attempt(self, state) -> State:
+        """For resume: a copy with attempt + 1, not stopped, running. Items the stop cut
+        short go back to pending; done and failed items keep their results (and their
+        session_done / post_session_done flags, so a completed session is not run again)."""
+        nxt = copy.deepcopy(state)
+        nxt.attempt = state.attempt + 1
+        nxt.stopped, nxt.stop_origin, nxt.status, nxt.exit_code = False, None, "running", None
+        for item in nxt.items.values():
+            if item.status == "stopped":
+                item.status = "pending"
+        return nxt
