@@ -1,0 +1,193 @@
+"""cgroup v2 containment: each run in its own cgroup, killed with cgroup.kill.
+
+Layout: <cgroup2 root>/runner/<run_id>/{engine,work}. The engine moves itself into
+engine/; every child moves itself into work/ before exec (a shell trampoline), so a
+descendant that scrubbed its environment and left its group is still in work/. No
+controllers are enabled: containment only, no limits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import shlex
+import signal
+import time
+from pathlib import Path
+
+from . import identity, signals
+from .errors import BadInput
+from .identity import Identity
+
+log = logging.getLogger("runner.cgroup")
+
+_fallback_said = False
+_available = None
+
+
+def cgroup2_root() -> Path | None:
+    """The cgroup2 mount point from /proc/self/mountinfo, if writable."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        left, sep, right = line.partition(" - ")
+        if not sep or right.split()[0] != "cgroup2":
+            continue
+        mount_point = Path(left.split()[4].replace("\\040", " "))
+        if os.access(mount_point, os.W_OK):
+            return mount_point
+    return None
+
+
+def available() -> bool:
+    """A writable cgroup2 where a child cgroup has cgroup.kill (Linux 5.14+). Probed once."""
+    global _available
+    if _available is None:
+        _available = _probe()
+    return _available
+
+
+def _probe() -> bool:
+    root = cgroup2_root()
+    if root is None:
+        return False
+    probe = root / "runner" / f".probe-{os.getpid()}"
+    try:
+        probe.mkdir(parents=True, exist_ok=True)
+        try:
+            return (probe / "cgroup.kill").exists()
+        finally:
+            probe.rmdir()
+    except OSError:
+        return False
+
+
+def resolve_containment(mode: str) -> str:
+    """"cgroup" or "group". "auto" falls back to group with one message; "cgroup"
+    where it is unavailable refuses to start."""
+    global _fallback_said
+    if mode == "group":
+        return "group"
+    if mode not in ("auto", "cgroup"):
+        raise BadInput(f"containment: expected 'auto', 'group' or 'cgroup', got {mode!r}")
+    if available():
+        return "cgroup"
+    if mode == "cgroup":
+        raise BadInput("containment = 'cgroup': no writable cgroup v2 hierarchy with cgroup.kill on this machine")
+    if not _fallback_said:
+        _fallback_said = True
+        log.warning("no writable cgroup v2 hierarchy: containment falls back to process groups and the run tag")
+    return "group"
+
+
+class RunCgroup:
+    def __init__(self, path):
+        self.path = Path(path)
+
+    @classmethod
+    def create(cls, run_id) -> "RunCgroup":
+        root = cgroup2_root()
+        if root is None:
+            raise BadInput("no writable cgroup v2 hierarchy")
+        path = root / "runner" / run_id
+        for sub in (path / "engine", path / "work"):
+            sub.mkdir(parents=True, exist_ok=True)
+        return cls(path)
+
+    @classmethod
+    def open(cls, path) -> "RunCgroup":
+        path = Path(path)
+        if not (path / "cgroup.procs").exists():
+            raise FileNotFoundError(f"{path}: not a cgroup")
+        return cls(path)
+
+    def _dir(self, which) -> Path:
+        return {"engine": self.path / "engine", "work": self.path / "work", "all": self.path}[which]
+
+    def enter_engine(self) -> None:
+        (self.path / "engine" / "cgroup.procs").write_text(f"{os.getpid()}\n")
+
+    def wrap_argv(self, argv) -> list[str]:
+        # The child writes its own pid before exec: no moment exists where it (or
+        # anything it forks) runs outside work/. Not preexec_fn, which is unsafe once
+        # the engine has threads.
+        procs = shlex.quote(str(self.path / "work" / "cgroup.procs"))
+        return ["/bin/sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *argv]
+
+    def members(self, which="all") -> list[int]:
+        base = self._dir(which)
+        pids = []
+        for procs in sorted(base.rglob("cgroup.procs")) if base.exists() else ():
+            try:
+                pids.extend(int(x) for x in procs.read_text().split())
+            except (FileNotFoundError, ProcessLookupError):
+                pass  # a sub-cgroup removed under us
+        return pids
+
+    def member_identities(self, which="all") -> list[Identity]:
+        out = []
+        for pid in self.members(which):
+            ident = identity.current(pid)
+            if ident is not None:
+                out.append(ident)
+        return out
+
+    def populated(self, which="all") -> bool:
+        base = self._dir(which)
+        try:
+            text = (base / "cgroup.events").read_text()
+        except FileNotFoundError:
+            return False
+        return "populated 1" in text.split("\n")
+
+    def kill(self, which="work", timeout=1.0) -> bool:
+        """cgroup.kill, confirmed by cgroup.events showing `populated 0`; True if empty
+        within timeout. If this process or an ancestor is inside (a `runner stop` from a
+        hook), the cgroup.kill would take it too: then each other member is SIGKILLed
+        through its pidfd instead."""
+        base = self._dir(which)
+        if not base.exists():
+            return True
+        protected = signals.protected_pids()
+        if protected & set(self.members(which)):
+            log.warning("%s holds this process or an ancestor: killing its other members one by one", base)
+            for ident in self.member_identities(which):
+                signals.signal_process(ident, signal.SIGKILL)
+        else:
+            (base / "cgroup.kill").write_text("1\n")
+        return self.wait_empty(which, timeout)
+
+    def wait_empty(self, which="all", timeout=1.0) -> bool:
+        """Until cgroup.events says `populated 0`. The kernel signals a change of
+        cgroup.events as POLLPRI on an open fd; the short poll cap only guards against
+        a missed notification."""
+        path = self._dir(which) / "cgroup.events"
+        deadline = time.monotonic() + timeout
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return True
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLPRI | select.POLLERR)
+            while True:
+                os.lseek(fd, 0, os.SEEK_SET)
+                if b"populated 0" in os.read(fd, 4096).split(b"\n"):
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                poller.poll(min(50, max(1, int(remaining * 1000))))
+        finally:
+            os.close(fd)
+
+    def remove(self) -> None:
+        """rmdir work/, engine/ and the run's cgroup (only possible once empty)."""
+        for path in (self.path / "work", self.path / "engine", self.path):
+            try:
+                path.rmdir()
+            except FileNotFoundError:
+                pass

@@ -1,0 +1,170 @@
+"""The one child runner: spawn in a new process group, capture output with a cap,
+bound by a call timeout and an idle timeout, and leave nothing of the call behind.
+
+The loop waits on two things at once: the output pipe and a pidfd of the leader. So
+the runner notices the leader's death at once, even while a grandchild still holds
+the pipe open (it would never see EOF otherwise), and a stop that kills the leader
+from the watchdog thread releases it promptly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import reaper
+from .reaper import ReapReport
+from .registry import Registry
+
+log = logging.getLogger("runner.child")
+
+SNAPSHOT_EVERY = 0.5
+"""Descendant snapshots while the call lives: what a later kill can still find after a
+double fork broke the parent links."""
+_CHUNK = 65536
+
+
+@dataclass
+class Result:
+    argv: list[str]
+    returncode: int | None
+    timed_out: str | None            # None | "call" | "idle"
+    stopped: bool                    # the registry's record that the stop killed it
+    duration: float
+    output_path: Path
+    reap: ReapReport | None
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.stopped
+
+
+class _Capture:
+    def __init__(self, path, cap_bytes):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.path, "wb")
+        self.cap = cap_bytes
+        self.kept = 0
+        self.dropped = 0
+
+    def add(self, data: bytes):
+        room = max(0, self.cap - self.kept)
+        if room:
+            self.file.write(data[:room])
+            self.kept += min(room, len(data))
+        self.dropped += max(0, len(data) - room)
+
+    def close(self):
+        if self.dropped:
+            self.file.write(f"\n[runner: output capped at {self.cap} bytes; {self.dropped} more bytes dropped]\n".encode())
+        self.file.close()
+
+
+def _drain(fd, capture) -> bool:
+    """Read whatever is available now, without waiting; True at EOF."""
+    while True:
+        try:
+            data = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return False
+        if not data:
+            return True
+        capture.add(data)
+
+
+def run_child(argv, *, registry: Registry, name, timeout, idle_timeout, env, output_path, cap_bytes,
+              cwd=None) -> Result:
+    argv = [str(a) for a in argv]
+    spawn_argv = registry.cgroup.wrap_argv(argv) if registry.cgroup is not None else argv
+    capture = _Capture(output_path, cap_bytes)
+    t0 = time.monotonic()
+    popen = entry = pidfd = None
+    timed_out = None
+    reap = None
+    try:
+        with registry.spawn_lock:
+            # process_group=0, never preexec_fn: the engine has threads (watchdog), and
+            # code run between fork and exec in a threaded parent can deadlock.
+            popen = subprocess.Popen(spawn_argv, process_group=0, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+            # Our own unreaped child: nobody else can reap it, so this pidfd is exact.
+            pidfd = os.pidfd_open(popen.pid)
+            entry = registry.register(popen, name)
+        out_fd = popen.stdout.fileno()
+        os.set_blocking(out_fd, False)
+        poller = select.poll()
+        poller.register(out_fd, select.POLLIN)
+        poller.register(pidfd, select.POLLIN)
+        last_output = time.monotonic()
+        next_snapshot = last_output + SNAPSHOT_EVERY
+        out_open = True
+        while True:
+            now = time.monotonic()
+            deadlines = [next_snapshot]
+            if timeout:
+                deadlines.append(t0 + timeout)
+            if idle_timeout:
+                deadlines.append(last_output + idle_timeout)
+            wait_ms = max(0, int((min(deadlines) - now) * 1000) + 1)
+            events = dict(poller.poll(wait_ms))
+            if out_open and out_fd in events:
+                before = capture.kept + capture.dropped
+                if _drain(out_fd, capture):
+                    poller.unregister(out_fd)
+                    out_open = False
+                if capture.kept + capture.dropped > before:
+                    last_output = time.monotonic()
+            if pidfd in events:
+                break  # the leader exited (or was killed by a stop)
+            now = time.monotonic()
+            if timeout and now >= t0 + timeout:
+                timed_out = "call"
+                break
+            if idle_timeout and now >= last_output + idle_timeout:
+                timed_out = "idle"
+                break
+            if now >= next_snapshot:
+                registry.snapshot(entry)
+                next_snapshot = now + SNAPSHOT_EVERY
+        # Leader dead or timed out: kill whatever is left of the call. While the leader
+        # is our unreaped zombie its pid pins the group id, so the group signal is exact.
+        reap = _kill_tree(registry, entry)
+        if out_open:
+            _drain(out_fd, capture)  # what is already in the pipe; never wait for an EOF
+        returncode = popen.wait()
+    finally:
+        if popen is not None and popen.returncode is None:
+            # An exception (not a stop) left the call running: it must not outlive us.
+            try:
+                if entry is not None:
+                    _kill_tree(registry, entry)
+                else:
+                    os.killpg(popen.pid, signal.SIGKILL)
+            finally:
+                popen.wait()
+        if popen is not None and popen.stdout is not None:
+            popen.stdout.close()
+        if pidfd is not None:
+            os.close(pidfd)
+        if entry is not None:
+            registry.unregister(entry)
+        capture.close()
+    stopped = registry.killed_by_stop(entry)
+    return Result(argv=argv, returncode=returncode, timed_out=None if stopped else timed_out, stopped=stopped,
+                  duration=time.monotonic() - t0, output_path=Path(output_path), reap=reap)
+
+
+def _kill_tree(registry, entry) -> ReapReport:
+    """The call's group, then descendants seen now or in earlier snapshots (those that
+    left the group). No tag sweep here: other calls of the run carry the same tag."""
+    registry.snapshot(entry)
+    escaped = [i for i in entry.snapshots.values() if i.pid != entry.pid]
+    return reaper.kill_everything(groups=[(entry.pgid, entry.members())], pids=escaped, run_id=None,
+                                  kill_grace=registry.kill_grace)

@@ -1,0 +1,164 @@
+"""Process identity: the one module that writes and reads it.
+
+An identity is what makes "pid 4242" mean one particular process: the pid, its group
+and session, the kernel's start time in clock ticks (field 22 of /proc/PID/stat, an
+integer, never a rounded float) and the boot id. A pid alone is a number the kernel
+hands out again; pid plus start ticks plus boot id is not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import atomic
+from .errors import IdentityError
+
+FIELDS = ("pid", "pgid", "sid", "start_ticks", "boot_id")
+FORMAT = 1
+_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+_boot_id_cache = None
+
+
+@dataclass(frozen=True)
+class Identity:
+    pid: int
+    pgid: int
+    sid: int
+    start_ticks: int
+    boot_id: str
+
+    def to_json(self) -> dict:
+        return {name: getattr(self, name) for name in FIELDS}
+
+    @classmethod
+    def from_json(cls, data, source="<identity>") -> "Identity":
+        if not isinstance(data, dict):
+            raise IdentityError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        values = {}
+        for name in FIELDS:
+            if name not in data:
+                raise IdentityError(f"{source}: missing field {name!r}")
+            value = data[name]
+            if name == "boot_id":
+                if not isinstance(value, str) or not value.strip():
+                    raise IdentityError(f"{source}: field 'boot_id': expected a non-empty string, got {value!r}")
+            # bool is an int subclass; `true` is not a pid.
+            elif not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "start_ticks" else 1):
+                raise IdentityError(f"{source}: field {name!r}: expected a positive integer, got {value!r}")
+            values[name] = value
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Stat:
+    """The few fields of /proc/PID/stat the runner needs."""
+    pid: int
+    state: str
+    ppid: int
+    pgid: int
+    sid: int
+    start_ticks: int
+
+    @property
+    def zombie(self) -> bool:
+        # X (dead) is only ever seen in the instant before the entry vanishes.
+        return self.state in ("Z", "X")
+
+
+def boot_id() -> str:
+    global _boot_id_cache
+    if _boot_id_cache is None:
+        try:
+            with open(_BOOT_ID_PATH) as f:
+                _boot_id_cache = f.read().strip()
+        except OSError:
+            # No /proc boot id (not Linux): identities then only compare within this boot's
+            # lifetime of the host process, which is the best that can be said.
+            _boot_id_cache = "unknown"
+    return _boot_id_cache
+
+
+def stat(pid) -> Stat | None:
+    """Parse /proc/PID/stat; None if the process is gone (zombies are returned)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            raw = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after the LAST ')'.
+    rest = raw[raw.rindex(b")") + 2:].split()
+    # rest[0] is field 3 (state), so field n is rest[n - 3].
+    return Stat(pid=int(pid), state=rest[0].decode(), ppid=int(rest[1]), pgid=int(rest[2]),
+                sid=int(rest[3]), start_ticks=int(rest[19]))
+
+
+def all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def start_ticks(pid) -> int | None:
+    st = stat(pid)
+    return None if st is None else st.start_ticks
+
+
+def _from_stat(st: Stat) -> Identity:
+    return Identity(pid=st.pid, pgid=st.pgid, sid=st.sid, start_ticks=st.start_ticks, boot_id=boot_id())
+
+
+def current(pid) -> Identity | None:
+    """Identity of a living process; None if it is gone or a zombie."""
+    st = stat(pid)
+    if st is None or st.zombie:
+        return None
+    return _from_stat(st)
+
+
+def current_or_zombie(pid) -> Identity | None:
+    """Identity even of a zombie: an unreaped child still pins its pid, so its identity
+    is exactly as good as a living one's (used when registering a child that died fast)."""
+    st = stat(pid)
+    return None if st is None else _from_stat(st)
+
+
+def matches(ident: Identity, st: Stat | None) -> bool:
+    return st is not None and st.start_ticks == ident.start_ticks and ident.boot_id == boot_id()
+
+
+def is_running(ident: Identity) -> bool:
+    """Same boot, alive, not a zombie, same start ticks."""
+    if ident.boot_id != boot_id():
+        return False
+    st = stat(ident.pid)
+    return st is not None and not st.zombie and st.start_ticks == ident.start_ticks
+
+
+def write(path, ident: Identity, **extra) -> None:
+    clash = set(extra) & (set(FIELDS) | {"format"})
+    if clash:
+        raise ValueError(f"extra keys shadow identity fields: {sorted(clash)}")
+    atomic.atomic_write_json(path, {**extra, **ident.to_json(), "format": FORMAT})
+
+
+def _load(path) -> dict:
+    text = Path(path).read_text()  # FileNotFoundError propagates: "no file" is the caller's call
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise IdentityError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise IdentityError(f"{path}: expected a JSON object")
+    if data.get("format", FORMAT) != FORMAT:
+        raise IdentityError(f"{path}: field 'format': expected {FORMAT}, got {data.get('format')!r}")
+    return data
+
+
+def read(path) -> Identity:
+    return Identity.from_json(_load(path), source=str(path))
+
+
+def read_extra(path) -> dict:
+    data = _load(path)
+    return {k: v for k, v in data.items() if k not in FIELDS and k != "format"}

@@ -1,0 +1,141 @@
+"""Live children of a run; kills them all on stop and remembers which it killed.
+
+The record "killed because the run is stopping" is what lets the engine classify a
+command's death as stopped rather than failed; a return code cannot tell the two apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import identity, reaper, sweep
+from .identity import Identity
+from .reaper import ReapReport
+
+log = logging.getLogger("runner.registry")
+
+
+@dataclass(eq=False)
+class Entry:
+    name: str
+    ident: Identity
+    popen: object
+    path: Path
+    snapshots: dict = field(default_factory=dict)   # pid -> Identity of descendants seen
+
+    @property
+    def pid(self) -> int:
+        return self.ident.pid
+
+    @property
+    def pgid(self) -> int:
+        return self.ident.pgid
+
+    def members(self) -> list[Identity]:
+        return [self.ident, *self.snapshots.values()]
+
+
+class Registry:
+    def __init__(self, children_dir, *, run_id, kill_grace, cgroup=None):
+        self.children_dir = Path(children_dir)
+        self.children_dir.mkdir(parents=True, exist_ok=True)
+        self.run_id = run_id
+        self.kill_grace = kill_grace
+        self.cgroup = cgroup
+        self.stopping = False
+        self.origin: str | None = None
+        self.spawn_lock = threading.RLock()
+        """Held from Popen until register returns, and by reap_orphans: an unregistered
+        child must never be reaped by the orphan reaper (its status belongs to Popen)."""
+        self._lock = threading.Lock()
+        self._entries: dict[int, Entry] = {}
+        self._killed: set[int] = set()          # id(entry) of entries the stop killed
+        self._stop_done = threading.Event()
+        self._stop_report: ReapReport | None = None
+
+    def register(self, popen, name) -> Entry:
+        ident = identity.current_or_zombie(popen.pid)
+        if ident is None:  # cannot happen for our unreaped child; keep the record honest anyway
+            raise RuntimeError(f"child {popen.pid} vanished before it was registered")
+        path = self.children_dir / f"{ident.pid}.json"
+        entry = Entry(name=name, ident=ident, popen=popen, path=path)
+        identity.write(path, ident, name=name, argv=list(map(str, popen.args)) if isinstance(popen.args, (list, tuple)) else str(popen.args))
+        with self._lock:
+            self._entries[id(entry)] = entry
+            late = self.stopping
+            if late:
+                self._killed.add(id(entry))
+        if late:
+            # A spawn that raced the stop is killed at once, so it cannot escape it.
+            log.info("child %s (pid %d) registered while stopping: killed at once", name, ident.pid)
+            self._kill_entries([entry])
+        return entry
+
+    def unregister(self, entry) -> None:
+        with self._lock:
+            self._entries.pop(id(entry), None)
+        try:
+            entry.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def snapshot(self, entry) -> None:
+        """Remember the entry's current descendants, so that those that later leave its
+        group (setsid) or lose their parent (double fork) are still reached."""
+        for ident in sweep.descendants(entry.pid):
+            entry.snapshots.setdefault(ident.pid, ident)
+
+    def live(self) -> list[Entry]:
+        with self._lock:
+            return list(self._entries.values())
+
+    def killed_by_stop(self, entry) -> bool:
+        with self._lock:
+            return id(entry) in self._killed
+
+    def stop_all(self, origin) -> ReapReport:
+        """Mark stopping, kill every registered tree. Thread-safe and idempotent: a
+        second call waits for the first and returns its report."""
+        with self._lock:
+            first = not self.stopping
+            if first:
+                self.stopping = True
+                self.origin = origin
+                entries = list(self._entries.values())
+                # Recorded before any signal: the child's runner may wake the instant
+                # its leader dies and must already see that the stop did it.
+                self._killed.update(id(e) for e in entries)
+        if not first:
+            self._stop_done.wait()
+            return self._stop_report
+        try:
+            self._stop_report = self._kill_entries(entries)
+        finally:
+            self._stop_done.set()
+        return self._stop_report
+
+    def _kill_entries(self, entries) -> ReapReport:
+        for entry in entries:
+            try:
+                self.snapshot(entry)
+            except OSError:
+                pass
+        return reaper.kill_everything(
+            groups=[(e.pgid, e.members()) for e in entries],
+            pids=[i for e in entries for i in e.snapshots.values()],
+            run_id=self.run_id,
+            kill_grace=self.kill_grace,
+            cgroup=self.cgroup,
+            cgroup_scope="work",
+        )
+
+    def reap_orphans(self) -> list[int]:
+        """Reap re-parented zombies (when the engine is a subreaper), never a registered
+        or in-flight child."""
+        with self.spawn_lock:
+            exclude = {e.pid for e in self.live()}
+            return sweep.reap_orphans(exclude)

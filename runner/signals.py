@@ -1,0 +1,178 @@
+"""Identity-guarded signals.
+
+One process: open a pidfd, compare start ticks, signal through the pidfd. The pidfd
+pins the process it was opened on, so once the start ticks read after opening it
+match, the signal cannot land on a newcomer that took the pid over.
+
+A group has no pidfd form, so `signal_group` signals only while a member still
+matches a recorded identity or carries the run's RUNNER_RUN_ID.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import signal
+
+from . import identity
+from .identity import Identity
+
+log = logging.getLogger("runner.signals")
+
+HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+TAG = "RUNNER_RUN_ID"
+
+
+class Outcome(enum.Enum):
+    SENT = "sent"
+    GONE = "gone"            # already dead (or a zombie): nothing to do
+    STALE = "stale"          # the pid now belongs to another process (or another boot): refused
+    PROTECTED = "protected"  # ourselves or an ancestor: refused
+
+
+def protected_pids() -> set[int]:
+    """This process and every ancestor up to init (and pid 0/1 themselves).
+
+    A `runner stop` started from inside a run's hook carries the run's tag and lives in
+    the run's tree, so a tag sweep or group kill would otherwise kill the stopper."""
+    seen = {0, 1}
+    pid = os.getpid()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        st = identity.stat(pid)
+        if st is None:
+            break
+        pid = st.ppid
+    return seen
+
+
+def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
+    """A pidfd verified to refer to `ident`'s process, or (None, why not).
+
+    Order matters: open first, then compare. If the pid was reused before the open, the
+    ticks differ (STALE). If it dies after the open, the pidfd still names the old
+    process and a signal through it is a harmless ESRCH."""
+    if ident.boot_id != identity.boot_id():
+        log.warning("refusing pid %d: its identity is from another boot", ident.pid)
+        return None, Outcome.STALE
+    try:
+        fd = os.pidfd_open(ident.pid)
+    except ProcessLookupError:
+        return None, Outcome.GONE
+    st = identity.stat(ident.pid)
+    if st is None or st.zombie:
+        os.close(fd)
+        return None, Outcome.GONE
+    if st.start_ticks != ident.start_ticks:
+        os.close(fd)
+        log.warning("refusing to signal pid %d: start ticks %d, expected %d (pid reused by another process)",
+                    ident.pid, st.start_ticks, ident.start_ticks)
+        return None, Outcome.STALE
+    return fd, Outcome.SENT
+
+
+def signal_process(ident: Identity, sig) -> Outcome:
+    if ident.pid in protected_pids():
+        log.warning("refusing to signal pid %d: it is this process or one of its ancestors", ident.pid)
+        return Outcome.PROTECTED
+    if not HAVE_PIDFD:
+        return _signal_process_psutil(ident, sig)
+    fd, outcome = open_pidfd(ident)
+    if fd is None:
+        return outcome
+    try:
+        signal.pidfd_send_signal(fd, sig)
+    except ProcessLookupError:
+        return Outcome.GONE
+    finally:
+        os.close(fd)
+    return Outcome.SENT
+
+
+def _signal_process_psutil(ident: Identity, sig) -> Outcome:
+    # Elsewhere (no pidfd): psutil compares the create time before sending; a window
+    # between its check and the kill remains, which pidfd closes on Linux.
+    import psutil
+    try:
+        proc = psutil.Process(ident.pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return Outcome.GONE
+        proc.send_signal(sig)
+    except psutil.NoSuchProcess:
+        return Outcome.GONE
+    return Outcome.SENT
+
+
+def has_tag(pid, run_id) -> bool:
+    """Whether /proc/PID/environ holds exactly RUNNER_RUN_ID=run_id."""
+    if not run_id:
+        return False
+    try:
+        with open(f"/proc/{int(pid)}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return False
+    return f"{TAG}={run_id}".encode() in env.split(b"\0")
+
+
+def group_stats(pgid) -> list[identity.Stat]:
+    """Every process (zombies included) currently in process group `pgid`."""
+    out = []
+    for pid in identity.all_pids():
+        st = identity.stat(pid)
+        if st is not None and st.pgid == pgid:
+            out.append(st)
+    return out
+
+
+def group_is_ours(pgid, members=(), run_id=None, stats=None) -> bool:
+    """True while some member of the group matches a recorded identity (a zombie counts:
+    an unreaped zombie pins its pid, so the pgid cannot be handed out again) or carries
+    the run's tag."""
+    known = {m.pid: m for m in members}
+    for st in group_stats(pgid) if stats is None else stats:
+        ident = known.get(st.pid)
+        if ident is not None and identity.matches(ident, st):
+            return True
+        if not st.zombie and has_tag(st.pid, run_id):
+            return True
+    return False
+
+
+def refusal(pgid) -> str | None:
+    """Why a group may never be signalled, or None."""
+    if pgid <= 1:
+        return f"process group {pgid} is never signalled"
+    if pgid == os.getpgrp():
+        return f"process group {pgid} is this process's own group"
+    for pid in protected_pids():
+        if pid <= 1:
+            continue
+        st = identity.stat(pid)
+        if st is not None and st.pgid == pgid:
+            return f"process group {pgid} holds pid {pid}, this process or one of its ancestors"
+    return None
+
+
+def signal_group(pgid, sig, *, members=(), run_id=None) -> bool:
+    """killpg(pgid, sig) if the group is still ours; True if sent.
+
+    Remaining race: a group has no pidfd, so between the membership check below and
+    killpg every member could exit and the pgid be reused by a new group leader. That
+    needs the whole pid space to wrap in microseconds; it is impossible outright while
+    a matched member is our unreaped zombie (the group reaper's usual case)."""
+    why = refusal(pgid)
+    if why is not None:
+        log.warning("refusing to signal: %s", why)
+        return False
+    if not group_is_ours(pgid, members, run_id):
+        if group_stats(pgid):
+            log.warning("refusing to signal process group %d: no member matches a recorded identity "
+                        "or carries %s=%s (group id reused?)", pgid, TAG, run_id)
+        return False
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True

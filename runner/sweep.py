@@ -1,0 +1,105 @@
+"""Finding what left the group: the RUNNER_RUN_ID tag sweep, descendant snapshots, and
+orphan reaping for a child subreaper."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+
+from . import identity, signals
+from .identity import Identity
+
+log = logging.getLogger("runner.sweep")
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def tagged(run_id) -> list[Identity]:
+    """Every living process whose environment holds RUNNER_RUN_ID=run_id, minus this
+    process and its ancestors (a `runner stop` run from a hook carries the tag too)."""
+    if not run_id:
+        return []
+    protected = signals.protected_pids()
+    out = []
+    for pid in identity.all_pids():
+        if pid in protected or not signals.has_tag(pid, run_id):
+            continue
+        ident = identity.current(pid)
+        if ident is not None:
+            out.append(ident)
+    return out
+
+
+def _children_map() -> dict[int, list[identity.Stat]]:
+    children: dict[int, list[identity.Stat]] = {}
+    for pid in identity.all_pids():
+        st = identity.stat(pid)
+        if st is not None:
+            children.setdefault(st.ppid, []).append(st)
+    return children
+
+
+def descendants(pid) -> list[Identity]:
+    """Snapshot of a process's living descendants (by parent links, so a child that
+    called setsid is still found while its parent lives)."""
+    children = _children_map()
+    out, stack, seen = [], [int(pid)], {int(pid)}
+    while stack:
+        for st in children.get(stack.pop(), ()):
+            if st.pid in seen:
+                continue
+            seen.add(st.pid)
+            stack.append(st.pid)
+            if not st.zombie:
+                out.append(Identity(st.pid, st.pgid, st.sid, st.start_ticks, identity.boot_id()))
+    return out
+
+
+def kill_tagged(run_id, kill_grace):
+    """TERM every tagged process, wait up to kill_grace, SIGKILL the rest, confirm."""
+    from .reaper import kill_everything
+    return kill_everything(groups=[], pids=[], run_id=run_id, kill_grace=kill_grace)
+
+
+def make_subreaper() -> bool:
+    """Become a child subreaper: double-forked daemons of our children are re-parented
+    to us instead of init, so the tag and descendant sweeps find and reap them at once."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _zombie_children() -> list[int]:
+    me = os.getpid()
+    out = []
+    for pid in identity.all_pids():
+        st = identity.stat(pid)
+        if st is not None and st.ppid == me and st.zombie:
+            out.append(pid)
+    return out
+
+
+def reap_orphans(exclude: set[int]) -> list[int]:
+    """Reap zombie children that are not in `exclude` (the Popen children: their exit
+    status belongs to Popen.wait; stealing it makes subprocess report a killed command
+    as returncode 0). Never waitpid(-1): a peek with WNOWAIT first, then each zombie by
+    its own pid."""
+    try:
+        peek = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return []
+    if peek is None:
+        return []
+    reaped = []
+    for pid in _zombie_children():
+        if pid in exclude:
+            continue
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG) is not None:
+                reaped.append(pid)
+        except ChildProcessError:
+            pass
+    return reaped
