@@ -108,6 +108,11 @@ def _check_types(data, types, bad, prefix):
             bad(f"{prefix}{key}: expected {'/'.join(t.__name__ for t in allowed)}, got {value!r}")
 
 
+def _keep_recorded_stop(state, recorded):
+    if recorded is not None and not state.stopped:
+        state.stopped, state.stop_origin, state.status = True, recorded[0], "stopped"
+
+
 class StateStore:
     def __init__(self, path):
         self.path = path
@@ -154,9 +159,7 @@ class StateStore:
         The read-then-write below is not atomic against another writer; it does not need to
         be, because of the single-writer rule (a stopper writes only once the engine is dead).
         """
-        recorded = self._recorded_stop(state.attempt)
-        if recorded is not None and not state.stopped:
-            state.stopped, state.stop_origin, state.status = True, recorded[0], "stopped"  # STOPPED GUARD: never un-stop an attempt
+        _keep_recorded_stop(state, self._recorded_stop(state.attempt))  # STOPPED GUARD: never un-stop an attempt
         state.updated = time.time()
         atomic_write_json(self.path, state.to_dict())
         if state.stopped:
