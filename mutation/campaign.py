@@ -1,0 +1,143 @@
+"""The campaign: a baseline on the unmutated copy, then every mutation in parallel."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import inner, scratch
+from .spec import Campaign, Mutation
+from .verdict import INVALID, KILLED, STALE, Verdict, baseline_problems, judge
+
+
+class BaselineFailed(RuntimeError):
+    """The unmutated tree does not pass its own killers and survivors: nothing can be judged."""
+
+    def __init__(self, problems: list[str], logs: list[str]):
+        self.problems, self.logs = problems, logs
+        super().__init__("baseline failed:\n  " + "\n  ".join(problems) + "\n  logs: " + ", ".join(logs))
+
+
+@dataclass
+class Result:
+    mutation: Mutation
+    verdict: Verdict
+    duration: float = 0.0
+    log: str | None = None
+    leaked: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    results: list[Result]
+    baseline_seconds: float
+    total_seconds: float
+    time: str
+    git_commit: str | None
+    machine: dict
+
+    @property
+    def ok(self) -> bool:
+        return all(r.verdict.verdict == KILLED and not r.verdict.survivors_red for r in self.results)
+
+
+def _git_commit(root: Path) -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, check=True,
+                              capture_output=True, text=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _machine() -> dict:
+    return {"kernel": platform.release(), "python": platform.python_version(),
+            "cpus": os.cpu_count(), "hostname": platform.node()}
+
+
+def _shards(node_ids: list[str], n: int) -> list[list[str]]:
+    """Split by test file (a file's tests share fixtures and imports), largest first."""
+    by_file: dict[str, list[str]] = {}
+    for nid in node_ids:
+        by_file.setdefault(nid.split("::", 1)[0], []).append(nid)
+    shards: list[list[str]] = [[] for _ in range(max(1, n))]
+    for group in sorted(by_file.values(), key=len, reverse=True):
+        min(shards, key=len).extend(group)
+    return [s for s in shards if s]
+
+
+def _baseline(campaign: Campaign, mutations, root: Path, jobs: int, artifacts: Path, progress) -> float:
+    t0 = time.monotonic()
+    copy = scratch.make(root, "baseline")
+    try:
+        shards = _shards(campaign.node_ids(mutations), jobs)
+        def one(i_ids):
+            i, ids = i_ids
+            r = inner.run(copy, ids, campaign.pytest_args, artifacts / f"baseline-{i}",
+                          artifacts / f"baseline-{i}.log", campaign.timeout, None)
+            return ids, r
+        with ThreadPoolExecutor(max_workers=len(shards)) as pool:
+            runs = list(pool.map(one, enumerate(shards)))
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+    problems, logs = [], []
+    for ids, r in runs:
+        logs.append(r.log)
+        problems += baseline_problems(ids, r.probe, r.timed_out, r.returncode)
+        if r.leaked:
+            problems.append(f"processes left behind by the baseline run: {r.leaked}")
+    elapsed = time.monotonic() - t0
+    if problems:
+        raise BaselineFailed(problems, logs)
+    if progress:
+        progress(f"baseline: {len(campaign.node_ids(mutations))} tests green ({elapsed:.1f} s)")
+    return elapsed
+
+
+def _one(campaign: Campaign, m: Mutation, root: Path, artifacts: Path) -> Result:
+    t0 = time.monotonic()
+    copy = scratch.make(root, m.id)
+    try:
+        try:
+            scratch.apply(copy, m.file, m.find, m.replace)
+        except scratch.StaleMutation as exc:
+            return Result(m, Verdict(STALE, str(exc)), time.monotonic() - t0)
+        target = scratch.module_name(m.file)
+        r = inner.run(copy, list(m.node_ids), campaign.pytest_args, artifacts / m.id,
+                      artifacts / f"{m.id}.log", m.timeout, target)
+        v = judge(killers=m.killers, survivors=m.survivors, scratch=str(copy), target=target,
+                  timed_out=r.timed_out, returncode=r.returncode, probe=r.probe, imports=r.imports)
+        return Result(m, v, r.duration, r.log, r.leaked)
+    except Exception as exc:  # one broken mutation must not hide the others' verdicts
+        return Result(m, Verdict(INVALID, f"campaign error: {exc!r}"), time.monotonic() - t0)
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def run(campaign: Campaign, root: str | Path, *, jobs: int = 2, artifacts: str | Path,
+        only: list[str] | None = None, progress=None) -> Outcome:
+    root, artifacts = Path(root).resolve(), Path(artifacts).resolve()
+    artifacts.mkdir(parents=True, exist_ok=True)
+    mutations = [m for m in campaign.mutations if not only or m.id in only]
+    if only and len(mutations) != len(set(only)):
+        unknown = sorted(set(only) - {m.id for m in mutations})
+        raise ValueError(f"unknown mutation id(s): {unknown}")
+    t0 = time.monotonic()
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    baseline_s = _baseline(campaign, mutations, root, jobs, artifacts, progress) if mutations else 0.0
+
+    def one(m):
+        res = _one(campaign, m, root, artifacts)
+        if progress:
+            progress(f"{m.id}: {res.verdict.verdict} ({res.duration:.1f} s)")
+        return res
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = list(pool.map(one, mutations))
+    return Outcome(results, baseline_s, time.monotonic() - t0, started, _git_commit(root), _machine())

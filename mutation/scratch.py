@@ -1,0 +1,84 @@
+"""A scratch copy of the tree, with one edit applied; the working tree is never touched."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+# Copied into the scratch root under these names: the root is first on PYTHONPATH, so
+# every Python process that inherits the environment imports the site probe, and the
+# pytest process loads the plugin probe with `-p`.
+PROBE_FILES = {
+    "_site_probe.py": "sitecustomize.py",
+    "_pytest_probe.py": "_mutation_pytest_probe.py",
+}
+PYTEST_PROBE_MODULE = "_mutation_pytest_probe"
+
+
+class StaleMutation(Exception):
+    """The find text matched zero or several times: the mutation no longer fits the code."""
+
+
+def tree_files(root: Path) -> list[str]:
+    """Tracked files plus untracked ones that are not ignored, as the working tree has them.
+
+    Untracked-but-not-ignored files are included because pytest in the working tree would
+    see them too; the baseline runs on the same copy, so both sides agree.
+    """
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root, check=True, capture_output=True,
+    ).stdout
+    return sorted({p for p in out.decode().split("\0") if p})
+
+
+def copy_tree(root: Path, dest: Path) -> None:
+    for rel in tree_files(root):
+        src = root / rel
+        if not src.exists() and not src.is_symlink():
+            continue  # tracked but deleted in the working tree
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), target)
+        else:
+            shutil.copy2(src, target)
+    for name, as_name in PROBE_FILES.items():
+        if (dest / as_name).exists():
+            raise RuntimeError(f"{as_name} exists in the tree; the probe would shadow it")
+        shutil.copy2(Path(__file__).with_name(name), dest / as_name)
+
+
+def apply(dest: Path, file: str, find: str, replace: str) -> None:
+    path = dest / file
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise StaleMutation(f"{file}: no such file") from None
+    count = text.count(find)
+    if count != 1:
+        raise StaleMutation(f"{file}: find text matches {count} times (expected exactly 1)")
+    path.write_text(text.replace(find, replace, 1), encoding="utf-8")
+
+
+def module_name(file: str) -> str | None:
+    """The dotted module a .py path imports as (None for files that are not Python)."""
+    if not file.endswith(".py"):
+        return None
+    parts = file[:-3].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) or None
+
+
+def make(root: Path, prefix: str) -> Path:
+    dest = Path(tempfile.mkdtemp(prefix=f"mutate-{prefix}-"))
+    try:
+        copy_tree(root, dest)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    return dest

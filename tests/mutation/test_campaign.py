@@ -1,0 +1,200 @@
+"""The ablation runner against a fake tree: every verdict, and the provenance proof."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mutation import BaselineFailed, load, run
+from mutation.verdict import INVALID, KILLED, STALE, SURVIVED, TIMEOUT
+
+ADD_TO_SUB = '''
+[[mutation]]
+id = "add-sub"
+path = "addition"
+why = "add must add"
+file = "calc.py"
+find = "return a + b  # ADD"
+replace = "return a - b  # ADD"
+killers = ["tests/test_calc.py::test_add"]
+survivors = ["tests/test_calc.py::test_unrelated"]
+'''
+
+
+@pytest.fixture
+def campaign(write_config, tmp_path):
+    def go(tree, body, **kw):
+        cfg = write_config(tree, body, **kw)
+        return run(load(cfg), tree, jobs=2, artifacts=tmp_path / "artifacts")
+    return go
+
+
+def one(outcome):
+    assert len(outcome.results) == 1
+    return outcome.results[0].verdict
+
+
+def test_killed_mutation_and_working_tree_untouched(fake_tree, campaign, tmp_path):
+    """Path: find/replace in a scratch copy, killer fails -> killed; the working tree keeps its text.
+    Ablation: applying the edit in the working tree, or not at all, turns it red."""
+    tree = fake_tree()
+    before = (tree / "calc.py").read_text()
+    out = campaign(tree, ADD_TO_SUB)
+    v = one(out)
+    assert v.verdict == KILLED, v
+    assert v.killed_by == ["tests/test_calc.py::test_add"]
+    assert v.survivors_red == []
+    assert out.ok
+    assert (tree / "calc.py").read_text() == before
+    # The probe saw the mutated module imported from the scratch copy only.
+    imports = [json.loads(l) for l in (tmp_path / "artifacts" / "add-sub" / "imports.jsonl").read_text().splitlines()]
+    assert imports and all("/mutate-add-sub-" in r["file"] for r in imports)
+
+
+def test_survivor_and_killer_in_a_subprocess(fake_tree, campaign, tmp_path):
+    """Path: the mutated module imported in a child process is recorded there too and a
+    killer that only fails through the child kills the mutation."""
+    tree = fake_tree()
+    body = ADD_TO_SUB.replace('killers = ["tests/test_calc.py::test_add"]',
+                              'killers = ["tests/test_calc.py::test_add_in_subprocess"]')
+    out = campaign(tree, body)
+    assert one(out).verdict == KILLED
+    pids = {json.loads(l)["pid"] for l in (tmp_path / "artifacts" / "add-sub" / "imports.jsonl").read_text().splitlines()}
+    assert len(pids) >= 2  # the pytest process and its child
+
+
+def test_survived(fake_tree, campaign, tmp_path):
+    """Path: a mutation no killer notices -> survived, and the campaign is not ok."""
+    tree = fake_tree()
+    body = '''
+    [[mutation]]
+    id = "double-triple"
+    path = "doubling"
+    why = "only a weak test runs it"
+    file = "calc.py"
+    find = "return x * 2  # DOUBLE"
+    replace = "return x * 3  # DOUBLE"
+    killers = ["tests/test_calc.py::test_double_runs"]
+    '''
+    out = campaign(tree, body)
+    assert one(out).verdict == SURVIVED
+    assert not out.ok
+
+
+@pytest.mark.parametrize("find", ["return a * b", "# "], ids=["no-match", "two-matches"])
+def test_stale(fake_tree, campaign, tmp_path, find):
+    """Path: a find text matching 0 or 2 times -> stale, nothing run."""
+    tree = fake_tree()
+    body = ADD_TO_SUB.replace('find = "return a + b  # ADD"', f'find = "{find}"')
+    out = campaign(tree, body)
+    v = one(out)
+    assert v.verdict == STALE and "matches" in v.detail
+    assert not out.ok
+
+
+def test_killer_not_collected_is_invalid_not_killed(fake_tree, campaign, tmp_path):
+    """Path: a killer that exists on the baseline but is gone in the mutated copy (the
+    mutation breaks its collection) is invalid, never a kill."""
+    tree = fake_tree("\n\nif calc.add(0, 0) == 0:\n    def test_zero():\n        assert calc.add(0, 0) == 0\n")
+    body = ADD_TO_SUB.replace('replace = "return a - b  # ADD"', 'replace = "return a + b + 1  # ADD"') \
+                     .replace('killers = ["tests/test_calc.py::test_add"]',
+                              'killers = ["tests/test_calc.py::test_zero", "tests/test_calc.py::test_add"]')
+    out = campaign(tree, body)
+    v = one(out)
+    assert v.verdict == INVALID and "not collected: tests/test_calc.py::test_zero" in v.detail, v
+
+
+def test_collection_error_is_invalid(fake_tree, campaign, tmp_path):
+    """Path: a mutation that breaks import -> invalid (an import error is not a kill)."""
+    tree = fake_tree()
+    body = ADD_TO_SUB.replace('replace = "return a - b  # ADD"', 'replace = "return a +  # ADD"')
+    v = one(campaign(tree, body))
+    assert v.verdict == INVALID and "collection error" in v.detail, v
+
+
+def test_timeout(fake_tree, campaign, tmp_path):
+    """Path: a mutation that hangs the killer -> its own verdict, timeout, within the limit."""
+    tree = fake_tree()
+    body = ADD_TO_SUB.replace('replace = "return a - b  # ADD"',
+                              'replace = "__import__(\'time\').sleep(3600)  # ADD"')
+    out = campaign(tree, body, timeout=3)
+    v = one(out)
+    assert v.verdict == TIMEOUT, v
+    assert out.results[0].duration < 3 + 15  # limit + SIGINT grace, not the hour
+
+
+def test_not_the_scratch_copy_is_invalid(fake_tree, campaign, tmp_path):
+    """Path: a test that imports the module from the working tree (as an editable install
+    would) -> invalid, even though the killer 'passes or fails'.
+    Ablation: dropping the provenance check turns this into a false 'survived'."""
+    tree = fake_tree()
+    (tree / "tests" / "conftest.py").write_text(f"import sys\nsys.path.insert(0, {str(tree)!r})\n")
+    subprocess.run(["git", "add", "."], cwd=tree, check=True)
+    v = one(campaign(tree, ADD_TO_SUB))
+    assert v.verdict == INVALID and "not the scratch copy" in v.detail and str(tree) in v.detail, v
+
+
+def test_not_the_scratch_copy_in_a_subprocess(fake_tree, campaign, tmp_path):
+    """Path: only a child process imports the working tree's module -> invalid."""
+    extra = f'''
+
+    def test_child_from_working_tree():
+        env = dict(os.environ, PYTHONPATH={str(tmp_path / "tree")!r} + os.pathsep + os.environ["PYTHONPATH"])
+        subprocess.run([sys.executable, "-c", "import calc"], env=env, cwd="/", check=True)
+    '''
+    tree = fake_tree(extra)
+    body = ADD_TO_SUB.replace('survivors = ["tests/test_calc.py::test_unrelated"]',
+                              'survivors = ["tests/test_calc.py::test_child_from_working_tree"]')
+    v = one(campaign(tree, body))
+    assert v.verdict == INVALID and "not the scratch copy" in v.detail, v
+
+
+def test_survivor_gone_red_fails_the_campaign(fake_tree, campaign, tmp_path):
+    """Path: a killed mutation whose documented survivor fails -> not ok."""
+    tree = fake_tree()
+    body = ADD_TO_SUB.replace('survivors = ["tests/test_calc.py::test_unrelated"]',
+                              'survivors = ["tests/test_calc.py::test_add_in_subprocess"]')
+    out = campaign(tree, body)
+    v = one(out)
+    assert v.verdict == KILLED and v.survivors_red == ["tests/test_calc.py::test_add_in_subprocess"]
+    assert not out.ok
+
+
+def test_baseline_must_be_green(fake_tree, campaign, tmp_path):
+    """Path: a killer that fails on the unmutated tree stops the campaign before any mutation."""
+    tree = fake_tree("\n\ndef test_broken():\n    assert calc.add(1, 1) == 3\n")
+    body = ADD_TO_SUB.replace('killers = ["tests/test_calc.py::test_add"]',
+                              'killers = ["tests/test_calc.py::test_broken"]')
+    with pytest.raises(BaselineFailed, match="not green: tests/test_calc.py::test_broken"):
+        campaign(tree, body)
+
+
+def test_removed_killer_fails_the_baseline(fake_tree, campaign, tmp_path):
+    """Path: a killer removed from the suite is caught by the baseline (not collected)."""
+    tree = fake_tree()
+    body = ADD_TO_SUB.replace("::test_add\"]", "::test_gone\"]")
+    with pytest.raises(BaselineFailed, match="not collected: tests/test_calc.py::test_gone"):
+        campaign(tree, body)
+
+
+def test_cli_writes_json_and_table_and_exits_nonzero_on_survivor(fake_tree, write_config, tmp_path):
+    """Path: `python -m mutation`: table on stdout, JSON written, exit 1 when one survived."""
+    tree = fake_tree()
+    body = ADD_TO_SUB + ADD_TO_SUB.replace('id = "add-sub"', 'id = "double-weak"') \
+        .replace('find = "return a + b  # ADD"', 'find = "return x * 2  # DOUBLE"') \
+        .replace('replace = "return a - b  # ADD"', 'replace = "return x * 5  # DOUBLE"') \
+        .replace("::test_add\"]", "::test_double_runs\"]")
+    cfg = write_config(tree, body)
+    out_json = tmp_path / "mutate.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mutation", "--config", str(cfg), "--root", str(tree),
+         "--json", str(out_json), "--artifacts", str(tmp_path / "art")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(out_json.read_text())
+    assert {m["id"]: m["verdict"] for m in data["mutations"]} == {"add-sub": "killed", "double-weak": "survived"}
+    assert data["ok"] is False
+    assert "add-sub" in proc.stdout and "survived" in proc.stdout
+    assert (tmp_path / "mutate.txt").read_text().strip() == proc.stdout.strip()
