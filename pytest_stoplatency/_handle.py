@@ -1,0 +1,138 @@
+"""``Victim`` (a started victim) and ``PreparedVictim`` (an argv for someone else to start)."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from . import _procs, _records, _token
+from .victim import KINDS
+
+VICTIMS_SH = Path(__file__).with_name("victims.sh")
+LANGS = ("python", "bash")
+
+
+class VictimNotReady(RuntimeError):
+    pass
+
+
+class Victim:
+    """A victim that completed its ready handshake.
+
+    ``pid``/``start_ticks`` name the victim process; ``token`` names its whole
+    lineage (every descendant inherits it), ``extras`` the descendants that lost it.
+    """
+
+    def __init__(self, *, pid, start_ticks, token, kind, lang, extras, ready_path, process=None):
+        self.pid = pid
+        self.start_ticks = start_ticks
+        self.token = token
+        self.kind = kind
+        self.lang = lang
+        self.extras = extras
+        self.ready_path = ready_path
+        self.process = process  # the Popen when we started it (we must reap it)
+        ids = _procs.ids(pid)
+        if ids is None:
+            raise VictimNotReady(f"victim {kind} pid {pid} vanished right after its handshake")
+        _, self.pgid, self.sid = ids
+
+    def __repr__(self):
+        return f"<Victim {self.lang}/{self.kind} pid={self.pid} token={self.token}>"
+
+    def _extra_ids(self) -> list[tuple[int, int]]:
+        return [(int(e["pid"]), int(e["start_ticks"])) for e in self.extras]
+
+    def _reap(self) -> None:
+        if self.process is not None:
+            self.process.poll()
+
+    def alive(self) -> bool:
+        """The victim process itself lives (a zombie counts as dead)."""
+        self._reap()
+        return _procs.is_alive(self.pid, self.start_ticks)
+
+    def members(self) -> list[tuple[int, int]]:
+        """(pid, start_ticks) of every living process of the lineage."""
+        return _procs.lineage([str(self.token)], self._extra_ids())
+
+    def tree(self) -> list[psutil.Process]:
+        """Every living process of the lineage: token scan of /proc plus recorded extras."""
+        out = []
+        for pid, _ticks in self.members():
+            try:
+                p = psutil.Process(pid)
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    def wait_gone(self, timeout: float) -> bool:
+        """True once the whole lineage is gone (pidfd readiness + token re-scans)."""
+        gone = not _procs.wait_gone([str(self.token)], self._extra_ids(), timeout)
+        self._reap()
+        return gone
+
+    def kill(self) -> None:
+        """SIGKILL every living member (identity-checked). Does not wait."""
+        for pid, ticks in self.members():
+            _procs.signal_identified(pid, ticks, signal.SIGKILL)
+
+
+class PreparedVictim:
+    """A victim not started yet: ``argv`` is self-contained (token and ready path set by env)."""
+
+    def __init__(self, kind: str, *, lang: str = "python", sleep: float = 7200, children: int = 2,
+                 cleanup: float = 1.0):
+        if kind not in KINDS:
+            raise ValueError(f"unknown victim kind {kind!r}; one of {', '.join(KINDS)}")
+        if lang not in LANGS:
+            raise ValueError(f"unknown victim language {lang!r}; one of {', '.join(LANGS)}")
+        self.kind, self.lang = kind, lang
+        self.token = _token.new_token()
+        self.ready_path = _records.ready_path(self.token)
+        env = ["/usr/bin/env", f"{_token.TOKEN_ENV}={self.token}", f"{_token.READY_ENV}={self.ready_path}"]
+        if lang == "python":
+            prog = [sys.executable, "-m", "pytest_stoplatency.victim", kind, "--sleep", str(sleep),
+                    "--children", str(children), "--cleanup", str(cleanup)]
+        else:
+            prog = [shutil.which("bash") or "/bin/bash", str(VICTIMS_SH), kind, str(int(sleep)),
+                    str(children), str(cleanup)]
+        self.argv = env + prog
+
+    def __repr__(self):
+        return f"<PreparedVictim {self.lang}/{self.kind} token={self.token}>"
+
+    def ready_info(self) -> dict | None:
+        return _records.read_ready(self.ready_path)
+
+    def adopt(self, timeout: float = 10.0, *, process: subprocess.Popen | None = None) -> Victim:
+        """Wait for the ready file (the victim is then fully armed) and return its handle."""
+        deadline = time.monotonic() + timeout
+        pause = 0.001
+        while (info := self.ready_info()) is None:
+            if process is not None and process.poll() is not None:
+                raise VictimNotReady(f"{self!r} exited with {process.returncode} before its handshake")
+            if time.monotonic() >= deadline:
+                raise VictimNotReady(f"{self!r}: no ready file after {timeout} s ({self.ready_path})")
+            time.sleep(pause)  # a handshake poll, not a latency measurement
+            pause = min(pause * 2, 0.02)
+        pid = int(info["pid"])
+        if _procs.token_of(pid) != str(self.token):
+            raise VictimNotReady(f"{self!r}: pid {pid} from the ready file does not carry the token")
+        v = Victim(pid=pid, start_ticks=int(info["start_ticks"]), token=self.token, kind=self.kind,
+                   lang=self.lang, extras=info.get("extras", []), ready_path=self.ready_path, process=process)
+        if self.kind == "stopped":
+            # The victim stops itself right after writing the file: hand it over only in state T.
+            while _procs.state(pid) not in ("T", None):
+                if time.monotonic() >= deadline:
+                    raise VictimNotReady(f"{v!r} did not stop itself")
+                time.sleep(0.001)
+        return v
