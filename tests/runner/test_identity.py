@@ -1,0 +1,143 @@
+"""runner.identity: the one writer and reader of process identity."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from runner import identity
+from runner.errors import IdentityError
+from runner.identity import Identity
+
+
+@pytest.fixture
+def sleeper():
+    procs = []
+
+    def start(argv=("sleep", "60"), **kw):
+        p = subprocess.Popen(list(argv), **kw)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_current_round_trips_through_the_file_format(tmp_path, sleeper):
+    """write() then read() gives back the identity current() saw, and the extra keys
+    sit beside it. Ablation: drop a field from to_json and read() raises."""
+    p = sleeper()
+    ident = identity.current(p.pid)
+    path = tmp_path / "child.json"
+    identity.write(path, ident, name="provider", argv=["sleep", "60"])
+    assert identity.read(path) == ident
+    assert identity.read_extra(path) == {"name": "provider", "argv": ["sleep", "60"]}
+    assert identity.is_running(identity.read(path))
+    on_disk = json.loads(path.read_text())
+    assert on_disk["start_ticks"] == ident.start_ticks and isinstance(on_disk["start_ticks"], int)
+
+
+def test_stat_parses_a_command_name_with_spaces_and_parentheses(tmp_path, sleeper):
+    """/proc/PID/stat is split after the LAST ')': a comm like 'x) (y z' must not shift
+    the fields. Ablation: split on the first ')' and pgid/start_ticks come out wrong."""
+    odd = tmp_path / "x) (y z"
+    shutil.copy(shutil.which("sleep"), odd)
+    p = sleeper([str(odd), "60"], process_group=0)
+    st = identity.stat(p.pid)
+    assert st.ppid == os.getpid()
+    assert st.pgid == p.pid  # its own group
+    assert st.sid == os.getsid(0)
+    with open(f"/proc/{p.pid}/stat") as f:
+        expected_ticks = int(f.read().split(") ")[-1].split()[19])
+    assert st.start_ticks == expected_ticks
+
+
+def test_zombie_and_dead_read_as_not_running(sleeper):
+    """A zombie is dead for every purpose except pinning its pid; a reaped process is gone."""
+    p = sleeper(["true"])
+    ident = identity.current_or_zombie(p.pid)
+    # Until we wait(), it stays a zombie; identity.current must not treat it as alive.
+    os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+    assert identity.stat(p.pid).zombie
+    assert identity.current(p.pid) is None
+    assert not identity.is_running(ident)
+    p.wait()
+    assert identity.start_ticks(p.pid) is None
+    assert not identity.is_running(ident)
+
+
+def test_identity_from_an_earlier_boot_reads_as_not_running(tmp_path, sleeper):
+    """Same pid, same start ticks, other boot id: not running (ticks restart every boot)."""
+    p = sleeper()
+    ident = identity.current(p.pid)
+    old = Identity(ident.pid, ident.pgid, ident.sid, ident.start_ticks, "00000000-0000-0000-0000-000000000000")
+    identity.write(tmp_path / "old.json", old)
+    assert not identity.is_running(identity.read(tmp_path / "old.json"))
+    assert identity.is_running(ident)
+
+
+def test_other_start_ticks_read_as_not_running(sleeper):
+    p = sleeper()
+    ident = identity.current(p.pid)
+    assert not identity.is_running(Identity(ident.pid, ident.pgid, ident.sid, ident.start_ticks + 1, ident.boot_id))
+
+
+GOOD = {"pid": 10, "pgid": 10, "sid": 3, "start_ticks": 1234, "boot_id": "b"}
+
+
+@pytest.mark.parametrize("content, field", [
+    ("", "JSON"),
+    ("{not json", "JSON"),
+    ("[1, 2]", "object"),
+    (json.dumps({k: v for k, v in GOOD.items() if k != "start_ticks"}), "start_ticks"),
+    (json.dumps({**GOOD, "pid": "10"}), "pid"),
+    (json.dumps({**GOOD, "pid": True}), "pid"),
+    (json.dumps({**GOOD, "pgid": 0}), "pgid"),
+    (json.dumps({**GOOD, "start_ticks": 12.5}), "start_ticks"),
+    (json.dumps({**GOOD, "boot_id": ""}), "boot_id"),
+    (json.dumps({**GOOD, "format": 99}), "format"),
+])
+def test_malformed_identity_file_is_refused_naming_file_and_field(tmp_path, content, field):
+    """A malformed file is an error naming the file and the field, never 'nothing to kill'."""
+    path = tmp_path / "engine.json"
+    path.write_text(content)
+    with pytest.raises(IdentityError) as err:
+        identity.read(path)
+    assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_missing_identity_file_propagates(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        identity.read(tmp_path / "absent.json")
+
+
+def test_extra_keys_cannot_shadow_identity_fields(tmp_path):
+    ident = identity.current(os.getpid())
+    with pytest.raises(ValueError):
+        identity.write(tmp_path / "x.json", ident, pid=1)
+
+
+def test_file_written_by_a_real_registry_round_trips(tmp_path, sleeper):
+    """The children/<pid>.json a Registry writes reads back as the live child."""
+    from runner.registry import Registry
+    reg = Registry(tmp_path / "children", run_id="rt", kill_grace=0.3)
+    p = sleeper(process_group=0)
+    entry = reg.register(p, "provider")
+    path = tmp_path / "children" / f"{p.pid}.json"
+    ident = identity.read(path)
+    assert ident == identity.current(p.pid) == entry.ident
+    assert ident.pgid == p.pid
+    assert identity.read_extra(path)["name"] == "provider"
+    reg.unregister(entry)
+    assert not path.exists()
+
+
+def test_boot_id_is_the_kernels():
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        assert identity.boot_id() == f.read().strip()

@@ -1,0 +1,179 @@
+"""runner.signals: identity-guarded signals, the group guard, protected pids.
+
+Pid reuse is real here, not simulated: as root, /proc/sys/kernel/ns_last_pid makes the
+kernel hand a dead process's pid to a new one.
+"""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from runner import identity, signals
+from runner.identity import Identity
+from runner.signals import Outcome
+
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+@pytest.fixture
+def procs():
+    started = []
+
+    def start(argv=SLEEP, **kw):
+        p = subprocess.Popen(argv, **kw)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def spawn_at_pid(start, pid, **kw):
+    """Start a process that the kernel gives exactly `pid` (other helpers fork at the
+    same time, so a few attempts may be needed)."""
+    if not os.access(NS_LAST_PID, os.W_OK):
+        pytest.skip("needs root to write ns_last_pid")
+    for _ in range(50):
+        with open(NS_LAST_PID, "w") as f:
+            f.write(str(pid - 1))
+        p = start(["sleep", "60"], **kw)
+        if p.pid == pid:
+            return p
+        p.kill()
+        p.wait()
+    pytest.fail(f"could not get pid {pid} reused in 50 attempts")
+
+
+def dead_identity(start, **kw):
+    """The identity of a process that has exited and been reaped: its pid is free."""
+    p = start(["sleep", "60"], **kw)
+    ident = identity.current(p.pid)
+    p.kill()
+    p.wait()
+    # Start ticks have clock-tick resolution (10 ms): a reuse within the same tick is
+    # indistinguishable by design, and real reuse needs the pid space to wrap first.
+    time.sleep(0.05)
+    return ident
+
+
+def test_stale_identity_with_reused_pid_is_refused_and_the_newcomer_lives(procs, caplog):
+    """A recorded identity whose pid now belongs to another process (real reuse) is
+    refused with a message, and the newcomer survives. Ablation: delete the start-ticks
+    comparison in open_pidfd and the newcomer is killed (red)."""
+    old = dead_identity(procs)
+    newcomer = spawn_at_pid(procs, old.pid)
+    assert identity.start_ticks(newcomer.pid) != old.start_ticks
+    with caplog.at_level(logging.WARNING, logger="runner.signals"):
+        assert signals.signal_process(old, signal.SIGKILL) is Outcome.STALE
+    assert "pid reused" in caplog.text and str(old.pid) in caplog.text
+    assert newcomer.poll() is None
+    assert identity.current(newcomer.pid) is not None
+
+
+def test_reused_group_id_is_refused_and_the_group_lives(procs, caplog):
+    """A recorded group leader's pgid taken over by a new group (real reuse) is not
+    signalled: no member matches the identity, none carries the tag. Ablation: drop
+    the group_is_ours check and the new group is killed (red)."""
+    old = dead_identity(procs, process_group=0)
+    newcomer = spawn_at_pid(procs, old.pid, process_group=0)
+    assert os.getpgid(newcomer.pid) == old.pgid
+    with caplog.at_level(logging.WARNING, logger="runner.signals"):
+        assert signals.signal_group(old.pgid, signal.SIGKILL, members=[old], run_id="some-run") is False
+    assert "reused" in caplog.text
+    assert newcomer.poll() is None
+
+
+def test_matching_identity_is_signalled_through_the_pidfd(procs):
+    p = procs()
+    assert signals.signal_process(identity.current(p.pid), signal.SIGKILL) is Outcome.SENT
+    assert p.wait(5) == -signal.SIGKILL
+
+
+def test_gone_and_zombie_read_as_gone(procs):
+    p = procs(["true"])
+    ident = identity.current_or_zombie(p.pid)
+    os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # a zombie now
+    assert signals.signal_process(ident, signal.SIGKILL) is Outcome.GONE
+    p.wait()
+    assert signals.signal_process(ident, signal.SIGKILL) is Outcome.GONE
+
+
+def test_identity_from_another_boot_is_refused(procs):
+    p = procs()
+    ident = identity.current(p.pid)
+    other = Identity(ident.pid, ident.pgid, ident.sid, ident.start_ticks, "another-boot")
+    assert signals.signal_process(other, signal.SIGKILL) is Outcome.STALE
+    assert p.poll() is None
+
+
+def test_protected_pids_are_self_and_ancestors():
+    protected = signals.protected_pids()
+    assert {os.getpid(), os.getppid(), 1} <= protected
+
+
+def test_self_is_never_signalled():
+    me = identity.current(os.getpid())
+    assert signals.signal_process(me, signal.SIGKILL) is Outcome.PROTECTED
+
+
+@pytest.fixture
+def usr2_counter():
+    got = []
+    old = signal.signal(signal.SIGUSR2, lambda *_: got.append(1))
+    yield got
+    signal.signal(signal.SIGUSR2, old)
+
+
+@pytest.mark.parametrize("pgid", [0, 1, -1])
+def test_pgid_0_and_1_are_refused(pgid):
+    assert signals.refusal(pgid) is not None
+    assert signals.signal_group(pgid, 0, run_id="x") is False
+
+
+def test_own_group_is_refused_even_when_tagged(usr2_counter, monkeypatch):
+    """Our own group carries the tag here (as a `runner stop` run from a hook would),
+    and still no signal reaches it. Ablation: drop the own-group refusal and SIGUSR2
+    lands in this process (red)."""
+    monkeypatch.setattr(signals, "has_tag", lambda pid, run_id: True)
+    monkeypatch.setattr(signals, "protected_pids", lambda: {0, 1})  # only the own-group rule left
+    assert signals.signal_group(os.getpgrp(), signal.SIGUSR2, run_id="x") is False
+    signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a syscall: pending handlers run
+    assert usr2_counter == []
+
+
+def test_an_ancestors_group_is_refused():
+    """A child in its own group asks about OUR group (its parent's): refused because it
+    holds an ancestor, although it is not the child's own group. Ablation: drop the
+    protected-pids loop in refusal() and the child prints None (red)."""
+    code = ("import os; from runner import signals; "
+            "assert os.getpgrp() != os.getpgid(os.getppid()); "
+            "print(signals.refusal(os.getpgid(os.getppid())))")
+    out = subprocess.run([sys.executable, "-c", code], process_group=0, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert "ancestors" in out.stdout
+
+
+def test_tagged_group_passes_the_guard_and_untagged_does_not(procs):
+    """With no recorded member, only the run tag vouches for a group."""
+    tagged = procs(process_group=0, env=dict(os.environ, RUNNER_RUN_ID="run-a"))
+    untagged = procs(process_group=0, env=dict(os.environ, RUNNER_RUN_ID="run-b"))
+    assert signals.signal_group(untagged.pid, signal.SIGKILL, run_id="run-a") is False
+    assert signals.signal_group(tagged.pid, signal.SIGKILL, run_id="run-a") is True
+    assert tagged.wait(5) == -signal.SIGKILL
+    assert untagged.poll() is None
+
+
+def test_has_tag_matches_the_whole_entry_only(procs):
+    p = procs(env=dict(os.environ, RUNNER_RUN_ID="run-abc"))
+    assert signals.has_tag(p.pid, "run-abc")
+    assert not signals.has_tag(p.pid, "run-ab")
+    assert not signals.has_tag(p.pid, None)
