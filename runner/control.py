@@ -1,0 +1,176 @@
+"""Stop requests and the operator's STOP / PAUSE files.
+
+stop-request.json carries the strongest pending request: modes are ordered
+absent < graceful < hard and a request is never downgraded. An atomic replace alone loses
+updates when two stoppers write at once (both read "absent", the graceful one replaces the
+hard one), so every read-merge-write, and the engine's consume, runs under an flock on
+stop-request.lock. Readers outside the lock (peek) are safe because writes are atomic.
+
+A request that cannot be read (torn, empty, hand-edited) reads as GRACEFUL with
+unreadable=True: an operator meant *some* stop, and a spurious hard stop is worse than
+a graceful one.
+"""
+
+import fcntl
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import IntEnum
+
+from .atomic import atomic_write_json
+from .errors import ControlFileError
+
+UNKNOWN_ORIGIN = "unknown"
+
+
+class Mode(IntEnum):
+    ABSENT = 0
+    GRACEFUL = 1
+    HARD = 2
+
+    @classmethod
+    def parse(cls, value) -> "Mode":
+        if isinstance(value, Mode):
+            return value
+        if isinstance(value, str) and value.upper() in ("GRACEFUL", "HARD"):
+            return cls[value.upper()]
+        raise ValueError(f"stop mode must be 'graceful' or 'hard', got {value!r}")
+
+
+@dataclass
+class StopRequest:
+    mode: Mode
+    origin: str
+    t: float
+    unreadable: bool = False
+    archived: str | None = None
+    """Where consume() moved the file (archive/...), for the journal."""
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode.name.lower(), "origin": self.origin, "t": self.t}
+
+
+_after_read = None
+"""Test seam: if set, lodge() calls it with the request it read, while holding the lock,
+before it writes. A test parks one stopper there to race a second one deterministically."""
+
+
+@contextmanager
+def _locked(run_dir):
+    try:
+        fd = os.open(run_dir.stop_request_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise ControlFileError(f"{run_dir.stop_request_lock}: cannot open ({e.strerror or e})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def _read(path) -> StopRequest | None:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _unreadable(path)
+    try:
+        data = json.loads(raw)
+        mode = data["mode"]
+        if mode not in ("graceful", "hard"):
+            return _unreadable(path)
+    except (ValueError, UnicodeDecodeError, TypeError, KeyError):
+        return _unreadable(path)
+    origin = data.get("origin")
+    t = data.get("t")
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        t = _mtime(path)
+    return StopRequest(Mode.parse(mode), origin if isinstance(origin, str) else UNKNOWN_ORIGIN, float(t))
+
+
+def _mtime(path):
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return time.time()
+
+
+def _unreadable(path):
+    return StopRequest(Mode.GRACEFUL, UNKNOWN_ORIGIN, _mtime(path), unreadable=True)
+
+
+def _rank(request):
+    # Stronger mode wins; on a tie a readable request beats an unreadable one, and
+    # otherwise the first (older) one stays, keeping its origin and time.
+    return (request.mode, not request.unreadable)
+
+
+def lodge(run_dir, mode, origin) -> StopRequest:
+    """Record a stop request; returns the request now pending (possibly an older, stronger one)."""
+    new = StopRequest(Mode.parse(mode), origin, time.time())
+    with _locked(run_dir):
+        old = _read(run_dir.stop_request)
+        if _after_read is not None:
+            _after_read(old)
+        winner = new
+        winner = max(old, new, key=_rank) if old is not None else new  # NEVER DOWNGRADE: max(old, new)
+        if winner is not old:
+            try:
+                atomic_write_json(run_dir.stop_request, winner.to_dict())
+            except OSError as e:
+                raise ControlFileError(f"{run_dir.stop_request}: cannot write ({e.strerror or e})") from None
+    return winner
+
+
+def peek(run_dir) -> StopRequest | None:
+    """The pending request, without consuming it; None when there is none."""
+    return _read(run_dir.stop_request)
+
+
+def _archive_name(run_dir, name):
+    run_dir.archive.mkdir(exist_ok=True)
+    return run_dir.archive / f"{time.time_ns()}-{os.getpid()}-{name}"
+
+
+def consume(run_dir) -> StopRequest | None:
+    """Take the pending request: one atomic rename into archive/, then read the moved file.
+
+    The engine is the single consumer; the rename makes a request consumed exactly once
+    even if consume() ran twice at once, and a lodge() cannot slip in between read and
+    removal (it takes the same lock).
+    """
+    with _locked(run_dir):
+        dest = _archive_name(run_dir, run_dir.stop_request.name)
+        try:
+            os.rename(run_dir.stop_request, dest)
+        except FileNotFoundError:
+            return None
+    request = _read(dest) or _unreadable(dest)
+    request.archived = str(dest)
+    return request
+
+
+def stop_file(run_dir) -> bool:
+    return os.path.lexists(run_dir.stop_file)
+
+
+def pause_file(run_dir) -> bool:
+    return os.path.lexists(run_dir.pause_file)
+
+
+def archive_pending(run_dir) -> list[str]:
+    """For resume: move a pending stop-request.json, STOP and PAUSE into archive/, so the
+    resumed run does not stop at once. Returns the names that were moved."""
+    moved = []
+    with _locked(run_dir):
+        for path in (run_dir.stop_request, run_dir.stop_file, run_dir.pause_file):
+            try:
+                os.rename(path, _archive_name(run_dir, path.name))
+            except FileNotFoundError:
+                continue
+            moved.append(path.name)
+    return moved

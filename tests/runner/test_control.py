@@ -1,0 +1,178 @@
+"""control.py: ordered, never-downgraded stop requests under concurrent stoppers; torn
+files read graceful; single atomic consume; STOP / PAUSE files; archiving for resume."""
+
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from runner import control
+from runner.control import Mode
+from runner.rundir import RunDir
+
+
+@pytest.fixture
+def rd(tmp_path):
+    spec = tmp_path / "in.toml"
+    spec.write_text('items = ["a"]\n[provider]\ncommand = ["x"]\n')
+    return RunDir.create(tmp_path / "run", spec)
+
+
+def test_modes_are_ordered():
+    assert Mode.ABSENT < Mode.GRACEFUL < Mode.HARD
+    assert Mode.parse("hard") is Mode.HARD and Mode.parse(Mode.GRACEFUL) is Mode.GRACEFUL
+    with pytest.raises(ValueError):
+        Mode.parse("absent")
+
+
+def test_lodge_writes_the_documented_format(rd):
+    assert control.peek(rd) is None
+    req = control.lodge(rd, "graceful", "cli")
+    on_disk = json.loads(rd.stop_request.read_text())
+    assert on_disk == {"mode": "graceful", "origin": "cli", "t": req.t}
+    assert control.peek(rd) == control.StopRequest(Mode.GRACEFUL, "cli", req.t)
+
+
+def test_graceful_never_downgrades_a_pending_hard(rd):
+    """Path: lodge's max(old, new). Ablation: delete the NEVER DOWNGRADE line and the
+    graceful request replaces the hard one: red."""
+    hard = control.lodge(rd, Mode.HARD, "signal")
+    got = control.lodge(rd, Mode.GRACEFUL, "file")
+    assert got == hard
+    assert control.peek(rd).mode is Mode.HARD and control.peek(rd).origin == "signal"
+    # ... while a hard request does upgrade a pending graceful one.
+    control.consume(rd)
+    control.lodge(rd, "graceful", "STOP")
+    assert control.lodge(rd, "hard", "cli").mode is Mode.HARD
+    assert control.peek(rd).origin == "cli"
+
+
+def test_graceful_racing_a_hard_stays_hard_deterministic(rd, monkeypatch):
+    """Path: the lock around read-merge-write. The graceful stopper is parked right after
+    its read (it saw no request); a hard stopper runs meanwhile. Ablation: drop the flock
+    and the hard stopper writes while the graceful one is parked, then the graceful one
+    writes over it (an atomic replace alone loses the update): red."""
+    parked, release = threading.Event(), threading.Event()
+
+    def park(old):
+        if threading.current_thread().name == "graceful":
+            parked.set()
+            assert release.wait(10)
+
+    monkeypatch.setattr(control, "_after_read", park)
+    results = {}
+    g = threading.Thread(name="graceful", target=lambda: results.update(g=control.lodge(rd, "graceful", "g")))
+    h = threading.Thread(name="hard", target=lambda: results.update(h=control.lodge(rd, "hard", "h")))
+    g.start()
+    try:
+        assert parked.wait(10)
+        h.start()
+        h.join(0.3)  # with the lock, the hard stopper is held back behind the parked one
+    finally:
+        release.set()
+        g.join(10)
+        if h.ident is not None:
+            h.join(10)
+    assert control.peek(rd).mode is Mode.HARD
+    assert results["h"].mode is Mode.HARD
+
+
+STOPPER = (
+    "import sys\nfrom runner.rundir import RunDir\nfrom runner import control\n"
+    "rd = RunDir(sys.argv[1]); sys.stdin.readline()\n"
+    "control.lodge(rd, sys.argv[2], 'p' + sys.argv[2])\n"
+)
+
+
+def test_two_stopper_processes_racing(rd):
+    """Path: lodge across processes. Rounds of one hard and several graceful stoppers
+    released at once; every round ends hard, and the file always parses."""
+    for _ in range(8):
+        procs = [subprocess.Popen([sys.executable, "-c", STOPPER, str(rd.path), mode],
+                                  stdin=subprocess.PIPE, text=True)
+                 for mode in ("graceful", "hard", "graceful", "graceful")]
+        try:
+            for p in procs:  # they all wait on stdin; release them together
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            for p in procs:
+                p.stdin.close()
+                assert p.wait(timeout=30) == 0
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        req = control.peek(rd)
+        assert (req.mode, req.origin, req.unreadable) == (Mode.HARD, "phard", False)
+        assert control.consume(rd).mode is Mode.HARD
+
+
+@pytest.mark.parametrize("content", [b"", b'{"mode": "ha', b"\x00\xff", b'{"mode": "absent"}', b'["hard"]',
+                                     b'{"mode": "HARD!"}'])
+def test_torn_or_empty_request_reads_graceful_and_unreadable(rd, content):
+    """Path: peek/consume on garbage. Ablation: reading unknown as HARD (or raising) is red."""
+    rd.stop_request.write_bytes(content)
+    req = control.peek(rd)
+    assert (req.mode, req.unreadable) == (Mode.GRACEFUL, True)
+    got = control.consume(rd)
+    assert (got.mode, got.unreadable) == (Mode.GRACEFUL, True)
+    assert not rd.stop_request.exists()
+
+
+def test_unreadable_request_is_replaced_by_a_clean_lodge(rd):
+    rd.stop_request.write_bytes(b"")
+    req = control.lodge(rd, "graceful", "cli")
+    assert not req.unreadable and control.peek(rd) == req
+
+
+def test_handwritten_hard_request_without_origin_is_hard(rd):
+    rd.stop_request.write_text('{"mode": "hard"}')
+    req = control.peek(rd)
+    assert (req.mode, req.origin, req.unreadable) == (Mode.HARD, control.UNKNOWN_ORIGIN, False)
+
+
+def test_consume_is_single_and_archives(rd):
+    """Path: consume's one rename. Two consumers race; exactly one gets the request.
+    Ablation: read-then-unlink without the rename lets both see it: red."""
+    for _ in range(50):
+        control.lodge(rd, "hard", "cli")
+        got, barrier = [], threading.Barrier(2)
+
+        def take():
+            barrier.wait()
+            got.append(control.consume(rd))
+
+        threads = [threading.Thread(target=take) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        taken = [g for g in got if g is not None]
+        assert len(taken) == 1 and taken[0].mode is Mode.HARD
+        assert not rd.stop_request.exists()
+    archived = sorted(p.name for p in rd.archive.iterdir())
+    assert len(archived) == 50 and all(n.endswith("-stop-request.json") for n in archived)
+    assert json.loads((rd.archive / archived[0]).read_text())["mode"] == "hard"
+    assert control.consume(rd) is None
+
+
+def test_stop_and_pause_files(rd):
+    assert not control.stop_file(rd) and not control.pause_file(rd)
+    rd.stop_file.touch()
+    rd.pause_file.touch()
+    assert control.stop_file(rd) and control.pause_file(rd)
+
+
+def test_archive_pending_for_resume(rd):
+    """Path: resume clears every pending stop, so the resumed run does not stop at once."""
+    assert control.archive_pending(rd) == []
+    control.lodge(rd, "hard", "cli")
+    rd.stop_file.write_text("")
+    rd.pause_file.write_text("")
+    moved = control.archive_pending(rd)
+    assert moved == ["stop-request.json", "STOP", "PAUSE"]
+    assert control.peek(rd) is None and not control.stop_file(rd) and not control.pause_file(rd)
+    assert sorted(p.name.split("-", 2)[2] for p in rd.archive.iterdir()) == ["PAUSE", "STOP", "stop-request.json"]
