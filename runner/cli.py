@@ -1,0 +1,266 @@
+"""`runner`: the command line. Every error is one line and a documented exit code
+(docs/exit-codes.md); argparse's own exit 2 and its usage dumps are not used."""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from . import control, identity, rundir as rundirmod, signals, stopper
+from .errors import BadInput, IdentityError, RunLocked, RunnerError
+from .exitcodes import Exit
+from .spec import load as load_spec
+from .state import StateStore
+
+ENGINE_START_TIMEOUT = 30.0
+"""How long `runner run` waits for a new engine to write its identity."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise BadInput(f"{self.prog}: {message}")
+
+
+def _parser():
+    p = _Parser(prog="runner", description="Run a queue of items through a provider command; stop it fast.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    run = sub.add_parser("run", help="start a run from a TOML spec")
+    run.add_argument("spec", help="the TOML spec")
+    run.add_argument("--run-dir", help="where the run lives (default .runner/runs/<run-id>)")
+    run.add_argument("--detach", action="store_true", help="return once the engine is up; print the run directory")
+
+    resume = sub.add_parser("resume", help="continue a stopped or crashed run (a new attempt)")
+    resume.add_argument("--run-dir")
+    resume.add_argument("--detach", action="store_true")
+
+    stop = sub.add_parser("stop", help="stop a run: hard by default, bounded, the whole tree")
+    stop.add_argument("--run-dir")
+    mode = stop.add_mutually_exclusive_group()
+    mode.add_argument("--now", action="store_true", help="kill every process of the run at once")
+    mode.add_argument("--graceful", action="store_true", help="finish the phase in flight, then stop")
+    stop.add_argument("--wait", action="store_true", help="with --graceful: wait for the run to end")
+
+    status = sub.add_parser("status", help="show a run")
+    status.add_argument("--run-dir")
+    status.add_argument("--json", action="store_true")
+
+    wait = sub.add_parser("wait", help="block until a detached run ends; exit with its code")
+    wait.add_argument("--run-dir")
+
+    engine = sub.add_parser("_engine", help=argparse.SUPPRESS)
+    engine.add_argument("run_dir")
+    return p
+
+
+def main(argv=None):
+    try:
+        args = _parser().parse_args(argv)
+        return int(_dispatch(args))
+    except RunnerError as exc:
+        print(f"runner: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("runner: interrupted", file=sys.stderr)
+        return int(Exit.STOPPED)
+
+
+def _dispatch(args):
+    if args.command == "_engine":
+        from .daemon import main as engine_main
+        return engine_main(args.run_dir)
+    if args.command == "run":
+        return _run(args)
+    if args.command == "resume":
+        return _resume(args)
+    if args.command == "stop":
+        return _stop(args)
+    if args.command == "status":
+        return _status(args)
+    if args.command == "wait":
+        rd = rundirmod.resolve(args.run_dir)
+        return stopper.wait_run(rd)
+    raise BadInput(f"runner: unknown command {args.command}")
+
+
+# -- run and resume -----------------------------------------------------------------
+
+def _run(args):
+    spec = load_spec(args.spec)  # validated completely before anything starts
+    if args.run_dir is not None:
+        rd = rundirmod.RunDir(args.run_dir)
+        if rd.exists() and rd.is_live():
+            raise RunLocked(f"{rd.path}: a live engine holds this run directory")
+    else:
+        rd = rundirmod.RunDir(rundirmod.default_base() / rundirmod.new_run_id())
+    rd = rundirmod.RunDir.create(rd.path, args.spec)
+    return _start_engine(rd, spec, args.detach)
+
+
+def _resume(args):
+    rd = rundirmod.resolve(args.run_dir, want=lambda r: not r.is_live(), what="resumable")
+    if rd.is_live():
+        raise RunLocked(f"{rd.path}: an engine of this run is alive; stop it first")
+    spec = load_spec(rd.spec)
+    store = StateStore(rd.state)
+    state = store.load()
+    if state.status in ("completed", "failed") and not state.stopped:
+        raise BadInput(f"{rd.state}: status: expected a stopped or crashed run, got {state.status!r}")
+    from .journal import Journal
+    journal = Journal(rd.journal)
+    for name in control.archive_pending(rd):
+        journal.append("control-file-archived", file=name, reason="resume")
+    store.save(store.new_attempt(state))
+    journal.append("resume", attempt=state.attempt + 1)
+    journal.close()
+    return _start_engine(rd, spec, args.detach)
+
+
+def _start_engine(rd, spec, detach):
+    env = dict(os.environ, RUNNER_RUN_ID=rd.run_id)
+    with open(rd.engine_log, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "runner", "_engine", str(rd.path)],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                start_new_session=True)
+    engine = _await_engine(rd, proc)
+    if engine is None:
+        code = proc.wait()
+        print(f"runner: engine exited with {code} before it was up: {_log_tail(rd)}", file=sys.stderr)
+        return code if code > 0 else Exit.INTERNAL
+    if detach:
+        print(rd.path)
+        return Exit.OK
+    return _foreground(rd, spec, proc, engine)
+
+
+def _await_engine(rd, proc):
+    deadline = time.monotonic() + ENGINE_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if rd.engine_identity.exists():
+            try:
+                ident = identity.read(rd.engine_identity)
+            except (IdentityError, FileNotFoundError):
+                ident = None
+            if ident is not None and ident.pid == proc.pid:
+                return ident
+        if proc.poll() is not None:
+            return None
+        time.sleep(0.005)
+    proc.kill()
+    return None
+
+
+def _log_tail(rd):
+    try:
+        lines = rd.engine_log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no engine.log)"
+    return lines[-1] if lines else "(engine.log is empty)"
+
+
+def _foreground(rd, spec, proc, engine):
+    """Wait for the engine, forwarding the terminal's signals: the engine has its own
+    session and never sees them. Ctrl-C is a hard stop (lodged first, then SIGINT);
+    a second Ctrl-C is `--now`. SIGHUP and SIGTERM are forwarded as they are."""
+    received = []
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, lambda s, f: received.append(s))
+    interrupts = 0
+    while True:
+        try:
+            code = proc.wait(timeout=0.05)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        while received:
+            signum = received.pop(0)
+            if signum == signal.SIGINT:
+                interrupts += 1
+                if interrupts == 1:
+                    print("runner: stopping (Ctrl-C again to kill now)", file=sys.stderr)
+                    control.lodge(rd, control.Mode.HARD, "ctrl-c")
+                    signals.signal_process(engine, signal.SIGINT)
+                else:
+                    result = stopper.force(rd, spec.stop.kill_grace, fallback=False)
+                    print(f"runner: {result.message}", file=sys.stderr)
+            else:
+                control.lodge(rd, control.Mode.HARD, "signal")
+                signals.signal_process(engine, signum)
+    if code < 0:  # killed by a signal: the state says what the run was
+        state = StateStore(rd.state).load()
+        return state.exit_code if state.exit_code is not None else Exit.STOPPED
+    return code
+
+
+# -- stop, status -------------------------------------------------------------------
+
+def _stop(args):
+    if args.wait and not args.graceful:
+        raise BadInput("runner stop: --wait: expected together with --graceful")
+    rd = rundirmod.resolve(args.run_dir)
+    spec = load_spec(rd.spec)
+    if args.now:
+        result = stopper.force(rd, spec.stop.kill_grace, fallback=False)
+    elif args.graceful:
+        result = stopper.stop_graceful(rd)
+        print(f"runner: {result.message}")
+        return stopper.wait_run(rd) if args.wait else result.code
+    else:
+        result = stopper.stop_hard(rd, channel=spec.stop.channel, grace=spec.stop.grace,
+                                   kill_grace=spec.stop.kill_grace)
+    stream = sys.stdout if result.code == Exit.OK else sys.stderr
+    print(f"runner: {result.message}", file=stream)
+    return result.code
+
+
+def _status(args):
+    rd = rundirmod.resolve(args.run_dir, want=lambda r: True, what="known") if args.run_dir is None \
+        else rundirmod.resolve(args.run_dir)
+    info = status_of(rd)
+    if args.json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+    else:
+        print(f"run {info['run_id']}: {info['status']} (attempt {info['attempt']}, "
+              f"engine {'live, pid ' + str(info['engine_pid']) if info['live'] else 'not running'})")
+        if info["current_item"]:
+            print(f"  item {info['current_item']!r}, phase {info['phase']}")
+        for child in info["children"]:
+            print(f"  child pid {child['pid']} ({child.get('name', '?')})")
+    return Exit.OK
+
+
+def status_of(rd):
+    state = StateStore(rd.state).load() if rd.state.exists() else None
+    live = rd.is_live()
+    engine_pid = None
+    if rd.engine_identity.exists():
+        try:
+            engine_pid = identity.read(rd.engine_identity).pid
+        except IdentityError:
+            engine_pid = None
+    children = []
+    if rd.children.is_dir():
+        for path in sorted(rd.children.glob("*.json")):
+            try:
+                ident = identity.read(path)
+            except (IdentityError, FileNotFoundError):
+                continue
+            if identity.is_running(ident):
+                extra = identity.read_extra(path)
+                children.append({"pid": ident.pid, "pgid": ident.pgid, "name": extra.get("name")})
+    return {
+        "run_id": rd.run_id, "run_dir": str(rd.path), "live": live, "engine_pid": engine_pid,
+        "status": state.status if state else "starting", "attempt": state.attempt if state else None,
+        "current_item": state.current_item if state else None, "phase": state.phase if state else None,
+        "stopped": state.stopped if state else False, "stop_origin": state.stop_origin if state else None,
+        "items": {k: v.status for k, v in state.items.items()} if state else {},
+        "provider_calls": state.provider_calls if state else 0, "children": children,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

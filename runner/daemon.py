@@ -1,0 +1,99 @@
+"""The engine process: what it sets up before the first phase and releases after the
+last. Started by `runner run` and `runner resume` as `python -m runner _engine DIR`, in
+its own session and process group, with the run's RUNNER_RUN_ID in its environment.
+
+Order matters: the lock first (a second engine is refused before it touches
+anything), then containment, then the stop controller (signal handlers and the
+watchdog), and the identity file last: `runner run --detach` returns once that file
+exists, and by then a SIGTERM is already a clean stop.
+"""
+
+import os
+import sys
+import traceback
+
+from . import cgroup as cgroupmod, identity, sweep
+from .atomic import atomic_write_text
+from .engine import Engine
+from .errors import RunnerError
+from .exitcodes import Exit
+from .journal import Journal
+from .registry import Registry
+from .rundir import RunDir
+from .spec import load as load_spec
+from .state import State, StateStore
+from .stopctl import StopController
+
+
+def main(run_dir):
+    rd = RunDir(run_dir)
+    try:
+        lock = rd.acquire_lock()
+    except RunnerError as exc:
+        print(f"runner engine: {exc}", file=sys.stderr)
+        return exc.exit_code
+    try:
+        return _run_locked(rd)
+    except RunnerError as exc:
+        print(f"runner engine: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Exception:
+        traceback.print_exc()
+        return Exit.INTERNAL
+    finally:
+        lock.release()
+
+
+def _own_cgroup():
+    """The cgroup v2 directory this process lives in before it enters the run's."""
+    root = cgroupmod.cgroup2_root()
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            hierarchy, _, path = line.rstrip("\n").split(":", 2)
+            if hierarchy == "0":
+                return root / path.lstrip("/")
+    return root
+
+
+def _leave_cgroup(home):
+    # A cgroup holding a process cannot be removed: go back where we came from.
+    (home / "cgroup.procs").write_text(f"{os.getpid()}\n")
+
+
+def _run_locked(rd):
+    spec = load_spec(rd.spec)
+    store = StateStore(rd.state)
+    state = store.load() if rd.state.exists() else State.new(rd.run_id, spec.items)
+    journal = Journal(rd.journal)
+    containment = cgroupmod.resolve_containment(spec.stop.containment)
+    cgroup = None
+    home = None
+    if containment == "cgroup":
+        cgroup = cgroupmod.RunCgroup.create(rd.run_id)
+        home = _own_cgroup()
+        cgroup.enter_engine()
+        atomic_write_text(rd.cgroup_file, f"{cgroup.path}\n")
+    # Double-forked daemons are re-parented to us rather than to init, so the
+    # clean-up can find them as our children and reap them at once.
+    subreaper = sweep.make_subreaper()
+    registry = Registry(rd.children, run_id=rd.run_id, kill_grace=spec.stop.kill_grace, cgroup=cgroup)
+    controller = StopController(rd, registry, journal)
+    controller.install_signals()
+    controller.start()
+    try:
+        store.save(state)
+        me = identity.current(os.getpid())
+        identity.write(rd.engine_identity, me, role="engine", containment=containment,
+                       subreaper=subreaper)
+        engine = Engine(rd, spec, store=store, state=state, journal=journal, registry=registry,
+                        controller=controller, cgroup=cgroup)
+        return engine.run()
+    finally:
+        controller.close()
+        if cgroup is not None:
+            try:
+                _leave_cgroup(home)
+                cgroup.remove()
+            except OSError as exc:
+                journal.append("cgroup-remove-failed", path=str(cgroup.path), error=str(exc))
+        journal.close()

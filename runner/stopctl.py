@@ -1,0 +1,169 @@
+"""The engine's stop controller: one path for every stop channel.
+
+A SIGTERM (or SIGINT, SIGHUP) handler and the control-file watchdog both end in
+`StopController.request(origin)`: mark the run as stopping, then kill every registered
+child tree. The kill runs in the watchdog thread, never in a signal handler: a handler
+only notes the origin and writes a byte to a self-pipe, because it may interrupt the
+main thread inside a journal write or while a lock is held.
+
+The main thread, released when its child dies or its wait is cut short, raises
+`RunStopped` at its next check point (`checkpoint()`, `sleep()`), as trio delivers a
+cancellation at a check point and not from inside a signal handler. The exception
+unwinds through every `finally` to the engine's top.
+"""
+
+import os
+import select
+import signal
+import threading
+
+from . import control, defaults
+from .errors import RunStopped
+
+ORIGINS = ("signal", "file", "ctrl-c", "forced")
+
+# What each signal means as a stop origin (the journal's `origin`).
+_SIGNAL_ORIGINS = {
+    signal.SIGTERM: "signal",
+    signal.SIGHUP: "signal",
+    signal.SIGINT: "ctrl-c",
+}
+
+
+class StopController:
+    def __init__(self, rundir, registry, journal, *, poll=defaults.WATCHDOG_POLL, on_tick=None):
+        self._rundir = rundir
+        self._registry = registry
+        self._journal = journal
+        self._poll = poll
+        self._on_tick = on_tick
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._closed = threading.Event()
+        self._finishing = False
+        self._signal_origin = None
+        self._unreadable_seen = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._thread = None
+        self.origin = None
+        self.consumed = None  # the StopRequest the engine consumed, if any
+
+    # -- set-up and tear-down ------------------------------------------------------
+
+    def install_signals(self):
+        for signum in _SIGNAL_ORIGINS:
+            signal.signal(signum, self._on_signal)
+
+    def start(self):
+        self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
+        self._thread.start()
+
+    def close(self):
+        self._closed.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        for signum in _SIGNAL_ORIGINS:
+            signal.signal(signum, signal.SIG_DFL if signum != signal.SIGINT else signal.default_int_handler)
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+
+    # -- the two channels ----------------------------------------------------------
+
+    def _on_signal(self, signum, frame):
+        # Async-signal context: no locks, no I/O beyond one write to the self-pipe.
+        if self._signal_origin is None:
+            self._signal_origin = _SIGNAL_ORIGINS.get(signum, "signal")
+        self._wake()
+
+    def _wake(self):
+        try:
+            os.write(self._wake_w, b"!")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full or closed: the watchdog is awake or gone either way
+
+    def _watch(self):
+        while not self._closed.is_set():
+            ready, _, _ = select.select([self._wake_r], [], [], self._poll)
+            if ready:
+                try:
+                    while os.read(self._wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+            if self._closed.is_set():
+                return
+            if self._signal_origin is not None:
+                self.request(self._signal_origin)
+            else:
+                self._read_control_file()
+            if self._on_tick is not None:
+                self._on_tick()
+
+    def _read_control_file(self):
+        request = control.peek(self._rundir)
+        if request is None:
+            return
+        if request.unreadable and not self._unreadable_seen:
+            self._unreadable_seen = True
+            self._journal.append("stop-request-unreadable", read_as="graceful")
+        if request.mode == control.Mode.HARD:
+            self.request("file")
+
+    # -- the single stop path ------------------------------------------------------
+
+    def request(self, origin):
+        """Mark the run as stopping and kill every registered child tree. Idempotent;
+        the first origin wins. Runs in the watchdog thread (or the caller's)."""
+        with self._lock:
+            if self._stopping.is_set() or self._finishing:
+                return
+            self.origin = self._consume_locked() or origin
+            self._stopping.set()
+        self._registry.stop_all(origin)
+
+    def _consume_locked(self):
+        """Consume a pending request; return its origin when it is the hard request
+        that this stop honors. The stopper writes the channel it uses as the origin,
+        so a `runner stop` whose file the watchdog reads a moment before its signal
+        lands is still recorded as the signal stop it is."""
+        # The engine is the single consumer of stop-request.json; consuming is one
+        # atomic rename (control.consume). A bare `kill -TERM` finds no file.
+        consumed = control.consume(self._rundir)
+        if consumed is None:
+            return None
+        self.consumed = consumed
+        if consumed.mode == control.Mode.HARD and consumed.origin in ORIGINS:
+            return consumed.origin
+        return None
+
+    def finishing(self):
+        """The queue and post_run hooks are done: from here a hard request is late,
+        not a stop. Returns the origin of a stop that slipped in just before, if any
+        (the watchdog may have seen it between the last hook's exit and this call)."""
+        with self._lock:
+            self._finishing = True
+            return self.origin if self._stopping.is_set() else None
+
+    # -- the main thread's check points ------------------------------------------
+
+    @property
+    def stopping(self):
+        return self._stopping.is_set()
+
+    def checkpoint(self):
+        if self._stopping.is_set():
+            raise RunStopped(self.origin, "hard")
+
+    def sleep(self, seconds):
+        """Wait up to `seconds`, cut short by a hard stop (which is then raised)."""
+        self._stopping.wait(seconds)
+        self.checkpoint()
+
+    def graceful_pending(self):
+        """A graceful stop asked for by the STOP file or a graceful stop request.
+        A torn or unreadable request reads as graceful (control.peek)."""
+        if control.stop_file(self._rundir):
+            return True
+        request = control.peek(self._rundir)
+        return request is not None and request.mode >= control.Mode.GRACEFUL

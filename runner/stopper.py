@@ -1,0 +1,179 @@
+"""`runner stop`: the hard stop, the graceful stop and `--now`.
+
+The request is always lodged before any signal is sent, so the engine can tell where
+the stop came from and a stop still lands when no signal is delivered at all (the
+file channel). While the engine lives, only the engine writes `stopped`: a stopper
+records a stop only after proving the engine dead, and only if the engine did not.
+"""
+
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import control, identity, journal as journalmod, reaper, signals
+from .cgroup import RunCgroup
+from .errors import NoLiveRun
+from .exitcodes import Exit
+from .state import StateStore
+
+
+@dataclass
+class StopResult:
+    code: Exit
+    message: str
+    elapsed: float
+    unkillable: list = field(default_factory=list)
+
+
+def wait_engine_gone(engine, timeout):
+    """Wait until the engine process is gone (a zombie counts as gone). Event-driven
+    on Linux: a pidfd becomes readable when the process exits, child of ours or not."""
+    deadline = time.monotonic() + timeout
+    fd = None
+    try:
+        fd = os.pidfd_open(engine.pid)
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        # The pidfd is only ours to trust once the start time still matches.
+        if not identity.is_running(engine):
+            return True
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return not identity.is_running(engine)
+            if fd is not None:
+                select.select([fd], [], [], left)
+                if not identity.is_running(engine):
+                    return True
+            else:
+                time.sleep(min(0.02, left))
+                if not identity.is_running(engine):
+                    return True
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _engine(rd):
+    return identity.read(rd.engine_identity)
+
+
+def _children(rd):
+    if not rd.children.is_dir():
+        return []
+    return [identity.read(path) for path in sorted(rd.children.glob("*.json"))]
+
+
+def _run_stops_since_start(rd):
+    """run-stop events of the current attempt (after the last run-start)."""
+    count = 0
+    for record in journalmod.read(rd.journal):
+        if record.get("event") == "run-start":
+            count = 0
+        elif record.get("event") == "run-stop":
+            count += 1
+    return count
+
+
+def force(rd, kill_grace, *, fallback):
+    """The immediate stop: every group of the run and the engine's pid at once, SIGKILL
+    after kill_grace, then the tag sweep and the cgroup kill (reaper.kill_everything).
+    Records the stop only once the engine is proven dead, and only if it did not."""
+    started = time.monotonic()
+    engine = _engine(rd)
+    children = _children(rd)
+    groups = [(engine.pgid, [engine])] + [(child.pgid, [child]) for child in children]
+    cgroup = None
+    if rd.cgroup_file.exists():
+        cgroup = RunCgroup.open(Path(rd.cgroup_file.read_text().strip()))
+    report = reaper.kill_everything(groups=groups, pids=[engine, *children], run_id=rd.run_id,
+                                    kill_grace=kill_grace, cgroup=cgroup)
+    unkillable = sorted(set(report.unkillable))
+    if identity.is_running(engine):
+        unkillable = sorted(set(unkillable) | {engine.pid})
+    else:
+        _record_forced_stop(rd, report, fallback)
+        if cgroup is not None and not unkillable:
+            cgroup.remove()
+    elapsed = time.monotonic() - started
+    if unkillable:
+        return StopResult(Exit.UNKILLABLE, f"stop could not kill pids {unkillable} "
+                          f"(uninterruptible sleep?); they are named in the journal", elapsed, unkillable)
+    return StopResult(Exit.STOP_FORCED if fallback else Exit.OK,
+                      f"run {rd.run_id} killed ({len(report.died_at_term)} died at SIGTERM, "
+                      f"{len(report.needed_kill)} needed SIGKILL) in {elapsed:.3f}s", elapsed)
+
+
+def _record_forced_stop(rd, report, fallback):
+    store = StateStore(rd.state)
+    state = store.load()
+    if state.stopped and _run_stops_since_start(rd):
+        return  # the engine recorded its own stop: never a second run-stop
+    if not state.stopped:
+        state.stopped = True
+        state.status = "stopped"
+        state.stop_origin = "forced"
+        state.exit_code = int(Exit.STOPPED)
+        state.updated = time.time()
+        store.save(state)
+    journalmod.Journal(rd.journal).append(
+        "run-stop", origin="forced", mode="hard", forced=True, fallback=fallback,
+        died_at_term=sorted(report.died_at_term), needed_kill=sorted(report.needed_kill),
+        unkillable=sorted(report.unkillable))
+
+
+def stop_hard(rd, *, channel, grace, kill_grace):
+    """`runner stop`: lodge, signal (signal channel), wait up to grace for the engine's
+    own teardown, and only then fall back to the force-kill."""
+    started = time.monotonic()
+    if not rd.is_live():
+        raise NoLiveRun(f"{rd.path}: no live engine (see `runner status`; `runner stop --now` "
+                        f"kills what a dead engine left)")
+    engine = _engine(rd)
+    use_signal = channel in ("signal", "auto") and os.name == "posix"
+    control.lodge(rd, control.Mode.HARD, "signal" if use_signal else "file")
+    if use_signal:
+        signals.signal_process(engine, signal.SIGTERM)
+    gone = wait_engine_gone(engine, grace)
+    if gone:
+        state = StateStore(rd.state).load()
+        elapsed = time.monotonic() - started
+        if state.stopped:
+            return StopResult(Exit.OK, f"run {rd.run_id} stopped by its engine "
+                              f"(origin {state.stop_origin}) in {elapsed:.3f}s", elapsed)
+        if state.status in ("completed", "failed"):
+            return StopResult(Exit.OK, f"run {rd.run_id} had already {state.status}; "
+                              f"the stop arrived late", elapsed)
+    result = force(rd, kill_grace, fallback=True)
+    result.elapsed = time.monotonic() - started
+    if result.code == Exit.STOP_FORCED:
+        result.message = (f"engine did not honor the stop within grace {grace}s; "
+                          f"force-killed: {result.message}")
+    return result
+
+
+def stop_graceful(rd):
+    if not rd.is_live():
+        raise NoLiveRun(f"{rd.path}: no live engine")
+    request = control.lodge(rd, control.Mode.GRACEFUL, "file")
+    if request.mode == control.Mode.HARD:
+        return StopResult(Exit.OK, f"a hard stop is already pending for run {rd.run_id}; "
+                          f"it is not downgraded", 0.0)
+    return StopResult(Exit.OK, f"graceful stop lodged for run {rd.run_id}: the phase in flight "
+                      f"completes, then the run stops", 0.0)
+
+
+def wait_run(rd, timeout=None):
+    """Block until the run's engine is gone; return the run's own exit code."""
+    engine = _engine(rd)
+    while not wait_engine_gone(engine, 3600.0 if timeout is None else timeout):
+        if timeout is not None:
+            raise NoLiveRun(f"{rd.path}: still running after {timeout}s")
+    state = StateStore(rd.state).load()
+    if state.exit_code is None:
+        return Exit.INTERNAL if not state.stopped else Exit.STOPPED
+    return Exit(state.exit_code)

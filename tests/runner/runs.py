@@ -1,0 +1,117 @@
+"""Helpers for tests that drive a real `runner` (as `python -m runner`, so that a
+mutation run's scratch copy on PYTHONPATH is the code under test)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runner import journal as journalmod
+from runner.rundir import RunDir
+from runner.state import StateStore
+
+RUNNER = [sys.executable, "-m", "runner"]
+
+
+def _toml_value(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def write_spec(path, *, items=("a",), provider, call_timeout=None, idle_timeout=None, stop=None,
+               post_session=(), post_run=(), verify=(), repair=None, retry=None):
+    """Write a spec. Commands are argv lists; hook/verify entries are dicts with
+    `command` and optional `timeout` / `fixable`."""
+    lines = [f"items = {_toml_value(list(items))}", "", "[provider]",
+             f"command = {_toml_value(list(provider))}"]
+    if call_timeout is not None:
+        lines.append(f"call_timeout = {_toml_value(call_timeout)}")
+    if idle_timeout is not None:
+        lines.append(f"idle_timeout = {_toml_value(idle_timeout)}")
+    for table, values in (("stop", stop), ("repair", repair), ("retry", retry)):
+        if values:
+            lines += ["", f"[{table}]"] + [f"{k} = {_toml_value(v)}" for k, v in values.items()]
+    for table, entries in (("hooks.post_session", post_session), ("hooks.post_run", post_run),
+                           ("verify", verify)):
+        for entry in entries:
+            lines += ["", f"[[{table}]]"] + [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
+    Path(path).write_text("\n".join(lines) + "\n")
+    return Path(path)
+
+
+def runner(*args, timeout=60, env=None):
+    return subprocess.run([*RUNNER, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+
+
+def start(spec_path, run_dir, *, timeout=60):
+    """`runner run --detach`; returns the RunDir once the engine is up."""
+    proc = runner("run", spec_path, "--run-dir", run_dir, "--detach", timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return RunDir(run_dir)
+
+
+def journal(rd):
+    return journalmod.read(rd.journal)
+
+
+def events(rd, name, **match):
+    return [e for e in journal(rd) if e.get("event") == name
+            and all(e.get(k) == v for k, v in match.items())]
+
+
+def wait_event(rd, name, timeout=30.0, **match):
+    """Wait for a journal event (the engine's own record) and return it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = events(rd, name, **match)
+        if found:
+            return found[-1]
+        time.sleep(0.01)
+    raise AssertionError(f"no {name} {match} in {rd.journal} after {timeout}s: "
+                         f"{[e.get('event') for e in journal(rd)]}")
+
+
+def wait_engine_exit(rd, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while rd.is_live():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"engine of {rd.path} still live after {timeout}s")
+        time.sleep(0.01)
+
+
+def state(rd):
+    return StateStore(rd.state).load()
+
+
+def tagged(run_id):
+    """Pids of living processes that carry RUNNER_RUN_ID=run_id (zombies are dead)."""
+    needle = f"RUNNER_RUN_ID={run_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def sh(script, *args):
+    """An argv that runs a POSIX shell script with arguments."""
+    return ["/bin/sh", "-c", script, "sh", *args]
