@@ -1,0 +1,85 @@
+"""The summary table, the JSON file, and the xdist hand-over of samples."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import socket
+import statistics
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+SCHEMA = 1
+WORKEROUTPUT_KEY = "stoplatency"
+
+
+def p95(values: list[float]) -> float:
+    """Nearest-rank 95th percentile."""
+    s = sorted(values)
+    return s[max(math.ceil(0.95 * len(s)) - 1, 0)]
+
+
+def summarize(samples: list[dict]) -> dict[str, dict]:
+    by_label: dict[str, list[dict]] = {}
+    for s in samples:
+        by_label.setdefault(s["label"], []).append(s)
+    out = {}
+    for label in sorted(by_label):
+        rows = by_label[label]
+        lat = [r["latency"] for r in rows]
+        bounds = [r["bound"] for r in rows if r["bound"] is not None]
+        out[label] = {
+            "n": len(rows), "min": min(lat), "median": statistics.median(lat), "p95": p95(lat),
+            "max": max(lat), "bound": min(bounds) if bounds else None,
+            "verdict": "pass" if all(r["ok"] for r in rows) else "fail",
+        }
+    return out
+
+
+def table(labels: dict[str, dict]) -> list[str]:
+    head = ("label", "n", "min", "median", "p95", "max", "bound", "verdict")
+    rows = [head] + [
+        (label, str(s["n"]), *(f"{s[k]:.4f}" for k in ("min", "median", "p95", "max")),
+         "-" if s["bound"] is None else f"{s['bound']:g}", s["verdict"])
+        for label, s in labels.items()
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return [fmt(rows[0]), fmt(tuple("-" * w for w in widths))] + [fmt(r) for r in rows[1:]]
+
+
+def git_commit(cwd: Path) -> str | None:
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() or None if r.returncode == 0 else None
+
+
+def document(samples: list[dict], *, missing_workers: list[str], swept: int, rootdir: Path) -> dict:
+    return {
+        "schema": SCHEMA,
+        "machine": {"kernel": platform.release(), "python": platform.python_version(),
+                    "cpus": os.cpu_count(), "hostname": socket.gethostname()},
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(rootdir),
+        "samples": samples,
+        "labels": summarize(samples),
+        "missing_workers": missing_workers,
+        "swept": swept,
+    }
+
+
+def write_json(path: Path, doc: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,189 @@
+"""The pytest plugin: options, ini key, marker, the ``victim`` and ``stop_latency`` fixtures, hooks."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from . import _cleanup, _records, _report
+from ._handle import PreparedVictim, Victim
+from ._recorder import Recorder
+
+HELP_ENABLE = "run the stop-latency tests (marked stop_latency); without it they are skipped"
+HELP_INI = "run the stop-latency tests (marked stop_latency), as --stop-latency does"
+HELP_JSON = "write every stop-latency sample and the per-label summary to PATH as JSON"
+HELP_REPEAT = "run each stop_latency-marked test N times (to collect enough samples for a p95)"
+MARKER_LINE = (
+    "stop_latency(bound=SECONDS, label=TEXT): a stop-latency test; skipped unless --stop-latency "
+    "(or the stop_latency ini key) is set; its samples are checked against the bound"
+)
+SKIP_REASON = "stop-latency test: enable with --stop-latency (or stop_latency = true in the ini file)"
+LEAK_HEADER = "stoplatency: test leaked victim processes"
+
+
+@dataclass
+class _State:
+    worker: str | None
+    samples: list = field(default_factory=list)
+    missing_workers: list = field(default_factory=list)
+    swept: int = 0
+
+
+_STATE = pytest.StashKey[_State]()
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("stoplatency", "stop latency")
+    g.addoption("--stop-latency", action="store_true", default=None, dest="stop_latency", help=HELP_ENABLE)
+    g.addoption("--stop-latency-json", dest="stop_latency_json", metavar="PATH", default=None, help=HELP_JSON)
+    g.addoption("--stop-latency-repeat", dest="stop_latency_repeat", metavar="N", type=int, default=1,
+                help=HELP_REPEAT)
+    parser.addini("stop_latency", HELP_INI, type="bool", default=False)
+
+
+def enabled(config) -> bool:
+    opt = config.getoption("stop_latency")
+    return bool(opt) if opt is not None else bool(config.getini("stop_latency"))
+
+
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", MARKER_LINE)
+    worker = config.workerinput.get("workerid") if _is_worker(config) else None
+    config.stash[_STATE] = _State(worker=worker)
+
+
+def pytest_sessionstart(session):
+    # Only the controller (or a plain session) sweeps: workers would race each other.
+    if not _is_worker(session.config):
+        session.config.stash[_STATE].swept += _cleanup.sweep_ownerless()
+
+
+def pytest_generate_tests(metafunc):
+    n = metafunc.config.getoption("stop_latency_repeat")
+    if n > 1 and metafunc.definition.get_closest_marker("stop_latency"):
+        metafunc.fixturenames.append("_stop_latency_repeat")
+        metafunc.parametrize("_stop_latency_repeat", range(n), indirect=True, ids=lambda i: f"rep{i + 1}")
+
+
+@pytest.fixture
+def _stop_latency_repeat(request):
+    return request.param
+
+
+def pytest_collection_modifyitems(config, items):
+    if enabled(config):
+        return
+    skip = pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if item.get_closest_marker("stop_latency"):
+            item.add_marker(skip)
+
+
+class VictimFactory:
+    """The ``victim`` fixture: ``victim(kind, ...)`` starts one; ``victim.prepare(...)`` does not."""
+
+    def __init__(self):
+        self.prepared: list[PreparedVictim] = []
+        self.processes: list[subprocess.Popen] = []
+
+    def prepare(self, kind, *, lang="python", sleep=7200, children=2, cleanup=1.0) -> PreparedVictim:
+        p = PreparedVictim(kind, lang=lang, sleep=sleep, children=children, cleanup=cleanup)
+        self.prepared.append(p)  # registered before anyone can start it: cleanup finds it by token
+        return p
+
+    def __call__(self, kind, *, sleep=7200, lang="python", children=2, cleanup=1.0, timeout=10.0) -> Victim:
+        p = self.prepare(kind, lang=lang, sleep=sleep, children=children, cleanup=cleanup)
+        # Session and group leader: os.killpg(v.pgid, ...) can never reach pytest.
+        proc = subprocess.Popen(p.argv, start_new_session=True, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.processes.append(proc)
+        return p.adopt(timeout, process=proc)
+
+    def lineage(self) -> tuple[list[str], list[tuple[int, int]]]:
+        tokens = [str(p.token) for p in self.prepared]
+        extras = [e for p in self.prepared for e in _records.extras_of(p.ready_info())]
+        return tokens, extras
+
+    def close(self) -> tuple[list[dict], list[dict]]:
+        found, survivors = _cleanup.kill_lineage(*self.lineage())
+        for proc in self.processes:
+            try:
+                proc.wait(timeout=_cleanup.SETTLE)
+            except subprocess.TimeoutExpired:
+                pass
+        return found, survivors
+
+
+@pytest.fixture
+def victim(request):
+    factory = VictimFactory()
+    yield factory
+    found, survivors = factory.close()
+    if found:
+        msg = f"{LEAK_HEADER} ({len(found)} still alive after {request.node.nodeid}); killed:\n"
+        msg += _cleanup.format_procs(found)
+        if survivors:
+            msg += "\nand could NOT kill:\n" + _cleanup.format_procs(survivors)
+        pytest.fail(msg, pytrace=False)
+
+
+@pytest.fixture
+def stop_latency(request):
+    st = request.config.stash[_STATE]
+    return Recorder(nodeid=request.node.nodeid, worker=st.worker,
+                    marker=request.node.get_closest_marker("stop_latency"), sink=st.samples)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist controller: merge a finished worker's samples (a worker that sent none is named)."""
+    st = node.config.stash[_STATE]
+    data = getattr(node, "workeroutput", {}).get(_report.WORKEROUTPUT_KEY)
+    if data is None:
+        st.missing_workers.append(node.gateway.id)
+    else:
+        st.samples.extend(data["samples"])
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    st = config.stash[_STATE]
+    if _is_worker(config):
+        config.workeroutput[_report.WORKEROUTPUT_KEY] = {"samples": list(st.samples)}  # JSON-safe only
+        _cleanup.drop_own_records()
+        return
+    st.swept += _cleanup.sweep_ownerless()
+    _cleanup.drop_own_records()
+    path = config.getoption("stop_latency_json")
+    if path:
+        doc = _report.document(st.samples, missing_workers=st.missing_workers, swept=st.swept,
+                               rootdir=Path(config.rootpath))
+        _report.write_json(Path(config.invocation_params.dir) / path, doc)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if _is_worker(config):
+        return
+    st = config.stash[_STATE]
+    if not (st.samples or enabled(config) or st.swept or st.missing_workers):
+        return
+    tr = terminalreporter
+    tr.write_sep("=", "stop latency")
+    if st.samples:
+        for line in _report.table(_report.summarize(st.samples)):
+            tr.write_line(line)
+    else:
+        tr.write_line("no stop-latency samples recorded")
+    tr.write_line(f"stoplatency: swept {st.swept} ownerless victim process(es)")
+    if st.missing_workers:
+        tr.write_line(f"stoplatency: workers that returned no samples: {', '.join(st.missing_workers)}")
+    path = config.getoption("stop_latency_json")
+    if path:
+        tr.write_line(f"stoplatency: wrote {path}")
