@@ -8,6 +8,7 @@ probing the lock, never by trusting a pid that may have been reused.
 import errno
 import fcntl
 import os
+import re
 import secrets
 import tempfile
 import time
@@ -57,6 +58,7 @@ class RunDir:
         self.pause_file = p / "PAUSE"
         self.archive = p / "archive"
         self.engine_log = p / "engine.log"
+        self.run_id_file = p / "run-id"
 
     def __repr__(self):
         return f"RunDir({str(self.path)!r})"
@@ -69,7 +71,13 @@ class RunDir:
 
     @property
     def run_id(self) -> str:
-        return self.path.name
+        """The run's id: unique on this machine, so that RUNNER_RUN_ID tags and cgroup
+        names of two runs never collide, even when both run directories are called
+        `run` (a --run-dir is the caller's choice; the id is not)."""
+        try:
+            return self.run_id_file.read_text().strip() or self.path.name
+        except FileNotFoundError:
+            return self.path.name
 
     def exists(self) -> bool:
         """The directory holds a run (its frozen spec is there)."""
@@ -108,6 +116,8 @@ class RunDir:
             os.unlink(tmp)
         for sub in (rd.children, rd.output, rd.archive):
             sub.mkdir(exist_ok=True)
+        run_id = rd.path.name if _RUN_ID.fullmatch(rd.path.name) else new_run_id()
+        rd.run_id_file.write_text(run_id + "\n")
         _fsync_dir(rd.path)
         return rd
 
@@ -154,6 +164,9 @@ def _fsync_dir(directory):
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 
 
 def new_run_id() -> str:

@@ -170,6 +170,17 @@ def test_resolve_with_a_custom_selector(tmp_path, spec_file):
     base = tmp_path / "runs"
     r1 = rundir.RunDir.create(base / "a", spec_file)
     rundir.RunDir.create(base / "b", spec_file)
-    assert rundir.resolve(None, base, want=lambda r: r.run_id == "a", what="resumable") == r1
+    assert rundir.resolve(None, base, want=lambda r: r.path.name == "a", what="resumable") == r1
     with pytest.raises(NoLiveRun, match="no resumable run"):
         rundir.resolve(None, base, want=lambda r: False, what="resumable")
+
+
+def test_run_ids_are_unique_even_when_run_directories_share_a_name(tmp_path, spec_file):
+    """Two runs whose --run-dir is called `run` must not share a RUNNER_RUN_ID tag or a
+    cgroup name: one run's tag sweep would kill the other's processes."""
+    r1 = rundir.RunDir.create(tmp_path / "x" / "run", spec_file)
+    r2 = rundir.RunDir.create(tmp_path / "y" / "run", spec_file)
+    assert r1.run_id != r2.run_id
+    assert rundir.RunDir(r1.path).run_id == r1.run_id  # read back by a later command
+    named = rundir.RunDir.create(tmp_path / rundir.new_run_id(), spec_file)
+    assert named.run_id == named.path.name
