@@ -1,0 +1,252 @@
+"""Render docs/stop-latency.md from its template, measure.json, mutate.json and the code.
+
+    python docs/render_stop_latency.py            # write docs/stop-latency.md (make docs)
+    python docs/render_stop_latency.py --check    # fail with a diff if it is stale (make docs-check)
+
+Every figure comes from one of two places and says which: MEASURED (docs/measure.json,
+written by `make measure`: test node id, label, n, median, p95, max, machine, date) or
+DERIVED (a constant imported from runner.defaults / runner.exitcodes, named with its file).
+No number is typed into the template. Placeholders:
+
+    {{measured:LABEL}}        the label's figures, or a sentence saying it was not measured
+    {{derived:NAME}}          a runner.defaults constant with its provenance
+    {{exitcode:NAME}}         a runner.exitcodes.Exit member with its provenance
+    {{graceful_worst_case}}   the DERIVED sum call_timeout + hooks + verify commands
+    {{measurement_source}}    which measure run / mutate run the figures come from
+    {{measured_table}}        every label of the measure run (the plugin's own included)
+    {{ablation_table}}        the mutate run's verdicts
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULTS_FILE = "runner/defaults.py"
+EXITCODES_FILE = "runner/exitcodes.py"
+_PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)(?::([^}]+?))?\s*\}\}")
+
+
+class RenderError(ValueError):
+    """The template names something the code or the JSON cannot supply."""
+
+
+def _defaults():
+    import runner.defaults  # imported at render time so a monkeypatched default is seen
+    return runner.defaults
+
+
+def _exitcodes():
+    import runner.exitcodes
+    return runner.exitcodes.Exit
+
+
+def _seconds(x: float) -> str:
+    if x >= 100:
+        return f"{x:.0f} s"
+    if x >= 1:
+        return f"{x:.2f} s"
+    return f"{x * 1000:.0f} ms" if x >= 0.01 else f"{x * 1000:.1f} ms"
+
+
+def _human(x: float) -> str:
+    """7200 -> '2 h', 9120 -> '2 h 32 min': the scale a reader feels."""
+    if x < 120:
+        return _seconds(x)
+    h, rem = divmod(int(round(x)), 3600)
+    m = rem // 60
+    return " ".join(p for p in (f"{h} h" if h else "", f"{m} min" if m else "") if p)
+
+
+def _load(path: Path | None) -> dict | None:
+    if path is None or not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+class Context:
+    def __init__(self, measure: dict | None, mutate: dict | None,
+                 measure_name: str = "docs/measure.json", mutate_name: str = "docs/mutate.json"):
+        self.measure, self.mutate = measure, mutate
+        self.measure_name, self.mutate_name = measure_name, mutate_name
+
+    # -- MEASURED -------------------------------------------------------------------
+    def _run_tag(self) -> str:
+        m = self.measure or {}
+        mach = m.get("machine", {})
+        return (f"{mach.get('hostname', '?')}, Linux {mach.get('kernel', '?')}, "
+                f"{mach.get('cpus', '?')} CPUs, Python {mach.get('python', '?')}; {m.get('time', '?')}")
+
+    def _nodeids(self, label: str) -> list[str]:
+        seen: dict[str, None] = {}
+        for s in (self.measure or {}).get("samples", []):
+            if s.get("label") == label and s.get("nodeid"):
+                seen.setdefault(s["nodeid"], None)
+        return list(seen)
+
+    def measured(self, label: str) -> str:
+        stats = (self.measure or {}).get("labels", {}).get(label)
+        if not stats:
+            where = self.measure_name if self.measure else f"{self.measure_name} (absent)"
+            return f"*not measured in the recorded run: no label \"{label}\" in `{where}`*"
+        tests = ", ".join(f"`{n}`" for n in self._nodeids(label)) or "test not recorded"
+        bound = f", asserted bound {_seconds(stats['bound'])}" if stats.get("bound") is not None else ""
+        return (f"**median {_seconds(stats['median'])}, p95 {_seconds(stats['p95'])}, "
+                f"max {_seconds(stats['max'])}** (MEASURED: \"{label}\" by {tests}; "
+                f"n={stats['n']}{bound}; {self._run_tag()})")
+
+    def measured_table(self) -> str:
+        labels = (self.measure or {}).get("labels", {})
+        if not labels:
+            return f"*No measure run recorded (`{self.measure_name}` absent or empty): no figure is printed.*"
+        rows = ["| label | test | n | median | p95 | max | bound | verdict |", "|---|---|---|---|---|---|---|---|"]
+        for label in sorted(labels):
+            s = labels[label]
+            tests = "<br>".join(f"`{n}`" for n in self._nodeids(label)) or "-"
+            bound = _seconds(s["bound"]) if s.get("bound") is not None else "-"
+            rows.append(f"| {label} | {tests} | {s['n']} | {_seconds(s['median'])} | {_seconds(s['p95'])} "
+                        f"| {_seconds(s['max'])} | {bound} | {s.get('verdict', '-')} |")
+        return "\n".join(rows)
+
+    # -- DERIVED --------------------------------------------------------------------
+    def _default(self, name: str):
+        d = _defaults()
+        if not name.isupper() or not hasattr(d, name):
+            raise RenderError(f"template names {name!r}, which {DEFAULTS_FILE} does not define")
+        return getattr(d, name)
+
+    def derived(self, name: str) -> str:
+        v = self._default(name)
+        shown = _seconds(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else f"`{v!r}`"
+        if isinstance(v, float) and v >= 120:
+            shown += f" ({_human(v)})"
+        return f"{shown} (DERIVED: `{DEFAULTS_FILE}: {name}`)"
+
+    def exitcode(self, name: str) -> str:
+        Exit = _exitcodes()
+        if name not in Exit.__members__:
+            raise RenderError(f"template names exit code {name!r}, which {EXITCODES_FILE} does not define")
+        return f"`{int(Exit[name])}` (DERIVED: `{EXITCODES_FILE}: Exit.{name}`)"
+
+    def graceful_worst_case(self) -> str:
+        call, hook, verify = (float(self._default(n)) for n in ("CALL_TIMEOUT", "HOOK_TIMEOUT", "VERIFY_TIMEOUT"))
+        one = call + hook + verify
+        return "\n".join([
+            "```",
+            "graceful worst case = CALL_TIMEOUT + n_post_session_hooks * HOOK_TIMEOUT + n_verify * VERIFY_TIMEOUT",
+            f"                    = {call:g} + n_hooks * {hook:g} + n_verify * {verify:g}   (seconds)",
+            f"one hook, one verify = {call:g} + {hook:g} + {verify:g} = {one:g} s  ({_human(one)})",
+            "```",
+            f"**{_seconds(one)} ({_human(one)}) for one post-session hook and one verify command. DERIVED** from "
+            f"`{DEFAULTS_FILE}`: `CALL_TIMEOUT`, `HOOK_TIMEOUT`, `VERIFY_TIMEOUT` (each is the default of the "
+            "spec key of the same meaning; a spec that sets them changes the sum).",
+        ])
+
+    # -- sources and the ablation table -----------------------------------------------
+    def measurement_source(self) -> str:
+        parts = []
+        if self.measure:
+            parts.append(f"MEASURED figures: `{self.measure_name}`, the `make measure` run of "
+                         f"{self.measure.get('time', '?')} on {self._run_tag().split(';')[0]}, "
+                         f"commit `{self.measure.get('git_commit') or 'unknown'}`.")
+        else:
+            parts.append(f"MEASURED figures: none (`{self.measure_name}` absent): every measured figure below "
+                         "says it was not measured.")
+        if self.mutate:
+            parts.append(f"Ablations: `{self.mutate_name}`, the `make mutate` run of {self.mutate.get('time', '?')}, "
+                         f"commit `{self.mutate.get('git_commit') or 'unknown'}`.")
+        else:
+            parts.append(f"Ablations: none recorded (`{self.mutate_name}` absent).")
+        parts.append("DERIVED figures: imported from `runner/defaults.py` and `runner/exitcodes.py` at render time.")
+        return "\n".join(f"- {p}" for p in parts)
+
+    def ablation_table(self) -> str:
+        muts = (self.mutate or {}).get("mutations", [])
+        if not muts:
+            return f"*No mutate run recorded (`{self.mutate_name}` absent or empty).*"
+        rows = ["| mutation | path it removes | verdict | killed by | documented survivors (stay green) |",
+                "|---|---|---|---|---|"]
+        for m in muts:
+            killed = "<br>".join(f"`{k}`" for k in m.get("killed_by", [])) or (m.get("detail") or "-")
+            surv = "<br>".join(f"`{s}`" for s in m.get("survivors", [])) or "-"
+            if m.get("survivors_red"):
+                surv += "<br>**RED:** " + ", ".join(f"`{s}`" for s in m["survivors_red"])
+            rows.append(f"| `{m['id']}` | {m['path']} | {m['verdict']} | {killed} | {surv} |")
+        n_killed = sum(m["verdict"] == "killed" for m in muts)
+        rows.append("")
+        rows.append(f"{n_killed} of {len(muts)} mutations killed in that run.")
+        return "\n".join(rows)
+
+
+def render(template: str, ctx: Context) -> str:
+    def sub(m: re.Match) -> str:
+        kind, arg = m.group(1), m.group(2)
+        if kind == "measured" and arg:
+            return ctx.measured(arg.strip())
+        if kind == "derived" and arg:
+            return ctx.derived(arg.strip())
+        if kind == "exitcode" and arg:
+            return ctx.exitcode(arg.strip())
+        if arg is None and kind in ("graceful_worst_case", "measurement_source", "measured_table", "ablation_table"):
+            return getattr(ctx, kind)()
+        raise RenderError(f"unknown placeholder {m.group(0)!r}")
+
+    return _PLACEHOLDER.sub(sub, template)
+
+
+def render_files(template: Path, measure: Path | None, mutate: Path | None) -> str:
+    ctx = Context(_load(measure), _load(mutate),
+                  measure_name=_rel(measure), mutate_name=_rel(mutate))
+    return render(template.read_text(encoding="utf-8"), ctx)
+
+
+def _rel(p: Path | None) -> str:
+    if p is None:
+        return "-"
+    try:
+        return str(p.resolve().relative_to(HERE.parent))
+    except ValueError:
+        return p.name
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="render_stop_latency", description="render docs/stop-latency.md")
+    ap.add_argument("--template", type=Path, default=HERE / "stop-latency.template.md")
+    ap.add_argument("--measure", type=Path, default=HERE / "measure.json")
+    ap.add_argument("--mutate", type=Path, default=HERE / "mutate.json")
+    ap.add_argument("--out", type=Path, default=HERE / "stop-latency.md")
+    ap.add_argument("--check", action="store_true",
+                    help="render to a temp file and fail with a diff if --out differs")
+    args = ap.parse_args(argv)
+    try:
+        text = render_files(args.template, args.measure, args.mutate)
+    except (RenderError, ValueError, KeyError) as exc:
+        print(f"render_stop_latency: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        with tempfile.NamedTemporaryFile("w", suffix=".md", delete=False) as tmp:
+            tmp.write(text)
+        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+        if current != text:
+            diff = difflib.unified_diff(current.splitlines(True), text.splitlines(True),
+                                        f"{args.out} (committed)", f"{tmp.name} (rendered now)")
+            sys.stdout.writelines(diff)
+            print(f"\n{args.out} is stale: run `make docs` and commit it", file=sys.stderr)
+            return 1
+        Path(tmp.name).unlink()
+        print(f"{args.out} is up to date")
+        return 0
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
