@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .atomic import atomic_write_text
 from .errors import BadInput, NoLiveRun, RunLocked
 
 
@@ -117,7 +118,9 @@ class RunDir:
         for sub in (rd.children, rd.output, rd.archive):
             sub.mkdir(exist_ok=True)
         run_id = rd.path.name if _RUN_ID.fullmatch(rd.path.name) else new_run_id()
-        rd.run_id_file.write_text(run_id + "\n")
+        # Written only once the spec link is won, so a losing create never overwrites the
+        # winner's id; atomic, so a later command never reads half an id.
+        atomic_write_text(rd.run_id_file, run_id + "\n")
         _fsync_dir(rd.path)
         return rd
 

@@ -62,7 +62,7 @@ def test_layout_and_run_id(tmp_path):
         "spec": "spec.toml", "state": "state.json", "journal": "journal.jsonl", "engine_identity": "engine.json",
         "lock": "lock", "children": "children", "snapshots": "snapshots.jsonl", "cgroup_file": "cgroup",
         "output": "output", "stop_request": "stop-request.json", "stop_file": "STOP", "pause_file": "PAUSE",
-        "archive": "archive", "engine_log": "engine.log",
+        "archive": "archive", "engine_log": "engine.log", "run_id_file": "run-id",
     }
     for attr, name in names.items():
         assert getattr(rd, attr) == rd.path / name
