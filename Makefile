@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv test measure
+.PHONY: venv test measure mutate docs docs-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,3 +27,19 @@ measure: $(STAMP)
 	mkdir -p $(ARTIFACTS)
 	$(PY) -m pytest --stop-latency -p no:xdist -m stop_latency --stop-latency-repeat 20 \
 		--stop-latency-json docs/measure.json -q
+	$(MAKE) --no-print-directory docs
+
+# The ablations (mutation/mutations.toml): a baseline, then each mutation in a scratch
+# copy, 2 at a time. Inner pytest output goes to $(ARTIFACTS)/mutate/*.log; stdout gets
+# the table. CI passes MUTATE_JSON elsewhere so that it never rewrites the committed one.
+MUTATE_JSON ?= docs/mutate.json
+mutate: $(STAMP)
+	$(PY) -m mutation --jobs 2 --artifacts $(ARTIFACTS)/mutate --json $(MUTATE_JSON)
+
+# docs/stop-latency.md from its template, docs/measure.json, docs/mutate.json and
+# runner/defaults.py. docs-check fails (with a diff) when the committed file is stale.
+docs: $(STAMP)
+	$(PY) docs/render_stop_latency.py
+
+docs-check: $(STAMP)
+	$(PY) docs/render_stop_latency.py --check
