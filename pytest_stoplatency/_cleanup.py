@@ -32,6 +32,7 @@ def kill_lineage(tokens, extras=()) -> tuple[list[dict], list[dict]]:
             break
         for pid, ticks in living:
             _procs.signal_identified(pid, ticks, signal.SIGKILL)  # stoplatency: per-test cleanup SIGKILL
+        extras = sorted(set(extras) | set(living))  # exiting members no longer show their token
         living = _procs.wait_gone(tokens, extras, timeout=SETTLE)
     return found, [describe(pid) for pid, _ in living]
 

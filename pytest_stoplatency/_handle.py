@@ -47,7 +47,8 @@ class Victim:
         return f"<Victim {self.lang}/{self.kind} pid={self.pid} token={self.token}>"
 
     def _extra_ids(self) -> list[tuple[int, int]]:
-        return [(int(e["pid"]), int(e["start_ticks"])) for e in self.extras]
+        # The victim itself too: while it exits its environ (and token) already reads empty.
+        return [(self.pid, self.start_ticks)] + [(int(e["pid"]), int(e["start_ticks"])) for e in self.extras]
 
     def _reap(self) -> None:
         if self.process is not None:

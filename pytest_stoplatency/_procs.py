@@ -129,8 +129,12 @@ def wait_gone(tokens, extras=(), timeout: float = 10.0, rescan: float = 0.05) ->
     respawner starts members that a snapshot taken at entry cannot know.
     """
     deadline = time.monotonic() + timeout
+    known: list[tuple[int, int]] = list(extras)
     while True:
-        living = lineage(tokens, extras)
+        # A member once seen stays watched until it is a zombie: an exiting process has
+        # already dropped its memory, so its environ (and token) reads empty before it dies.
+        living = lineage(tokens, known)
+        known = sorted(set(known) | set(living))
         left = deadline - time.monotonic()
         if not living or left <= 0:
             return living

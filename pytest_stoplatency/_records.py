@@ -38,9 +38,11 @@ def read_ready(path: Path) -> dict | None:
 
 
 def extras_of(info: dict | None) -> list[tuple[int, int]]:
+    """(pid, start_ticks) a ready file names: the victim itself and its recorded extras."""
     if not info:
         return []
-    return [(int(e["pid"]), int(e["start_ticks"])) for e in info.get("extras", [])]
+    return [(int(info["pid"]), int(info["start_ticks"]))] + [
+        (int(e["pid"]), int(e["start_ticks"])) for e in info.get("extras", [])]
 
 
 def owner_dirs() -> list[tuple[Owner, Path]]:
