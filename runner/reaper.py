@@ -198,6 +198,25 @@ def reap_pid(ident: Identity, kill_grace, *, confirm_timeout=CONFIRM_TIMEOUT) ->
     return report
 
 
+def _kill_groups(group_known, run_id):
+    for pgid, known in group_known.items():
+        signals.signal_group(pgid, signal.SIGKILL, members=list(known.values()), run_id=run_id)
+
+
+def _kill_pids(watch, pids):
+    for ident in pids:
+        watch.send(ident.pid, signal.SIGKILL)
+
+
+def _kill_tagged(watch, idents) -> list[int]:
+    """SIGKILL every tagged process; returns those it reached."""
+    hit = []
+    for ident in idents:
+        if watch.add(ident) is not None and watch.send(ident.pid, signal.SIGKILL):
+            hit.append(ident.pid)
+    return hit
+
+
 def kill_everything(*, groups, pids, run_id, kill_grace, cgroup=None, cgroup_scope="all",
                     confirm_timeout=CONFIRM_TIMEOUT) -> ReapReport:
     """The immediate stop: SIGTERM to every group, every pid and every tagged process at
@@ -246,12 +265,9 @@ def kill_everything(*, groups, pids, run_id, kill_grace, cgroup=None, cgroup_sco
         left = set(watch.alive())
 
         if left:
-            for pgid, known in group_known.items():
-                signals.signal_group(pgid, signal.SIGKILL, members=list(known.values()), run_id=run_id)
-            for ident in pids:
-                watch.send(ident.pid, signal.SIGKILL)  # kill-everything-pid-sigkill
-        for ident in sweep.tagged(run_id) if run_id else ():
-            if watch.add(ident) is not None and watch.send(ident.pid, signal.SIGKILL): left.add(ident.pid)  # tag-sweep-sigkill
+            _kill_groups(group_known, run_id)  # kill-everything-group-sigkill
+            _kill_pids(watch, pids)  # kill-everything-pid-sigkill
+        left.update(_kill_tagged(watch, sweep.tagged(run_id) if run_id else []))  # tag-sweep-sigkill
         if cgroup is not None:
             for ident in cgroup.member_identities(cgroup_scope):
                 if watch.add(ident) is not None:

@@ -14,6 +14,7 @@ import enum
 import logging
 import os
 import signal
+import time
 
 from . import identity
 from .identity import Identity
@@ -64,12 +65,15 @@ def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
     if st is None or st.zombie:
         os.close(fd)
         return None, Outcome.GONE
-    if st.start_ticks != ident.start_ticks:
-        os.close(fd)
-        log.warning("refusing to signal pid %d: start ticks %d, expected %d (pid reused by another process)",
-                    ident.pid, st.start_ticks, ident.start_ticks)
-        return None, Outcome.STALE
+    if st.start_ticks != ident.start_ticks: return _refuse_stale(fd, ident, st)  # identity-check
     return fd, Outcome.SENT
+
+
+def _refuse_stale(fd, ident, st):
+    os.close(fd)
+    log.warning("refusing to signal pid %d: start ticks %d, expected %d (pid reused by another process)",
+                ident.pid, st.start_ticks, ident.start_ticks)
+    return None, Outcome.STALE
 
 
 def signal_process(ident: Identity, sig) -> Outcome:
@@ -108,12 +112,26 @@ def has_tag(pid, run_id) -> bool:
     """Whether /proc/PID/environ holds exactly RUNNER_RUN_ID=run_id."""
     if not run_id:
         return False
-    try:
-        with open(f"/proc/{int(pid)}/environ", "rb") as f:
-            env = f.read()
-    except OSError:
-        return False
-    return f"{TAG}={run_id}".encode() in env.split(b"\0")
+    return f"{TAG}={run_id}".encode() in _environ(pid).split(b"\0")
+
+
+def _environ(pid) -> bytes:
+    """/proc/PID/environ. Empty for a kernel thread, and also for a user process caught
+    mid-exec: a vfork parent (subprocess) resumes before the kernel has laid out the
+    new image's environment. So an empty read is retried briefly for user processes."""
+    for attempt in range(5):
+        try:
+            with open(f"/proc/{int(pid)}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            return b""
+        if env:
+            return env
+        st = identity.stat(pid)
+        if st is None or st.zombie or st.ppid == 2 or st.pid == 2:  # gone, dead, or a kernel thread
+            return b""
+        time.sleep(0.0005 * (attempt + 1))
+    return b""
 
 
 def group_stats(pgid) -> list[identity.Stat]:
