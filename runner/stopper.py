@@ -89,7 +89,10 @@ def force(rd, kill_grace, *, fallback):
     groups = [(engine.pgid, [engine])] + [(child.pgid, [child]) for child in children]
     cgroup = None
     if rd.cgroup_file.exists():
-        cgroup = RunCgroup.open(Path(rd.cgroup_file.read_text().strip()))
+        try:
+            cgroup = RunCgroup.open(Path(rd.cgroup_file.read_text().strip()))
+        except FileNotFoundError:
+            cgroup = None  # the engine removed it on its way out
     report = reaper.kill_everything(groups=groups, pids=[engine, *children], run_id=rd.run_id,
                                     kill_grace=kill_grace, cgroup=cgroup)
     unkillable = sorted(set(report.unkillable))

@@ -1,3 +1,5 @@
+import time
+
 import pytest
 
 import runs as runs_helpers
@@ -15,6 +17,11 @@ class Runs:
     def spec(self, name="spec.toml", **kwargs):
         return runs_helpers.write_spec(self.tmp_path / name, **kwargs)
 
+    def __getattr__(self, name):
+        # The fixture shadows the helper module of the same name in a test's
+        # signature, so it answers for the module's helpers too.
+        return getattr(runs_helpers, name)
+
     def start(self, spec_path, name="run"):
         run_dir = self.tmp_path / name
         self.started.append(run_dir)
@@ -31,6 +38,9 @@ def runs(tmp_path):
         rd = RunDir(run_dir)
         if not rd.exists():
             continue
+        settle = time.monotonic() + 2.0  # an engine past its lock release may still be exiting
+        while not rd.is_live() and runs_helpers.tagged(rd.run_id) and time.monotonic() < settle:
+            time.sleep(0.02)
         if rd.is_live() or runs_helpers.tagged(rd.run_id):
             leaked[rd.run_id] = runs_helpers.tagged(rd.run_id)
             if rd.engine_identity.exists():

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from runner import identity, stopper
 from runner import journal as journalmod
 from runner.rundir import RunDir
 from runner.state import StateStore
@@ -82,11 +83,15 @@ def wait_event(rd, name, timeout=30.0, **match):
 
 
 def wait_engine_exit(rd, timeout=30.0):
+    """Until the engine has released its lock and its process is gone."""
     deadline = time.monotonic() + timeout
     while rd.is_live():
         if time.monotonic() > deadline:
             raise AssertionError(f"engine of {rd.path} still live after {timeout}s")
         time.sleep(0.01)
+    engine = identity.read(rd.engine_identity)
+    if not stopper.wait_engine_gone(engine, max(deadline - time.monotonic(), 0.0)):
+        raise AssertionError(f"engine pid {engine.pid} of {rd.path} still running after {timeout}s")
 
 
 def state(rd):
