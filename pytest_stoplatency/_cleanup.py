@@ -31,6 +31,8 @@ def kill_lineage(tokens, extras=()) -> tuple[list[dict], list[dict]]:
         if not living:
             break
         for pid, ticks in living:
+            if not _procs.is_alive(pid, ticks):
+                continue  # died since the scan (a group kill in the test may still be landing)
             _procs.signal_identified(pid, ticks, signal.SIGKILL)  # stoplatency: per-test cleanup SIGKILL
         extras = sorted(set(extras) | set(living))  # exiting members no longer show their token
         living = _procs.wait_gone(tokens, extras, timeout=SETTLE)
