@@ -102,7 +102,7 @@ def _run(args):
 
 
 def _resume(args):
-    rd = rundirmod.resolve(args.run_dir, want=lambda r: not r.is_live(), what="resumable")
+    rd = rundirmod.resolve(args.run_dir, want=_resumable, what="resumable")
     if rd.is_live():
         raise RunLocked(f"{rd.path}: an engine of this run is alive; stop it first")
     spec = load_spec(rd.spec)
@@ -118,6 +118,14 @@ def _resume(args):
     journal.append("resume", attempt=state.attempt + 1)
     journal.close()
     return _start_engine(rd, spec, args.detach)
+
+
+def _resumable(rd):
+    """A run with no live engine whose last attempt was stopped or never finished."""
+    if rd.is_live():
+        return False
+    state = StateStore(rd.state).load_or_none()
+    return state is not None and (state.stopped or state.status in ("stopped", "crashed", "running"))
 
 
 def _start_engine(rd, spec, detach):
