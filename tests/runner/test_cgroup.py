@@ -1,0 +1,157 @@
+"""runner.cgroup: containment on this machine's cgroup v2 (hybrid layout, unified/)."""
+
+import logging
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from runner import cgroup as cgroup_mod
+from runner import identity, reaper, sweep
+from runner.cgroup import RunCgroup
+from runner.errors import BadInput
+
+pytestmark = pytest.mark.skipif(not cgroup_mod.available(), reason="no writable cgroup v2 with cgroup.kill")
+
+
+def cgroup_of(pid) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    return ""
+
+
+@pytest.fixture
+def cg():
+    """Requested after `spawn` in each test, so it is torn down (killed, removed) before
+    the victim fixture checks for leaks."""
+    run_id = f"t-{uuid.uuid4().hex[:8]}"
+    group = RunCgroup.create(run_id)
+    yield group
+    group.kill("all", timeout=5)
+    group.remove()
+    assert not group.path.exists()
+
+
+@pytest.fixture
+def spawn(victim):
+    popens, run_ids = [], []
+
+    def start(kind, *, cgroup=None, run_id=None, **kw):
+        prepared = victim.prepare(kind, **kw)
+        env = {k: v for k, v in os.environ.items() if k != "RUNNER_RUN_ID"}
+        if run_id:
+            env["RUNNER_RUN_ID"] = run_id
+            run_ids.append(run_id)
+        argv = cgroup.wrap_argv(prepared.argv) if cgroup else prepared.argv
+        proc = subprocess.Popen(argv, process_group=0, env=env, stdin=subprocess.DEVNULL)
+        popens.append(proc)
+        return prepared.adopt(process=proc)
+
+    yield start
+    for run_id in run_ids:
+        sweep.kill_tagged(run_id, 0.0)
+    for proc in popens:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_cgroup2_root_is_found_through_mountinfo():
+    root = cgroup_mod.cgroup2_root()
+    assert root is not None and (root / "cgroup.controllers").exists()
+    mounts = [l for l in Path("/proc/self/mountinfo").read_text().splitlines() if " - cgroup2 " in l]
+    assert any(l.split()[4] == str(root) for l in mounts)
+
+
+def test_create_makes_engine_and_work_with_no_controllers(cg):
+    assert (cg.path / "engine" / "cgroup.procs").exists()
+    assert (cg.path / "work" / "cgroup.procs").exists()
+    assert (cg.path / "cgroup.subtree_control").read_text().strip() == ""
+    assert RunCgroup.open(cg.path).path == cg.path
+
+
+def test_wrapped_child_and_its_env_scrubbed_grandchild_live_in_work(spawn, cg):
+    """The trampoline moves the child into work/ before exec; a grandchild that dropped
+    its environment and left the group is still there (read from /proc/PID/cgroup)."""
+    v = spawn("env-scrubber", cgroup=cg)
+    scrubbed = int(v.extras[0]["pid"])
+    rel = "/" + str((cg.path / "work").relative_to(cgroup_mod.cgroup2_root()))
+    assert cgroup_of(v.pid) == rel
+    assert cgroup_of(scrubbed) == rel
+    assert not Path(f"/proc/{scrubbed}/environ").read_bytes()
+    assert set(cg.members("work")) >= {v.pid, scrubbed}
+    assert cg.populated("work")
+
+
+def test_kill_work_empties_it_confirmed_by_populated_0(spawn, cg):
+    """cgroup.kill takes every process in work/, trapping or scrubbed, and
+    cgroup.events confirms populated 0; then the cgroup can be removed."""
+    v = spawn("env-scrubber", cgroup=cg)
+    f = spawn("forker", cgroup=cg)
+    assert cg.kill("work", timeout=2)
+    assert "populated 0" in (cg.path / "work" / "cgroup.events").read_text()
+    assert v.wait_gone(2) and f.wait_gone(2)
+    assert cg.members("all") == []
+
+
+def test_kill_everything_reaches_the_env_scrubbers_grandchild_only_through_the_cgroup(spawn, cg):
+    """The scrubbed grandchild traps SIGTERM, has no tag, left the group: of all routes,
+    only the cgroup kill reaches it. Ablation: delete the line ending `# cgroup-kill` in
+    reaper.py and it survives (red)."""
+    rid = f"t-{uuid.uuid4().hex[:8]}"
+    v = spawn("env-scrubber", cgroup=cg, run_id=rid)
+    scrubbed = int(v.extras[0]["pid"])
+    report = reaper.kill_everything(groups=[(v.pgid, [identity.current(v.pid)])], pids=[], run_id=rid,
+                                    kill_grace=0.3, cgroup=cg, cgroup_scope="work")
+    assert scrubbed in report.needed_kill and report.unkillable == []
+    assert v.wait_gone(2)
+    assert not cg.populated("work")
+
+
+def test_enter_engine_moves_the_caller(cg):
+    code = (f"from runner.cgroup import RunCgroup; import os; RunCgroup.open({str(cg.path)!r}).enter_engine(); "
+            f"print(open('/proc/self/cgroup').read())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert f"0::/{(cg.path / 'engine').relative_to(cgroup_mod.cgroup2_root())}" in out.stdout
+
+
+def test_kill_from_inside_spares_the_caller_and_kills_the_rest(spawn, cg):
+    """A stopper inside the cgroup (a hook running `runner stop`) must not cgroup.kill
+    itself: it kills the other members one by one and lives."""
+    v = spawn("trap-term", cgroup=cg)
+    code = (f"from runner.cgroup import RunCgroup; import os; c = RunCgroup.open({str(cg.path)!r}); "
+            f"print(c.kill('work', timeout=2))")
+    out = subprocess.run(cg.wrap_argv([sys.executable, "-c", code]), capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert v.wait_gone(2)
+
+
+def test_remove_refuses_while_populated_then_succeeds(spawn, cg):
+    v = spawn("cooperative", cgroup=cg)
+    with pytest.raises(OSError):
+        cg.remove()
+    assert cg.kill("all", timeout=2)
+    cg.remove()
+    assert not cg.path.exists()
+    assert v.wait_gone(2)
+
+
+def test_resolve_containment_modes(monkeypatch, caplog):
+    assert cgroup_mod.resolve_containment("group") == "group"
+    assert cgroup_mod.resolve_containment("cgroup") == "cgroup"
+    assert cgroup_mod.resolve_containment("auto") == "cgroup"
+    with pytest.raises(BadInput):
+        cgroup_mod.resolve_containment("bogus")
+    monkeypatch.setattr(cgroup_mod, "available", lambda: False)
+    monkeypatch.setattr(cgroup_mod, "_fallback_said", False)
+    with pytest.raises(BadInput):
+        cgroup_mod.resolve_containment("cgroup")
+    with caplog.at_level(logging.WARNING, logger="runner.cgroup"):
+        assert cgroup_mod.resolve_containment("auto") == "group"
+        assert cgroup_mod.resolve_containment("auto") == "group"
+    assert caplog.text.count("falls back") == 1
