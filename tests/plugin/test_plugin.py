@@ -1,0 +1,139 @@
+"""The plugin's own behaviour, through real inner pytest processes (runpytest_subprocess)."""
+
+import json
+
+from pytest_stoplatency import _procs, plugin
+
+LATENCY_TESTS = '''
+import json, os, signal, pytest
+
+@pytest.mark.stop_latency(bound=5, label="killpg SIGKILL / forker")
+def test_killpg(victim, stop_latency):
+    v = victim("forker")
+    with stop_latency.measure(None, v) as m:
+        os.killpg(v.pgid, signal.SIGKILL)
+    assert m.latency is not None and m.latency >= m.returned
+
+@pytest.mark.stop_latency(bound=5)
+def test_explicit_label(victim, stop_latency):
+    v = victim("trap-term", lang="bash")
+    with stop_latency.measure("explicit / trap-term", v):
+        os.killpg(v.pgid, signal.SIGKILL)
+'''
+
+
+def run(pytester, *args, timeout=60):
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
+
+
+def test_marked_tests_skip_without_the_flag(pytester):
+    """Path: no --stop-latency, no ini key -> marked tests skip with the reason naming how to enable them."""
+    pytester.makepyfile(LATENCY_TESTS)
+    result = run(pytester, "-rs", "-p", "no:xdist")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines([f"*{plugin.SKIP_REASON}*"])
+
+
+def test_ini_key_enables_them(pytester):
+    """Path: the ini key `stop_latency = true` means the same as --stop-latency."""
+    pytester.makeini("[pytest]\nstop_latency = true\n")
+    pytester.makepyfile(LATENCY_TESTS)
+    run(pytester, "-p", "no:xdist").assert_outcomes(passed=2)
+
+
+def test_marker_registered_and_help_texts(pytester):
+    """Path: the marker is registered (clean under --strict-markers) and option/ini help come from the constants."""
+    pytester.makepyfile(LATENCY_TESTS)
+    run(pytester, "--strict-markers", "-p", "no:xdist").assert_outcomes(skipped=2)
+    markers = run(pytester, "--markers")
+    assert plugin.MARKER_LINE in markers.stdout.str()
+    helptext = " ".join(run(pytester, "--help").stdout.str().split())
+    for text in (plugin.HELP_ENABLE, plugin.HELP_JSON, plugin.HELP_REPEAT, plugin.HELP_INI):
+        assert " ".join(text.split()) in helptext
+
+
+def test_table_and_json_with_repeat(pytester):
+    """Path: --stop-latency-repeat N runs each marked test N times; the table and the JSON hold every sample."""
+    pytester.makepyfile(LATENCY_TESTS)
+    result = run(pytester, "--stop-latency", "-p", "no:xdist", "--stop-latency-repeat", "3",
+                 "--stop-latency-json", "out/lat.json")
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines([
+        "*= stop latency =*",
+        "label*n*min*median*p95*max*bound*verdict",
+        "explicit / trap-term*3*pass",
+        "killpg SIGKILL / forker*3*pass",
+        "stoplatency: swept * ownerless victim process(es)",
+    ])
+    doc = json.loads((pytester.path / "out" / "lat.json").read_text())
+    assert doc["schema"] == 1
+    assert set(doc) == {"schema", "machine", "time", "git_commit", "samples", "labels", "missing_workers", "swept"}
+    assert set(doc["machine"]) == {"kernel", "python", "cpus", "hostname"}
+    assert len(doc["samples"]) == 6
+    for s in doc["samples"]:
+        assert set(s) == {"label", "nodeid", "latency", "returned", "bound", "ok", "worker"}
+        assert s["ok"] and s["worker"] is None and 0 <= s["returned"] <= s["latency"] < 5
+    lab = doc["labels"]["killpg SIGKILL / forker"]
+    assert lab["n"] == 3 and lab["bound"] == 5 and lab["verdict"] == "pass"
+    assert lab["min"] <= lab["median"] <= lab["p95"] <= lab["max"]
+    assert doc["missing_workers"] == []
+
+
+def test_bound_fails_names_and_kills_survivors(pytester):
+    """Path: a stop that cannot reach the tree (SIGTERM vs trap-term) fails at the bound, naming the
+    survivors (pid, command line, state), and kills them; the sample is recorded as failed.
+
+    Ablation: drop the kill_lineage call in the recorder -> the per-test cleanup reports a leak (errors=1).
+    """
+    pytester.makepyfile('''
+import json, os, signal, pytest
+
+@pytest.mark.stop_latency(bound=1, label="SIGTERM only / trap-term")
+def test_too_slow(victim, stop_latency):
+    v = victim("forker")
+    json.dump(v.members(), open("members.json", "w"))
+    with stop_latency.measure(None, v):
+        os.killpg(v.pgid, signal.SIGTERM)
+''')
+    result = run(pytester, "--stop-latency", "-p", "no:xdist", "--stop-latency-json", "lat.json")
+    result.assert_outcomes(failed=1)
+    members = json.loads((pytester.path / "members.json").read_text())
+    assert len(members) == 3
+    assert not [m for m in members if _procs.is_alive(*m)]
+    out = result.stdout.str()
+    assert "3 process(es) still alive at the bound" in out
+    for pid, _ in members:
+        assert f"pid {pid} [S] " in out
+    assert "pytest_stoplatency.victim forker" in out
+    result.stdout.fnmatch_lines(["SIGTERM only / trap-term*1*fail"])
+    doc = json.loads((pytester.path / "lat.json").read_text())
+    (s,) = doc["samples"]
+    assert s["ok"] is False and s["latency"] >= 1.0
+
+
+def test_xdist_merges_both_workers(pytester):
+    """Path: under -n 2 each worker hands its samples over workeroutput; the controller merges and alone writes."""
+    pytester.makepyfile(LATENCY_TESTS)
+    result = run(pytester, "--stop-latency", "-n", "2", "--dist", "each", "--stop-latency-json", "lat.json")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["explicit / trap-term*2*pass", "killpg SIGKILL / forker*2*pass"])
+    doc = json.loads((pytester.path / "lat.json").read_text())
+    assert {s["worker"] for s in doc["samples"]} == {"gw0", "gw1"}
+    assert doc["labels"]["killpg SIGKILL / forker"]["n"] == 2
+    assert doc["missing_workers"] == []
+    assert [p.name for p in pytester.path.iterdir() if p.name.startswith(".lat.json")] == []
+
+
+def test_xdist_names_a_worker_that_returned_nothing(pytester):
+    """Path: a worker that dies hands over no workeroutput; the controller names it in the summary and JSON."""
+    pytester.makepyfile('''
+import os, pytest
+
+def test_crash():
+    os._exit(3)
+''')
+    result = run(pytester, "--stop-latency", "-n", "2", "--max-worker-restart", "0",
+                 "--stop-latency-json", "lat.json")
+    result.stdout.fnmatch_lines(["*stoplatency: workers that returned no samples: gw*"])
+    doc = json.loads((pytester.path / "lat.json").read_text())
+    assert doc["missing_workers"] and all(w.startswith("gw") for w in doc["missing_workers"])
