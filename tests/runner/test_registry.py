@@ -1,0 +1,103 @@
+"""runner.registry: live children, the stop that kills them all, and its record."""
+
+import os
+import subprocess
+import threading
+import uuid
+
+import pytest
+
+from runner import identity, sweep
+from runner.registry import Registry
+
+KILL_GRACE = 0.3
+MARGIN = 1.0
+
+
+@pytest.fixture
+def reg(tmp_path):
+    run_id = f"t-{uuid.uuid4().hex[:8]}"
+    registry = Registry(tmp_path / "children", run_id=run_id, kill_grace=KILL_GRACE)
+    yield registry
+    sweep.kill_tagged(run_id, 0.0)
+
+
+@pytest.fixture
+def start(reg, victim):
+    popens = []
+
+    def go(kind, **kw):
+        prepared = victim.prepare(kind, **kw)
+        proc = subprocess.Popen(prepared.argv, process_group=0, stdin=subprocess.DEVNULL,
+                                env=dict(os.environ, RUNNER_RUN_ID=reg.run_id))
+        popens.append(proc)
+        return proc, prepared.adopt(process=proc)
+
+    yield go
+    for proc in popens:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_register_writes_the_childs_identity_file(reg, start, tmp_path):
+    proc, v = start("trap-term")
+    entry = reg.register(proc, "provider")
+    path = tmp_path / "children" / f"{proc.pid}.json"
+    assert identity.read(path) == identity.current(proc.pid)
+    assert identity.read_extra(path)["name"] == "provider"
+    assert reg.live() == [entry]
+
+
+def test_stop_all_kills_every_tree_and_remembers_it(reg, start):
+    """Two trapping calls, one forker with trapping children: all gone within about
+    kill_grace; both entries recorded as killed by the stop, with the origin."""
+    (p1, v1), (p2, v2) = start("trap-term"), start("forker", children=2)
+    e1, e2 = reg.register(p1, "a"), reg.register(p2, "b")
+    report = reg.stop_all("file")
+    assert reg.stopping and reg.origin == "file"
+    assert reg.killed_by_stop(e1) and reg.killed_by_stop(e2)
+    assert v1.wait_gone(1) and v2.wait_gone(1)
+    assert len(report.needed_kill) == 4 and report.elapsed < KILL_GRACE + MARGIN
+
+
+def test_an_entry_unregistered_before_the_stop_is_not_killed_by_it(reg, start):
+    proc, v = start("cooperative")
+    entry = reg.register(proc, "done")
+    reg.unregister(entry)
+    reg.stop_all("signal")
+    assert not reg.killed_by_stop(entry)
+
+
+def test_stop_all_is_idempotent_and_thread_safe(reg, start):
+    """Concurrent stops (signal handler path and watchdog path) do the work once and
+    both get the same report; the first origin wins."""
+    proc, v = start("trap-term")
+    reg.register(proc, "a")
+    reports = []
+    threads = [threading.Thread(target=lambda o=o: reports.append(reg.stop_all(o))) for o in ("signal", "file")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(KILL_GRACE + MARGIN)
+    assert len(reports) == 2 and reports[0] is reports[1]
+    assert reg.origin in ("signal", "file")
+    assert v.wait_gone(1)
+
+
+def test_register_while_stopping_kills_at_once(reg, start):
+    reg.stop_all("signal")
+    proc, v = start("trap-term")
+    entry = reg.register(proc, "late")
+    assert reg.killed_by_stop(entry)
+    assert v.wait_gone(1)
+
+
+def test_snapshots_reach_an_escapee_after_its_parent_died(reg, start):
+    """A snapshot taken while the tree lives keeps the setsid'd escapee reachable."""
+    proc, v = start("escapee")
+    entry = reg.register(proc, "esc")
+    reg.snapshot(entry)
+    assert len(entry.snapshots) == 1
+    reg.stop_all("signal")
+    assert v.wait_gone(1)
