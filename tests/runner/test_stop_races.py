@@ -1,0 +1,187 @@
+"""Stops that race each other or meet an engine that cannot answer, and a command killed
+from outside while no stop is pending. Every run's provider (or verify command) is an
+adversarial process: a trap-term victim or a shell that ignores SIGTERM."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+import runs as R
+from runner import identity
+from runner.exitcodes import Exit
+
+KILL_GRACE = 0.3
+
+
+def stop_proc(rd, *flags):
+    return subprocess.Popen([*R.RUNNER, "stop", "--run-dir", str(rd.path), *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+
+
+def finish(procs, timeout=30):
+    """Wait for every stopper; kill what is left if one hangs, so none leaks."""
+    out = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout)
+            out.append((p.returncode, stdout + stderr))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return out
+
+
+def trap_term_run(runs, victim, **stop):
+    p = victim.prepare("trap-term")
+    spec = runs.spec(items=("a",), provider=p.argv,
+                     stop={"kill_grace": KILL_GRACE, "grace": 5.0, **stop})
+    rd = runs.start(spec)
+    R.wait_event(rd, "session-start", item="a")
+    return rd, p.adopt(timeout=10)
+
+
+def assert_one_engine_stop(rd, origin="signal"):
+    R.wait_engine_exit(rd)
+    stops = R.events(rd, "run-stop")
+    assert len(stops) == 1, stops
+    assert (stops[0]["origin"], stops[0]["mode"], stops[0]["fallback"]) == (origin, "hard", False)
+    st = R.state(rd)
+    assert (st.status, st.stopped, st.stop_origin) == ("stopped", True, origin)
+    assert not R.events(rd, "graceful-stop")
+    assert not R.tagged(rd.run_id)
+
+
+def test_two_hard_stops_at_once(runs, victim, stop_latency):
+    """Path: two `runner stop` started together against a trap-term provider: one hard
+    stop, honored by the engine (no fallback), exactly one run-stop; each stopper exits OK,
+    or the one that came second says there is no live engine any more. Ablation: drop the
+    engine's single-consumer/first-origin-wins guard (StopController.request) and a
+    second run-stop or a forced fallback shows up."""
+    rd, v = trap_term_run(runs, victim)
+    with stop_latency.measure("two hard stops at once", v, bound=KILL_GRACE + 2.0):
+        results = finish([stop_proc(rd), stop_proc(rd)])
+    codes = sorted(code for code, _ in results)
+    assert codes in ([Exit.OK, Exit.OK], [Exit.OK, Exit.NO_LIVE_RUN]), results
+    for code, text in results:
+        if code == Exit.NO_LIVE_RUN:
+            assert "no live engine" in text, text
+    assert_one_engine_stop(rd)
+
+
+@pytest.mark.parametrize("first", ["graceful", "hard"])
+def test_graceful_racing_hard_is_still_hard(runs, victim, stop_latency, first):
+    """Path: `runner stop --graceful` and `runner stop` started together (either one
+    first): the stop is hard (never downgraded): the trap-term provider is killed in
+    about kill_grace instead of being waited out, the engine records mode hard, one
+    run-stop, no graceful-stop. Ablation: make control.lodge replace instead of max(old,
+    new) and the graceful request can overwrite the hard one."""
+    rd, v = trap_term_run(runs, victim)
+    graceful, hard = ["--graceful"], []
+    order = [graceful, hard] if first == "graceful" else [hard, graceful]
+    with stop_latency.measure(f"graceful racing hard ({first} first)", v, bound=KILL_GRACE + 2.0):
+        results = finish([stop_proc(rd, *flags) for flags in order])
+    for code, text in results:
+        assert code in (Exit.OK, Exit.NO_LIVE_RUN), results
+    assert_one_engine_stop(rd)
+
+
+def test_wedged_engine_falls_back_after_grace(runs, victim, stop_latency):
+    """Path: the engine is SIGSTOPped (it neither runs its SIGTERM handler nor reads the
+    control file), `runner stop` waits out grace (1 s), then force-kills: exit
+    STOP_FORCED, journal run-stop fallback true origin forced (exactly one), the engine
+    gone, nothing left with the run's tag. Ablation: remove the fallback in
+    stopper.stop_hard and the stop returns with the engine still there."""
+    grace = 1.0
+    rd, v = trap_term_run(runs, victim, grace=grace)
+    engine = identity.read(rd.engine_identity)
+    assert identity.is_running(engine)
+    os.kill(engine.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    with stop_latency.measure("wedged engine, fallback", v, bound=grace + KILL_GRACE + 3.0):
+        proc = R.runner("stop", "--run-dir", rd.path)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == Exit.STOP_FORCED, (proc.returncode, proc.stderr)
+    assert "grace" in proc.stderr
+    assert elapsed >= grace  # it did wait for the engine first
+    assert not identity.is_running(engine)
+    R.wait_engine_exit(rd, timeout=5)
+    stops = R.events(rd, "run-stop")
+    assert len(stops) == 1, stops
+    assert (stops[0]["origin"], stops[0]["fallback"], stops[0]["forced"]) == ("forced", True, True)
+    st = R.state(rd)
+    assert (st.status, st.stopped, st.stop_origin) == ("stopped", True, "forced")
+    assert not R.tagged(rd.run_id)
+
+
+def test_stop_now_with_an_escapee_leaves_nothing_tagged(runs, victim, stop_latency):
+    """Path: `runner stop --now` while the provider is an `escapee` victim (traps SIGTERM;
+    its trapping child did setsid and left the group): every process with the run's tag
+    is gone within about kill_grace plus overhead; one forced run-stop. Ablation: drop the
+    tag sweep / cgroup kill in reaper.kill_everything and the escaped grandchild survives."""
+    p = victim.prepare("escapee")
+    spec = runs.spec(items=("a",), provider=p.argv, stop={"kill_grace": KILL_GRACE, "grace": 5.0})
+    rd = runs.start(spec)
+    v = p.adopt(timeout=10)
+    escaped = [c for c in v.tree() if c.pid != v.pid]
+    assert escaped and all(os.getsid(c.pid) != v.sid for c in escaped)
+    with stop_latency.measure("stop --now, escapee provider", v, bound=KILL_GRACE + 2.0):
+        proc = R.runner("stop", "--now", "--run-dir", rd.path)
+    assert proc.returncode == Exit.OK, (proc.returncode, proc.stderr)
+    assert not R.tagged(rd.run_id)
+    R.wait_engine_exit(rd, timeout=5)
+    stops = R.events(rd, "run-stop")
+    assert len(stops) == 1 and stops[0]["forced"] is True, stops
+
+
+def _child_named(rd, name, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in rd.children.glob("*.json"):
+            try:
+                if identity.read_extra(path).get("name") == name:
+                    return identity.read(path)
+            except (FileNotFoundError, ValueError):
+                continue
+        time.sleep(0.02)
+    raise AssertionError(f"no child {name!r} registered in {rd.children}")
+
+
+def test_verify_killed_from_outside_is_a_failed_verify(runs, tmp_path):
+    """Path: a verify command killed from outside (SIGKILL to its group, identity read
+    from the children file the engine wrote) while no stop is pending is a real failure:
+    verify-result outcome failed, a repair is dispatched, and after the repair the verify
+    passes and the run completes, with no run-stop. The other half of stop-aware
+    classification (a stop's kill is not a failure) is proven in test_stop_protocol.py.
+    Ablation: classify every SIGKILLed command as stopped and this goes red."""
+    marker = tmp_path / "verified-once"
+    # First run: mark, then block (to be killed). Second run (after the repair): pass.
+    check = R.sh('[ -e "$1" ] && exit 0; : > "$1"; trap "" TERM; while :; do sleep 0.05; done',
+                 str(marker))
+    spec = runs.spec(items=("a",), provider=["true"], stop={"kill_grace": KILL_GRACE},
+                     verify=[{"command": check, "timeout": 60, "fixable": True}],
+                     repair={"max_attempts": 1}, retry={"backoff": 0})
+    rd = runs.start(spec)
+    R.wait_event(rd, "phase-start", phase="verify", item="a")
+    ident = _child_named(rd, "verify0")
+    deadline = time.monotonic() + 10
+    while not marker.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    # Ours, checked: the group leader is still the process the engine recorded.
+    assert identity.is_running(ident) and ident.pgid == ident.pid
+    os.killpg(ident.pgid, signal.SIGKILL)
+
+    assert R.runner("wait", "--run-dir", rd.path).returncode == Exit.OK
+    results = R.events(rd, "verify-result", item="a")
+    assert [r["outcome"] for r in results] == ["failed", "passed"], results
+    assert len(R.events(rd, "repair-dispatch", item="a")) == 1
+    assert not R.events(rd, "run-stop")
+    st = R.state(rd)
+    assert (st.status, st.stopped) == ("completed", False)
+    assert st.items["a"].repairs == 1
