@@ -199,7 +199,7 @@ def test_stop_file_while_paused(runs, stop_latency):
     engine = identity.read(rd.engine_identity)
     with stop_latency.measure(None):
         rd.stop_file.write_text("")
-        runs.wait_engine_exit(rd)
+        runs.wait_engine_exit(rd, timeout=BOUND)
     assert not identity.is_running(engine)
     stops = runs.events(rd, "run-stop")
     assert len(stops) == 1 and stops[0]["mode"] == "graceful"
@@ -217,7 +217,7 @@ def test_stop_file_during_backoff(runs, stop_latency):
     runs.wait_event(rd, "phase-start", phase="backoff")
     with stop_latency.measure(None):
         rd.stop_file.write_text("")
-        runs.wait_engine_exit(rd)
+        runs.wait_engine_exit(rd, timeout=BOUND)
     stops = runs.events(rd, "run-stop")
     assert len(stops) == 1 and stops[0]["mode"] == "graceful"
     assert runs.events(rd, "graceful-stop")[0]["where"] == "backoff"
