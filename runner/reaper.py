@@ -119,19 +119,20 @@ class Watch:
         self.fds.clear()
 
 
-def _living_group(pgid) -> list[Identity]:
+def _living_group(pgid, stats=None) -> list[Identity]:
     out = []
-    for st in signals.group_stats(pgid):
+    for st in signals.group_stats(pgid) if stats is None else stats:
         if not st.zombie:
             out.append(Identity(st.pid, st.pgid, st.sid, st.start_ticks, identity.boot_id()))
     return out
 
 
-def _wait_group_empty(pgid, deadline, known: dict) -> list[Identity]:
+def _wait_group_empty(pgid, deadline, known: dict, first=None) -> list[Identity]:
     """Wait until no living member is left in the group or the deadline passes; returns
-    the members still alive. Re-scans after each exit, since members may fork."""
+    the members still alive. Re-scans after each exit, since members may fork. `first`:
+    the members just seen, to spare the first scan."""
     while True:
-        living = _living_group(pgid)
+        living, first = (_living_group(pgid) if first is None else first), None
         for ident in living:
             known.setdefault(ident.pid, ident)
         if not living or time.monotonic() >= deadline:
@@ -153,15 +154,17 @@ def reap_group(pgid, kill_grace, *, members=(), run_id=None, confirm_timeout=CON
     t0 = time.monotonic()
     report = ReapReport()
     known = {m.pid: m for m in members}
-    at_term = _living_group(pgid)
+    stats = signals.group_stats(pgid)
+    at_term = _living_group(pgid, stats)
     for ident in at_term:
         known.setdefault(ident.pid, ident)
-    if not at_term or not signals.signal_group(pgid, signal.SIGTERM, members=list(known.values()), run_id=run_id):
+    if not at_term or not signals.signal_group(pgid, signal.SIGTERM, members=list(known.values()), run_id=run_id,
+                                               stats=stats):
         report.elapsed = time.monotonic() - t0
         return report
     # Members seen at TERM time were verified as ours by the guard above, so they may
     # vouch for the group at KILL time even after the recorded leader is gone.
-    left = _wait_group_empty(pgid, t0 + kill_grace, known)
+    left = _wait_group_empty(pgid, t0 + kill_grace, known, first=at_term)
     report.died_at_term = [i.pid for i in at_term if i.pid not in {x.pid for x in left}]
     if left:
         report.needed_kill = [i.pid for i in left]

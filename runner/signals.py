@@ -173,7 +173,7 @@ def refusal(pgid) -> str | None:
     return None
 
 
-def signal_group(pgid, sig, *, members=(), run_id=None) -> bool:
+def signal_group(pgid, sig, *, members=(), run_id=None, stats=None) -> bool:
     """killpg(pgid, sig) if the group is still ours; True if sent.
 
     Remaining race: a group has no pidfd, so between the membership check below and
@@ -184,8 +184,10 @@ def signal_group(pgid, sig, *, members=(), run_id=None) -> bool:
     if why is not None:
         log.warning("refusing to signal: %s", why)
         return False
-    if not group_is_ours(pgid, members, run_id):
-        if group_stats(pgid):
+    # `stats`: a scan the caller has just made (one /proc scan costs milliseconds).
+    stats = group_stats(pgid) if stats is None else stats
+    if not group_is_ours(pgid, members, run_id, stats=stats):
+        if stats:
             log.warning("refusing to signal process group %d: no member matches a recorded identity "
                         "or carries %s=%s (group id reused?)", pgid, TAG, run_id)
         return False
