@@ -49,9 +49,13 @@ class Outcome:
 
 
 def _git_commit(root: Path) -> str | None:
+    """HEAD, marked "+dirty" when the copied tree differs from it (the copy includes
+    uncommitted edits and untracked files, so HEAD alone would overstate provenance)."""
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, check=True,
-                              capture_output=True, text=True).stdout.strip() or None
+        git = lambda *a: subprocess.run(["git", *a], cwd=root, check=True,
+                                        capture_output=True, text=True).stdout.strip()
+        head = git("rev-parse", "HEAD")
+        return head + ("+dirty" if git("status", "--porcelain") else "") if head else None
     except (OSError, subprocess.CalledProcessError):
         return None
 
