@@ -123,7 +123,7 @@ def test_hangs(victim):
     try:
         assert len(recorded(pytester)) == 2
         pytester.makepyfile(test_next="def test_nothing():\n    pass\n")
-        result = run_inner(pytester, "test_next.py")
+        result = run_inner(pytester, "test_next.py", "--stop-latency")
         left = living(pytester)
     finally:
         kill_all(living(pytester))
