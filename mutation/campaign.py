@@ -93,7 +93,7 @@ def _baseline(campaign: Campaign, mutations, root: Path, jobs: int, artifacts: P
     problems, logs = [], []
     for ids, r in runs:
         logs.append(r.log)
-        problems += baseline_problems(ids, r.probe, r.timed_out, r.returncode)
+        problems += baseline_problems(ids, r.probe, r.timed_out, r.returncode, r.not_found)
         if r.leaked:
             problems.append(f"processes left behind by the baseline run: {r.leaked}")
     elapsed = time.monotonic() - t0
@@ -116,7 +116,8 @@ def _one(campaign: Campaign, m: Mutation, root: Path, artifacts: Path) -> Result
         r = inner.run(copy, list(m.node_ids), campaign.pytest_args, artifacts / m.id,
                       artifacts / f"{m.id}.log", m.timeout, target)
         v = judge(killers=m.killers, survivors=m.survivors, scratch=str(copy), target=target,
-                  timed_out=r.timed_out, returncode=r.returncode, probe=r.probe, imports=r.imports)
+                  timed_out=r.timed_out, returncode=r.returncode, probe=r.probe, imports=r.imports,
+                  not_found=r.not_found)
         return Result(m, v, r.duration, r.log, r.leaked)
     except Exception as exc:  # one broken mutation must not hide the others' verdicts
         return Result(m, Verdict(INVALID, f"campaign error: {exc!r}"), time.monotonic() - t0)

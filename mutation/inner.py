@@ -30,6 +30,19 @@ class InnerResult:
     probe: dict | None                      # pytest.json, None if pytest never wrote it
     imports: list[dict] = field(default_factory=list)   # imports.jsonl records
     leaked: list[int] = field(default_factory=list)     # tagged pids killed after the run
+    not_found: list[str] = field(default_factory=list)  # node ids pytest refused as "not found"
+
+
+def _not_found(log_path: Path, scratch: Path) -> list[str]:
+    """pytest aborts the whole session on a node id it cannot find, before any hook of the
+    probe sees the items; its own error line is the only precise record of which one."""
+    prefix = "ERROR: not found: "
+    out = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        if line.startswith(prefix):
+            nid = line[len(prefix):].strip()
+            out.append(nid[len(str(scratch)) + 1:] if nid.startswith(str(scratch) + "/") else nid)
+    return out
 
 
 def _env(scratch: Path, probe_dir: Path, target: str | None, tag: str) -> dict[str, str]:
@@ -156,4 +169,5 @@ def run(
                 pass
     except OSError:
         pass
-    return InnerResult(timed_out, proc.returncode, duration, str(log_path), probe, imports, leaked)
+    return InnerResult(timed_out, proc.returncode, duration, str(log_path), probe, imports, leaked,
+                       _not_found(log_path, scratch))

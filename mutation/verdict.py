@@ -33,9 +33,11 @@ def _inside(path: str | None, root: str) -> bool:
 
 
 def judge(*, killers, survivors, scratch: str, target: str | None, timed_out: bool,
-          returncode, probe: dict | None, imports: list[dict]) -> Verdict:
+          returncode, probe: dict | None, imports: list[dict], not_found=()) -> Verdict:
     if timed_out:
         return Verdict(TIMEOUT, "inner pytest run exceeded its time limit")
+    if not_found:
+        return Verdict(INVALID, "killer not collected (pytest: not found, nothing ran): " + ", ".join(not_found))
     if probe is None:
         return Verdict(INVALID, f"pytest wrote no probe report (exit code {returncode}): import or usage error")
     if not probe.get("site_probe"):
@@ -67,10 +69,13 @@ def judge(*, killers, survivors, scratch: str, target: str | None, timed_out: bo
     return Verdict(SURVIVED, detail, [], survivors_red)
 
 
-def baseline_problems(node_ids, probe: dict | None, timed_out: bool, returncode) -> list[str]:
+def baseline_problems(node_ids, probe: dict | None, timed_out: bool, returncode, not_found=()) -> list[str]:
     """Why the unmutated tree is not a valid baseline (empty list: it is)."""
     if timed_out:
         return ["baseline run exceeded its time limit"]
+    if not_found:
+        return [f"not found (removed from the suite?): {n}" for n in not_found] + \
+               ["pytest ran nothing of this shard because of the missing node id(s)"]
     if probe is None:
         return [f"pytest wrote no probe report (exit code {returncode})"]
     problems = []
