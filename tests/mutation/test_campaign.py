@@ -102,7 +102,7 @@ def test_killer_not_collected_is_invalid_not_killed(fake_tree, campaign, tmp_pat
                               'killers = ["tests/test_calc.py::test_zero", "tests/test_calc.py::test_add"]')
     out = campaign(tree, body)
     v = one(out)
-    assert v.verdict == INVALID and "not collected: tests/test_calc.py::test_zero" in v.detail, v
+    assert v.verdict == INVALID and "not collected" in v.detail and "tests/test_calc.py::test_zero" in v.detail, v
 
 
 def test_collection_error_is_invalid(fake_tree, campaign, tmp_path):
