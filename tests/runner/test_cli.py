@@ -227,8 +227,9 @@ def test_wait_exits_stopped_when_the_run_is_stopped(runs, tmp_path):
 def test_every_started_process_gets_run_id_and_dev_null_stdin(runs, tmp_path):
     """Path: provider, post_session hook, verify and post_run hook each record their
     environment and `readlink /proc/self/fd/0`: each carries RUNNER_RUN_ID=<run id> and
-    the environment of `runner run` (a marker variable), and reads /dev/null. Ablation:
-    drop stdin=DEVNULL in child.run_child and the stdin lines read the pipe or tty."""
+    the environment of `runner run` (a marker variable), and reads /dev/null. (The engine
+    itself already has /dev/null as stdin, so the child runner's own stdin=DEVNULL is
+    proven by the unit test below.)"""
     record = 'env > "$1/env-$2"; readlink /proc/self/fd/0 > "$1/stdin-$2"'
     names = ("provider", "post_session", "verify", "post_run")
     cmd = {n: R.sh(record, str(tmp_path), n) for n in names}
@@ -248,6 +249,31 @@ def test_every_started_process_gets_run_id_and_dev_null_stdin(runs, tmp_path):
         assert f"RUNNER_RUN_ID={rd.run_id}" in lines, name
         assert "STOPLATENCY_TEST_MARKER=from-runner-run" in lines, name
         assert (tmp_path / f"stdin-{name}").read_text().strip() == "/dev/null", name
+
+
+def test_child_runner_gives_dev_null_stdin_even_when_ours_is_a_pipe(tmp_path):
+    """Path: child.run_child, called in this process while fd 0 is a pipe: the child reads
+    /dev/null, not the caller's stdin, and gets the env it was given. Ablation: drop
+    stdin=subprocess.DEVNULL in child.run_child and the child reads the pipe."""
+    from runner.child import run_child
+    from runner.registry import Registry
+
+    registry = Registry(tmp_path / "children", run_id="h5-stdin-probe", kill_grace=KILL_GRACE)
+    out = tmp_path / "stdin"
+    r, w = os.pipe()
+    saved = os.dup(0)
+    try:
+        os.dup2(r, 0)
+        result = run_child(R.sh('readlink /proc/self/fd/0 > "$1"; echo "$RUNNER_RUN_ID" >> "$1"', str(out)),
+                           registry=registry, name="probe", timeout=10, idle_timeout=0,
+                           env=dict(os.environ, RUNNER_RUN_ID="h5-stdin-probe"),
+                           output_path=tmp_path / "probe.log", cap_bytes=4096)
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, r, w):
+            os.close(fd)
+    assert result.returncode == 0 and not result.stopped and not result.timed_out
+    assert out.read_text().splitlines() == ["/dev/null", "h5-stdin-probe"]
 
 
 def _session_end(rd):

@@ -57,38 +57,43 @@ def assert_one_engine_stop(rd, origin="signal"):
     assert not R.tagged(rd.run_id)
 
 
-def test_two_hard_stops_at_once(runs, victim, stop_latency):
+@pytest.mark.parametrize("channel", ["signal", "file"])
+def test_two_hard_stops_at_once(runs, victim, stop_latency, channel):
     """Path: two `runner stop` started together against a trap-term provider: one hard
     stop, honored by the engine (no fallback), exactly one run-stop; each stopper exits OK,
-    or the one that came second says there is no live engine any more. Ablation: drop the
-    engine's single-consumer/first-origin-wins guard (StopController.request) and a
-    second run-stop or a forced fallback shows up."""
-    rd, v = trap_term_run(runs, victim)
-    with stop_latency.measure("two hard stops at once", v, bound=KILL_GRACE + 2.0):
+    or the one that came second says there is no live engine any more. A race guard, not
+    a one-line ablation: it goes red if a second stopper's wait ever misreads the first
+    stop as unhonored and falls back (a second, forced run-stop)."""
+    rd, v = trap_term_run(runs, victim, channel=channel)
+    with stop_latency.measure(f"two hard stops at once ({channel})", v, bound=KILL_GRACE + 2.0):
         results = finish([stop_proc(rd), stop_proc(rd)])
     codes = sorted(code for code, _ in results)
     assert codes in ([Exit.OK, Exit.OK], [Exit.OK, Exit.NO_LIVE_RUN]), results
     for code, text in results:
         if code == Exit.NO_LIVE_RUN:
             assert "no live engine" in text, text
-    assert_one_engine_stop(rd)
+    assert_one_engine_stop(rd, origin=channel)
 
 
 @pytest.mark.parametrize("first", ["graceful", "hard"])
-def test_graceful_racing_hard_is_still_hard(runs, victim, stop_latency, first):
+@pytest.mark.parametrize("channel", ["signal", "file"])
+def test_graceful_racing_hard_is_still_hard(runs, victim, stop_latency, first, channel):
     """Path: `runner stop --graceful` and `runner stop` started together (either one
-    first): the stop is hard (never downgraded): the trap-term provider is killed in
-    about kill_grace instead of being waited out, the engine records mode hard, one
-    run-stop, no graceful-stop. Ablation: make control.lodge replace instead of max(old,
-    new) and the graceful request can overwrite the hard one."""
-    rd, v = trap_term_run(runs, victim)
+    first), on each channel: the stop is hard (never downgraded): the trap-term provider
+    is killed in about kill_grace instead of being waited out, the engine records mode
+    hard, one run-stop, no graceful-stop. End to end this is timing-dependent as an
+    ablation detector (on the file channel, deleting lodge's max(old, new) turns it red
+    only when the graceful write lands before the watchdog's next read); the
+    deterministic proof of never-downgrade is test_control.py's lodge race."""
+    rd, v = trap_term_run(runs, victim, channel=channel)
     graceful, hard = ["--graceful"], []
     order = [graceful, hard] if first == "graceful" else [hard, graceful]
-    with stop_latency.measure(f"graceful racing hard ({first} first)", v, bound=KILL_GRACE + 2.0):
+    label = f"graceful racing hard ({first} first, {channel})"
+    with stop_latency.measure(label, v, bound=KILL_GRACE + 2.0):
         results = finish([stop_proc(rd, *flags) for flags in order])
     for code, text in results:
         assert code in (Exit.OK, Exit.NO_LIVE_RUN), results
-    assert_one_engine_stop(rd)
+    assert_one_engine_stop(rd, origin=channel)
 
 
 def test_wedged_engine_falls_back_after_grace(runs, victim, stop_latency):
@@ -122,8 +127,9 @@ def test_wedged_engine_falls_back_after_grace(runs, victim, stop_latency):
 def test_stop_now_with_an_escapee_leaves_nothing_tagged(runs, victim, stop_latency):
     """Path: `runner stop --now` while the provider is an `escapee` victim (traps SIGTERM;
     its trapping child did setsid and left the group): every process with the run's tag
-    is gone within about kill_grace plus overhead; one forced run-stop. Ablation: drop the
-    tag sweep / cgroup kill in reaper.kill_everything and the escaped grandchild survives."""
+    is gone within about kill_grace plus overhead; one forced run-stop. Two routes reach
+    the escaped grandchild here (the tag sweep and, where contained, the cgroup kill);
+    only deleting both turns this red, so it is not an attributing test."""
     p = victim.prepare("escapee")
     spec = runs.spec(items=("a",), provider=p.argv, stop={"kill_grace": KILL_GRACE, "grace": 5.0})
     rd = runs.start(spec)
