@@ -203,8 +203,9 @@ def test_resume_archives_pending_control_files_and_starts_unstopped(runs, tmp_pa
     """Path: a stopped run left with a pending stop request (lodged by the real writer), a
     STOP and a PAUSE file: resume archives all three (journal control-file-archived), so
     the new attempt neither stops at once nor pauses; `stopped` belongs to attempt 1 and
-    attempt 2 starts with stopped false. Ablation: skip control.archive_pending in resume
-    and the resumed run stops (graceful) at its first check point."""
+    attempt 2 starts with stopped false. Ablation: skip control.archive_pending in
+    cli._resume and this goes red (nothing archived; the pending hard request would stop
+    the new attempt at once, PAUSE would hold it)."""
     sc = Scenario(runs, tmp_path, "session")
     R.wait_event(sc.rd, "session-start", item="a")
     stop(sc.rd)
