@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import select
 import shutil
 import signal
 import subprocess
@@ -15,6 +17,7 @@ from . import _procs, _records, _token
 from .victim import KINDS
 
 VICTIMS_SH = Path(__file__).with_name("victims.sh")
+VICTIM_PY = Path(__file__).with_name("victim.py")
 LANGS = ("python", "bash")
 
 
@@ -101,7 +104,10 @@ class PreparedVictim:
         self.ready_path = _records.ready_path(self.token)
         env = ["/usr/bin/env", f"{_token.TOKEN_ENV}={self.token}", f"{_token.READY_ENV}={self.ready_path}"]
         if lang == "python":
-            prog = [sys.executable, "-m", "pytest_stoplatency.victim", kind, "--sleep", str(sleep),
+            # The file of this very package (a scratch copy first on PYTHONPATH included),
+            # run as a script without site (-S: no site-packages needed, about half the
+            # interpreter's start) and with nothing prepended to sys.path (-P).
+            prog = [sys.executable, "-S", "-P", str(VICTIM_PY), kind, "--sleep", str(sleep),
                     "--children", str(children), "--cleanup", str(cleanup)]
         else:
             prog = [shutil.which("bash") or "/bin/bash", str(VICTIMS_SH), kind, str(int(sleep)),
@@ -115,16 +121,22 @@ class PreparedVictim:
         return _records.read_ready(self.ready_path)
 
     def adopt(self, timeout: float = 10.0, *, process: subprocess.Popen | None = None) -> Victim:
-        """Wait for the ready file (the victim is then fully armed) and return its handle."""
+        """Wait for the ready file (the victim is then fully armed) and return its handle.
+
+        Event-driven where the OS allows: inotify on the ready file's directory (the
+        victim publishes by rename) and, when we started it, a pidfd of the process
+        (an early exit ends the wait at once). Elsewhere a short backoff poll.
+        """
         deadline = time.monotonic() + timeout
-        pause = 0.001
-        while (info := self.ready_info()) is None:
-            if process is not None and process.poll() is not None:
-                raise VictimNotReady(f"{self!r} exited with {process.returncode} before its handshake")
-            if time.monotonic() >= deadline:
-                raise VictimNotReady(f"{self!r}: no ready file after {timeout} s ({self.ready_path})")
-            time.sleep(pause)  # a handshake poll, not a latency measurement
-            pause = min(pause * 2, 0.02)
+        with _ReadyWaiter(self.ready_path, process) as waiter:
+            # The watch exists before the first look: a rename in between still wakes us.
+            while (info := self.ready_info()) is None:
+                if process is not None and process.poll() is not None:
+                    raise VictimNotReady(f"{self!r} exited with {process.returncode} before its handshake")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise VictimNotReady(f"{self!r}: no ready file after {timeout} s ({self.ready_path})")
+                waiter.wait(left)
         pid = int(info["pid"])
         if _procs.token_of(pid) != str(self.token):
             raise VictimNotReady(f"{self!r}: pid {pid} from the ready file does not carry the token")
@@ -132,8 +144,80 @@ class PreparedVictim:
                    lang=self.lang, extras=info.get("extras", []), ready_path=self.ready_path, process=process)
         if self.kind == "stopped":
             # The victim stops itself right after writing the file: hand it over only in state T.
+            pause = 0.0002
             while _procs.state(pid) not in ("T", None):
                 if time.monotonic() >= deadline:
                     raise VictimNotReady(f"{v!r} did not stop itself")
-                time.sleep(0.001)
+                time.sleep(pause)  # microseconds away: the victim's next call is kill(SIGSTOP)
+                pause = min(pause * 2, 0.005)
         return v
+
+
+# inotify(7) masks: a rename into the directory (how victims publish), and, so that any
+# other publishing (a link, a direct write) cannot strand us, creation and close-after-write.
+_IN_MOVED_TO, _IN_CREATE, _IN_CLOSE_WRITE = 0x80, 0x100, 0x08
+_libc = None
+
+
+def _inotify_fd(directory: Path) -> int | None:
+    """An inotify fd watching ``directory``, or None where inotify is not available."""
+    global _libc
+    try:
+        if _libc is None:
+            import ctypes
+
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.inotify_init1.argtypes = [ctypes.c_int]
+            _libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, AttributeError):
+        _libc = False  # not Linux (or no inotify symbol): poll from now on
+        return None
+    if fd < 0:
+        return None
+    if _libc.inotify_add_watch(fd, os.fsencode(directory), _IN_MOVED_TO | _IN_CREATE | _IN_CLOSE_WRITE) < 0:
+        os.close(fd)
+        return None
+    return fd
+
+
+class _ReadyWaiter:
+    """Sleeps until something may have changed: a directory event, the process's exit, or a cap.
+
+    The cap bounds a missed event (a watch that silently does not fire, as on some
+    network file systems) to a short delay instead of the whole timeout.
+    """
+
+    CAP = 0.05
+
+    def __init__(self, ready_path: Path, process: subprocess.Popen | None):
+        self.fds: list[int] = []
+        self.inotify = _inotify_fd(Path(ready_path).parent) if _libc is not False else None
+        if self.inotify is not None:
+            self.fds.append(self.inotify)
+            if process is not None and process.returncode is None:
+                try:  # not reaped yet (returncode None), so the pid is still this process
+                    self.fds.append(os.pidfd_open(process.pid))
+                except (AttributeError, OSError):
+                    pass
+        self.pause = 0.001
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for fd in self.fds:
+            os.close(fd)
+
+    def wait(self, left: float) -> None:
+        if self.inotify is None:
+            time.sleep(min(self.pause, left))  # a handshake poll, not a latency measurement
+            self.pause = min(self.pause * 2, 0.02)
+            return
+        readable, _, _ = select.select(self.fds, [], [], min(left, self.CAP))
+        if self.inotify in readable:
+            try:
+                while os.read(self.inotify, 65536):
+                    pass
+            except BlockingIOError:
+                pass

@@ -1,12 +1,18 @@
 """The victim program: a process that the code under test must stop.
 
     python -m pytest_stoplatency.victim KIND [--sleep S] [--children N] [--cleanup S]
+    python -S path/to/victim.py KIND ...      (what PreparedVictim.argv runs)
 
 Imports nothing beyond the standard library (no pytest, no psutil): a victim is
 started hundreds of times per suite and by other people's code, so it must start
 as cheaply as the interpreter allows. It is also runnable as a plain script
 (``python victim.py``), which the env-scrubber's grandchild relies on: with its
-environment dropped it cannot find the package through PYTHONPATH.
+environment dropped it cannot find the package through PYTHONPATH. As a script it
+needs no site-packages either, so it is started with ``-S`` (site and the editable
+install's finder cost more than the rest of the start). The start path avoids the
+modules that pull in enum, re and friends (argparse, json, signal's enum wrapper):
+they are imported only on the rare paths that need them (an unusual argv, an
+unusual token, the respawner's loop).
 
 The token (STOPLATENCY_VICTIM) and the ready file path (STOPLATENCY_READY) come
 in through the environment, so a victim started by someone else with its file
@@ -18,15 +24,14 @@ none uses PR_SET_PDEATHSIG: a victim must die because a stop reached it, never
 because the process that started it died.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
 import os
-import select
-import signal
 import sys
 import time
+
+try:
+    import _signal as signal  # the C module behind `signal`, which imports enum (~4 ms without site)
+except ImportError:  # an interpreter without it: the public module has the same functions
+    import signal
 
 TOKEN_ENV = "STOPLATENCY_VICTIM"
 READY_ENV = "STOPLATENCY_READY"
@@ -99,13 +104,32 @@ def _spawn(body, *, setsid: bool = False) -> int:
     return pid
 
 
+def _json(value) -> str:
+    """JSON for the ready file's few types, without importing json (it pulls in re)."""
+    if value is None:
+        return "null"
+    if type(value) is int:
+        return str(value)
+    if type(value) is str:
+        if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+            return f'"{value}"'
+        import json  # a token or path that needs escaping: rare, so the slow path is fine
+
+        return json.dumps(value)
+    if type(value) is list:
+        return "[" + ", ".join(map(_json, value)) + "]"
+    if type(value) is dict:
+        return "{" + ", ".join(f"{_json(k)}: {_json(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"no JSON for {type(value).__name__}")
+
+
 def _write_ready(info: dict) -> None:
     path = os.environ.get(READY_ENV)
     if not path:
         return
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(info, f)
+        f.write(_json(info))
     os.replace(tmp, path)  # atomic: the reader never sees half a file
 
 
@@ -128,6 +152,8 @@ def _plain_sleeper(deadline):
 
 def _respawn_loop(deadline, children: list[int]) -> None:
     """Replace each child as soon as it dies, until the deadline."""
+    import select  # after the handshake: not on the start path
+
     while (left := deadline - time.monotonic()) > 0:
         fds: dict[int, int] = {}
         dead: list[int] = []
@@ -206,7 +232,7 @@ def run(kind: str, sleep: float, n_children: int, cleanup: float) -> None:
                 os.set_inheritable(w, True)
                 # An empty environment, as env -i, sudo or ssh leave: no token any more.
                 os.execve(sys.executable, [
-                    sys.executable, os.path.abspath(__file__), "--role", "scrubbed",
+                    sys.executable, "-S", os.path.abspath(__file__), "--role", "scrubbed",
                     "--ready-fd", str(w), "--sleep", str(max(deadline - time.monotonic(), 0.0)),
                 ], {})
             finally:
@@ -247,7 +273,40 @@ def _run_scrubbed(ready_fd: int, sleep: float) -> None:
     _sleep_until(time.monotonic() + sleep)
 
 
-def main(argv=None) -> None:
+_OPTIONS = {"--sleep": float, "--children": int, "--cleanup": float, "--role": str, "--ready-fd": int}
+
+
+def _parse_plain(argv: list[str]) -> dict | None:
+    """The usual argv, parsed without argparse (which costs more than the rest of the start).
+
+    Anything unusual (an unknown or abbreviated option, a bad value, --help) returns
+    None, and argparse then parses it, with its own messages and exit code.
+    """
+    a = {"kind": None, "--sleep": 7200.0, "--children": 2, "--cleanup": 1.0, "--role": None, "--ready-fd": None}
+    args = iter(argv)
+    for arg in args:
+        if arg.startswith("-"):
+            name, eq, value = arg.partition("=")
+            if name not in _OPTIONS:
+                return None
+            if not eq and (value := next(args, None)) is None:
+                return None
+            try:
+                a[name] = _OPTIONS[name](value)
+            except ValueError:
+                return None
+        elif a["kind"] is None and arg in KINDS:
+            a["kind"] = arg
+        else:
+            return None
+    if a["--role"] == "scrubbed":
+        return a if a["--ready-fd"] is not None else None
+    return a if a["--role"] is None and a["kind"] is not None else None
+
+
+def _parse_argparse(argv) -> dict:
+    import argparse
+
     p = argparse.ArgumentParser(prog="python -m pytest_stoplatency.victim")
     p.add_argument("kind", nargs="?", choices=KINDS)
     p.add_argument("--sleep", type=float, default=7200.0)
@@ -256,12 +315,19 @@ def main(argv=None) -> None:
     p.add_argument("--role", choices=("scrubbed",), help=argparse.SUPPRESS)
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    if a.role == "scrubbed":
-        _run_scrubbed(a.ready_fd, a.sleep)
-    elif a.kind is None:
+    if a.role is None and a.kind is None:
         p.error("KIND is required")
+    return {"kind": a.kind, "--sleep": a.sleep, "--children": a.children, "--cleanup": a.cleanup,
+            "--role": a.role, "--ready-fd": a.ready_fd}
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = _parse_plain(argv) or _parse_argparse(argv)
+    if a["--role"] == "scrubbed":
+        _run_scrubbed(a["--ready-fd"], a["--sleep"])
     else:
-        run(a.kind, a.sleep, a.children, a.cleanup)
+        run(a["kind"], a["--sleep"], a["--children"], a["--cleanup"])
 
 
 if __name__ == "__main__":
