@@ -17,7 +17,6 @@ from . import _procs, _records, _token
 from .victim import KINDS
 
 VICTIMS_SH = Path(__file__).with_name("victims.sh")
-VICTIM_PY = Path(__file__).with_name("victim.py")
 LANGS = ("python", "bash")
 
 
@@ -104,10 +103,7 @@ class PreparedVictim:
         self.ready_path = _records.ready_path(self.token)
         env = ["/usr/bin/env", f"{_token.TOKEN_ENV}={self.token}", f"{_token.READY_ENV}={self.ready_path}"]
         if lang == "python":
-            # The file of this very package (a scratch copy first on PYTHONPATH included),
-            # run as a script without site (-S: no site-packages needed, about half the
-            # interpreter's start) and with nothing prepended to sys.path (-P).
-            prog = [sys.executable, "-S", "-P", str(VICTIM_PY), kind, "--sleep", str(sleep),
+            prog = [sys.executable, "-m", "pytest_stoplatency.victim", kind, "--sleep", str(sleep),
                     "--children", str(children), "--cleanup", str(cleanup)]
         else:
             prog = [shutil.which("bash") or "/bin/bash", str(VICTIMS_SH), kind, str(int(sleep)),

@@ -9,8 +9,14 @@
 # - handler traps are reset in subshells: every child sets its own.
 # - SIG_IGN (trap '') IS inherited by children and exec'd programs.
 # The token and ready path come in the environment (STOPLATENCY_VICTIM, STOPLATENCY_READY).
-# Children report readiness through fd 3 (a FIFO opened read-write, then unlinked),
-# so the ready file is written only when every process has its disposition.
+# Children report readiness through fd 3 (a pipe opened read-write), so the ready
+# file is written only when every process has its disposition.
+#
+# Start cost: every fork+exec costs about a millisecond, so the start path uses
+# builtins where one exists: pipes come from a here-string (no mkfifo, no rm), the
+# shells sleep with `read -t` on a pipe nobody writes (no sleep(1) children), start
+# ticks are read without a command substitution, and the environment is dropped with
+# `exec -c` (no env -i). Only the atomic publish still needs mv (bash cannot rename).
 
 trap '' HUP INT
 
@@ -20,20 +26,45 @@ SELF=$0
 
 h() { :; }
 
-# Sleep until SLEEP seconds after this shell started, surviving a killed `sleep`.
+# open_pipe FD: FD (3 or 9) on a new pipe, both ends in one read-write fd, without a
+# fork. A small here-string is a pipe (bash >= 5.1); reopening it through /proc gives
+# a fd that is also a writer, so a read on it never sees EOF. False where that fails
+# (an older bash's here-string is a temporary file): the callers then fork as before.
+open_pipe() {
+    local t ok=0
+    exec {t}<<<'' 2>/dev/null || return 1
+    case $1 in
+        3) exec 3<>"/proc/self/fd/$t" && ok=1 ;;
+        9) exec 9<>"/proc/self/fd/$t" && ok=1 ;;
+    esac 2>/dev/null
+    exec {t}<&-
+    (( ok )) && [[ -p /dev/fd/$1 ]] && read -r -u "$1"  # drop the here-string's newline
+}
+
+# fd 9: the pipe every shell of this victim sleeps on. Opened by each bash that runs
+# this file (never one inherited from whoever started us: someone might write to it).
+if open_pipe 9; then LINGER_PIPE=1; else exec 9<&-; LINGER_PIPE=0; fi
+
+# Sleep until SLEEP seconds after this shell started. `read -t` keeps waiting when a
+# trap handler runs (a trapped SIGTERM does not end it) and ignores SIG_IGN'd signals;
+# the loop covers the rest. Without the pipe: `sleep & wait`, restarting a killed sleep.
 linger() {
     while (( SECONDS < SLEEP )); do
-        sleep $(( SLEEP - SECONDS )) &
-        wait $!
+        if (( LINGER_PIPE )); then
+            read -r -t $(( SLEEP - SECONDS )) -u 9
+        else
+            sleep $(( SLEEP - SECONDS )) &
+            wait $!
+        fi
     done
 }
 
-ticks() {  # start ticks of $1 (field 22 of /proc/PID/stat)
+ticks() {  # TICKS=start ticks of $1 (field 22 of /proc/PID/stat); no $(...) fork
     local line rest
     read -r line < /proc/$1/stat
     rest=${line##*) }
     set -- $rest
-    echo "${20}"
+    TICKS=${20}
 }
 
 CHILD_PIDS=()
@@ -41,6 +72,7 @@ EXTRAS=""
 NREADY=0
 
 handshake_open() {
+    open_pipe 3 && return 0
     local fifo=${STOPLATENCY_READY:-/tmp/stoplatency-victim.$$}.fifo
     mkfifo "$fifo" && exec 3<>"$fifo" && rm -f "$fifo"
 }
@@ -60,8 +92,9 @@ write_ready() {
     local tmp=$STOPLATENCY_READY.tmp.$$ kids=""
     local p
     for p in "${CHILD_PIDS[@]}"; do kids+="${kids:+, }$p"; done
+    ticks $$
     printf '{"pid": %d, "start_ticks": %d, "kind": "%s", "lang": "bash", "token": "%s", "children": [%s], "extras": [%s]}\n' \
-        $$ "$(ticks $$)" "$KIND" "$STOPLATENCY_VICTIM" "$kids" "$EXTRAS" > "$tmp"
+        $$ "$TICKS" "$KIND" "$STOPLATENCY_VICTIM" "$kids" "$EXTRAS" > "$tmp"
     mv -f "$tmp" "$STOPLATENCY_READY"  # atomic rename: the reader never sees half a file
 }
 
@@ -131,19 +164,22 @@ k_respawner() {
 k_env_scrubber() {
     trap h TERM
     handshake_open
-    # No token past env -i: the grandchild must be one process (a recorded extra),
-    # so it ignores SIGTERM and execs sleep instead of lingering with a child.
-    env -i setsid bash "$SELF" __scrubbed "$SLEEP" & local p=$!
+    # No token past `exec -c` (an empty environment, as env -i): the grandchild must be
+    # one process (a recorded extra), so it ignores SIGTERM and never forks a sleep.
+    exec -c setsid bash "$SELF" __scrubbed "$SLEEP" & local p=$!
     NREADY=1
     await_children
     CHILD_PIDS+=($p)
-    EXTRAS="{\"role\": \"scrubbed\", \"pid\": $p, \"start_ticks\": $(ticks $p)}"
+    ticks $p
+    EXTRAS="{\"role\": \"scrubbed\", \"pid\": $p, \"start_ticks\": $TICKS}"
     write_ready; linger
 }
 
 case $KIND in
     __child) trap h TERM; echo r >&3; exec 3>&-; linger ;;
-    __scrubbed) trap '' TERM; echo r >&3; exec 3>&-; exec sleep "$SLEEP" ;;
+    __scrubbed)
+        trap '' TERM; echo r >&3; exec 3>&-
+        if (( LINGER_PIPE )); then linger; else exec sleep "$SLEEP"; fi ;;
     cooperative|trap-term|ignore-term|slow-exit|forker|escapee|double-fork|pipe-holder|respawner|stopped|env-scrubber)
         "k_${KIND//-/_}" ;;
     *) echo "unknown victim kind: $KIND" >&2; exit 2 ;;
