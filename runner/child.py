@@ -18,13 +18,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import reaper
+from . import defaults, reaper
 from .reaper import ReapReport
 from .registry import Registry
 
 log = logging.getLogger("runner.child")
 
-SNAPSHOT_EVERY = 0.5
+SNAPSHOT_EVERY = defaults.SNAPSHOT_EVERY
 """Descendant snapshots while the call lives: what a later kill can still find after a
 double fork broke the parent links."""
 _CHUNK = 65536

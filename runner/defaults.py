@@ -44,5 +44,11 @@ PAUSE_POLL = 0.25
 """While paused, the STOP and PAUSE files are re-read this often."""
 WATCHDOG_POLL = 0.1
 """The control-file watchdog reads stop-request.json at least this often."""
+CONFIRM_TIMEOUT = 1.0
+"""After SIGKILL, how long a reaper waits to confirm the kill before naming a process
+unkillable (uninterruptible sleep)."""
+SNAPSHOT_EVERY = 0.5
+"""A running child's descendants are snapshotted this often, so an escapee that left the
+group is still known when the call ends."""
 TEARDOWN_BUDGET = 5.0
 """The engine's own bounded clean-up after a hard stop (on top of kill_grace)."""

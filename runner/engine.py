@@ -231,9 +231,7 @@ class Engine:
         self._phase("cleanup", None)
         self._cleanup()
         late = control.consume(self.rd)  # the late consume: received late, not discarded
-        if late_origin is not None or (late is not None and late.mode == control.Mode.HARD):
-            self.journal.append("stop-request-received-late",
-                                origin=late_origin or late.origin, mode="hard")
+        self._journal_late(late_origin, late)
         failed = [i for i, st in self.state.items.items() if st.status == "failed"]
         self.state.status = "failed" if failed else "completed"
         code = Exit.FAILED if failed else Exit.OK
@@ -242,6 +240,20 @@ class Engine:
         self._save()
         self.journal.append("run-complete", status=self.state.status, failed=failed)
         return code
+
+    def _journal_late(self, late_origin, late):
+        """A hard stop that arrives once the queue and the post_run hooks are done is
+        received late: the run is completed. Anything else consumed here (a graceful or
+        unreadable request) was never honored, and says so."""
+        if late_origin is not None:
+            self.journal.append("stop-request-received-late", origin=late_origin, mode="hard")
+        if late is None:
+            return
+        if late.mode == control.Mode.HARD and not late.unreadable and late_origin is None:
+            self.journal.append("stop-request-received-late", origin=late.origin, mode="hard")
+        else:
+            self.journal.append("stop-request-discarded", mode=late.mode.name.lower(),
+                                origin=late.origin, unreadable=late.unreadable)
 
     def _cleanup(self):
         """The engine's own bounded clean-up: whatever the run started and left behind
@@ -253,7 +265,7 @@ class Engine:
         swept = sweep.kill_tagged(self.state.run_id, self.spec.stop.kill_grace)
         if self.cgroup is not None:
             self.cgroup.kill("work", timeout=self.spec.stop.kill_grace + defaults.TEARDOWN_BUDGET)
-        sweep.reap_orphans(exclude=set())
+        self.registry.reap_orphans()
         for rep in (report, swept):
             if rep is not None and rep.unkillable:
                 self.journal.append("unkillable", pids=sorted(rep.unkillable))

@@ -15,12 +15,12 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from . import identity, signals
+from . import defaults, identity, signals
 from .identity import Identity
 
 log = logging.getLogger("runner.reaper")
 
-CONFIRM_TIMEOUT = 1.0
+CONFIRM_TIMEOUT = defaults.CONFIRM_TIMEOUT
 """After SIGKILL, how long to wait for the kernel to confirm each death. Only a process
 that cannot die (uninterruptible sleep, a frozen cgroup) costs this much."""
 

@@ -141,10 +141,6 @@ def test_request_lodged_after_the_late_consume_is_discarded(inproc):
     assert R.state(e.rd).status == "completed"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: engine.py _finalize: the late consume `late = control.consume(self.rd)` also takes a "
-    "GRACEFUL request and journals nothing for it (only a hard one is received-late), so the "
-    "request vanishes: neither stop-request-received-late nor stop-request-discarded"))
 def test_graceful_request_lodged_during_finalization_is_discarded(inproc):
     """Path: a graceful request lodged during finalization (after the post_run hooks; a
     graceful stop is never honored there) is unhonored when the engine exits, so it must
@@ -160,9 +156,6 @@ def test_graceful_request_lodged_during_finalization_is_discarded(inproc):
     assert R.state(e.rd).status == "completed"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: engine.py _finalize consumes a graceful request lodged during the post_run hooks "
-    "without journaling it (see test_graceful_request_lodged_during_finalization_is_discarded)"))
 def test_graceful_stop_from_a_post_run_hook_is_journaled_discarded(runs, tmp_path):
     """Path (end to end): a post_run hook runs `runner stop --graceful` on its own run. The
     hook completes (a graceful stop lets the phase in flight finish), the run completes,
