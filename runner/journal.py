@@ -6,6 +6,7 @@ interleaving. A SIGKILL or a crash can at worst leave a torn last line; readers 
 and the next writer starts on a fresh line so the torn fragment never swallows a record.
 """
 
+import fcntl
 import json
 import os
 import threading
@@ -18,11 +19,6 @@ class Journal:
         self._fd = None
         self._lock = threading.Lock()
 
-    def _open(self):
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self._needs_newline = _ends_torn(self.path)
-        return fd
-
     def append(self, event, **fields) -> dict:
         if "t" in fields:
             raise TypeError("journal records carry their own 't'")
@@ -31,12 +27,18 @@ class Journal:
         line = (json.dumps(record, default=str) + "\n").encode("utf-8")
         with self._lock:
             if self._fd is None:
-                self._fd = self._open()
-            if self._needs_newline:
-                line = b"\n" + line
-                self._needs_newline = False
-            _write_all(self._fd, line)
-            os.fsync(self._fd)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # Writers of other processes (a stopper) append too. The torn-tail check
+            # must not see another writer's record half-copied into the page cache
+            # (a reader can), so checks and writes are serialised by an flock.
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                if _ends_torn(self.path):
+                    line = b"\n" + line
+                _write_all(self._fd, line)
+                os.fsync(self._fd)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
         return record
 
     def close(self) -> None:

@@ -114,11 +114,29 @@ def test_lock_fd_is_not_inherited(tmp_path, spec_file):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], close_fds=False)
     try:
         assert not os.get_inheritable(lock.fd)
+        assert str(rd.lock) not in _open_files(child.pid)
         lock.release()
-        assert not rd.is_live()
+        assert not rd.is_live(), _lock_holders(rd.lock)
     finally:
         child.kill()
         child.wait()
+
+
+def _open_files(pid):
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except FileNotFoundError:
+            pass  # the descriptor listdir itself used
+    return found
+
+
+def _lock_holders(path):
+    """Who holds a lock on `path`, from /proc/locks: for a failure message."""
+    inode = os.stat(path).st_ino
+    with open("/proc/locks") as f:
+        return [line.strip() for line in f if line.split()[5].rsplit(":", 1)[-1] == str(inode)]
 
 
 def test_is_live_without_a_lock_file(tmp_path):
