@@ -153,47 +153,66 @@ class PreparedVictim:
 # other publishing (a link, a direct write) cannot strand us, creation and close-after-write.
 _IN_MOVED_TO, _IN_CREATE, _IN_CLOSE_WRITE = 0x80, 0x100, 0x08
 _libc = None
+# One inotify instance per process, never closed: closing one waits for an RCU grace
+# period (measured 5 to 20 ms here, more than the whole handshake). Keyed by pid, since
+# a forked child must not share (and drain) its parent's event queue.
+_inotify: tuple[int, int] | None = None
 
 
-def _inotify_fd(directory: Path) -> int | None:
-    """An inotify fd watching ``directory``, or None where inotify is not available."""
-    global _libc
+def _inotify_watching(directory: Path) -> int | None:
+    """This process's inotify fd, now also watching ``directory``; None where unavailable."""
+    global _libc, _inotify
+    if _libc is False:
+        return None
     try:
         if _libc is None:
             import ctypes
 
-            _libc = ctypes.CDLL(None, use_errno=True)
-            _libc.inotify_init1.argtypes = [ctypes.c_int]
-            _libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-        fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.inotify_init1.argtypes = [ctypes.c_int]
+            libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+            _libc = libc
     except (OSError, AttributeError):
         _libc = False  # not Linux (or no inotify symbol): poll from now on
         return None
-    if fd < 0:
-        return None
+    if _inotify is None or _inotify[0] != os.getpid():
+        fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            return None
+        _inotify = (os.getpid(), fd)
+    fd = _inotify[1]
+    # Idempotent for a directory already watched; a re-created directory gets a new watch.
     if _libc.inotify_add_watch(fd, os.fsencode(directory), _IN_MOVED_TO | _IN_CREATE | _IN_CLOSE_WRITE) < 0:
-        os.close(fd)
         return None
     return fd
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 65536):
+            pass
+    except BlockingIOError:
+        pass
 
 
 class _ReadyWaiter:
     """Sleeps until something may have changed: a directory event, the process's exit, or a cap.
 
     The cap bounds a missed event (a watch that silently does not fire, as on some
-    network file systems) to a short delay instead of the whole timeout.
+    network file systems, or another thread of ours draining the shared queue) to a
+    short delay instead of the whole timeout.
     """
 
     CAP = 0.05
 
     def __init__(self, ready_path: Path, process: subprocess.Popen | None):
-        self.fds: list[int] = []
-        self.inotify = _inotify_fd(Path(ready_path).parent) if _libc is not False else None
+        self.pidfd = None
+        self.inotify = _inotify_watching(Path(ready_path).parent)
         if self.inotify is not None:
-            self.fds.append(self.inotify)
+            _drain(self.inotify)  # old events; whatever happens from now on wakes us
             if process is not None and process.returncode is None:
                 try:  # not reaped yet (returncode None), so the pid is still this process
-                    self.fds.append(os.pidfd_open(process.pid))
+                    self.pidfd = os.pidfd_open(process.pid)
                 except (AttributeError, OSError):
                     pass
         self.pause = 0.001
@@ -202,18 +221,15 @@ class _ReadyWaiter:
         return self
 
     def __exit__(self, *exc):
-        for fd in self.fds:
-            os.close(fd)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
 
     def wait(self, left: float) -> None:
         if self.inotify is None:
             time.sleep(min(self.pause, left))  # a handshake poll, not a latency measurement
             self.pause = min(self.pause * 2, 0.02)
             return
-        readable, _, _ = select.select(self.fds, [], [], min(left, self.CAP))
+        fds = [self.inotify] if self.pidfd is None else [self.inotify, self.pidfd]
+        readable, _, _ = select.select(fds, [], [], min(left, self.CAP))
         if self.inotify in readable:
-            try:
-                while os.read(self.inotify, 65536):
-                    pass
-            except BlockingIOError:
-                pass
+            _drain(self.inotify)

@@ -1,18 +1,16 @@
 """The victim program: a process that the code under test must stop.
 
     python -m pytest_stoplatency.victim KIND [--sleep S] [--children N] [--cleanup S]
-    python -S path/to/victim.py KIND ...      (what PreparedVictim.argv runs)
 
 Imports nothing beyond the standard library (no pytest, no psutil): a victim is
 started hundreds of times per suite and by other people's code, so it must start
-as cheaply as the interpreter allows. It is also runnable as a plain script
-(``python victim.py``), which the env-scrubber's grandchild relies on: with its
-environment dropped it cannot find the package through PYTHONPATH. As a script it
-needs no site-packages either, so it is started with ``-S`` (site and the editable
-install's finder cost more than the rest of the start). The start path avoids the
-modules that pull in enum, re and friends (argparse, json, signal's enum wrapper):
-they are imported only on the rare paths that need them (an unusual argv, an
-unusual token, the respawner's loop).
+as cheaply as the interpreter allows. The start path avoids the modules that pull
+in enum, re and friends (argparse, json, signal's enum wrapper, select): they are
+imported only on the rare paths that need them (an unusual argv, a token that needs
+escaping, the respawner's loop). It is also runnable as a plain script
+(``python -S victim.py``), which the env-scrubber's grandchild relies on: with its
+environment dropped it cannot find the package through PYTHONPATH, and as a script
+it needs no site-packages (-S skips site, about half of this venv's start).
 
 The token (STOPLATENCY_VICTIM) and the ready file path (STOPLATENCY_READY) come
 in through the environment, so a victim started by someone else with its file

@@ -153,11 +153,13 @@ k_respawner() {
     exec 3<>/dev/null   # later children get a harmless fd 3
     local p alive
     while (( SECONDS < SLEEP )); do
-        wait -n
+        # Look before waiting: a child that died while write_ready's mv ran in the
+        # foreground was reaped then, and `wait -n` would wait for the next death only.
         alive=()
         for p in "${CHILD_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive+=("$p"); done
         while (( ${#alive[@]} < n )); do trapping_child & alive+=($!); done
         CHILD_PIDS=("${alive[@]}")
+        wait -n
     done
 }
 

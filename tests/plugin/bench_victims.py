@@ -3,8 +3,10 @@
     .venv/bin/python tests/plugin/bench_victims.py [--n 20]
 
 Start cost: Popen of PreparedVictim.argv until adopt() returns (the ready handshake
-done), median over N starts, next to the bare interpreter (python -c pass, bash -c :).
-Detection: time from os.killpg(SIGKILL) to Victim.wait_gone() returning True.
+done), median over N starts, next to the bare interpreter (python -c pass, bash -c :;
+python -S -c pass shows how much of the venv's start is site, the editable finder).
+Detection: time from os.killpg(SIGKILL) to Victim.wait_gone() returning True (median
+and p95). The machine is shared: compare runs taken at the same time, never alone.
 """
 
 import argparse
@@ -17,6 +19,13 @@ import time
 
 from pytest_stoplatency import PreparedVictim
 from pytest_stoplatency.victim import KINDS
+
+
+LANGS = ("python", "bash")
+
+
+def p95(xs):
+    return sorted(xs)[max(0, round(0.95 * len(xs)) - 1)]
 
 
 def bare(argv, n):
@@ -40,14 +49,18 @@ def start(kind, lang):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20)
-    n = ap.parse_args().n
+    ap.add_argument("--lang", choices=LANGS, action="append", help="only these languages (repeatable)")
+    a = ap.parse_args()
+    n, langs = a.n, a.lang or list(LANGS)
     print(f"bare: python -c pass {bare([sys.executable, '-c', 'pass'], n) * 1000:.1f} ms, "
+          f"python -S -c pass {bare([sys.executable, '-S', '-c', 'pass'], n) * 1000:.1f} ms, "
           f"bash -c : {bare(['bash', '-c', ':'], n) * 1000:.1f} ms (median of {n})")
-    print(f"{'kind':14} {'python ms':>10} {'bash ms':>8}   detect after SIGKILL ms (python / bash)")
+    print(f"{'kind':14} " + " ".join(f"{lang + ' ms':>10}" for lang in langs)
+          + f"   detect after SIGKILL ms, median (p95): {' / '.join(langs)}")
     for kind in KINDS:
         row = []
         det = []
-        for lang in ("python", "bash"):
+        for lang in langs:
             starts, detects = [], []
             for _ in range(n):
                 v, proc, dt = start(kind, lang)
@@ -60,8 +73,8 @@ def main():
                 assert ok, f"{kind}/{lang} survived"
                 proc.wait()
             row.append(statistics.median(starts) * 1000)
-            det.append(statistics.median(detects) * 1000)
-        print(f"{kind:14} {row[0]:10.1f} {row[1]:8.1f}   {det[0]:.2f} / {det[1]:.2f}")
+            det.append(f"{statistics.median(detects) * 1000:.2f} ({p95(detects) * 1000:.2f})")
+        print(f"{kind:14} " + " ".join(f"{ms:10.1f}" for ms in row) + "   " + " / ".join(det))
 
 
 if __name__ == "__main__":
