@@ -7,7 +7,6 @@ command's death as stopped rather than failed; a return code cannot tell the two
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -7,7 +7,6 @@ and kills whatever it finds so that a red run still leaks nothing.
 
 import json
 import signal
-import time
 
 from pytest_stoplatency import _procs
 

@@ -1,9 +1,50 @@
+import os
+import subprocess
 import time
 
 import pytest
 
 import runs as runs_helpers
 from runner import stopper, sweep
+from runner.registry import Registry
+
+REGISTRY_KILL_GRACE = 0.3
+
+
+@pytest.fixture
+def spawn(victim):
+    """Start a prepared victim ourselves, in its own process group (optionally in a run's
+    cgroup, optionally tagged with a run id); everything is reaped and swept afterwards,
+    even when the test fails."""
+    popens, run_ids = [], []
+
+    def start(kind, *, cgroup=None, run_id=None, **kw):
+        prepared = victim.prepare(kind, **kw)
+        env = {k: v for k, v in os.environ.items() if k != "RUNNER_RUN_ID"}
+        if run_id:
+            env["RUNNER_RUN_ID"] = run_id
+            run_ids.append(run_id)
+        argv = cgroup.wrap_argv(prepared.argv) if cgroup else prepared.argv
+        proc = subprocess.Popen(argv, process_group=0, env=env, stdin=subprocess.DEVNULL)
+        popens.append(proc)
+        return prepared.adopt(process=proc)
+
+    yield start
+    for run_id in run_ids:
+        sweep.kill_tagged(run_id, 0.0)
+    for proc in popens:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def reg(tmp_path):
+    """A registry of the test's own run id (kill_grace REGISTRY_KILL_GRACE)."""
+    run_id = runs_helpers.new_run_id()
+    registry = Registry(tmp_path / "children", run_id=run_id, kill_grace=REGISTRY_KILL_GRACE)
+    yield registry
+    sweep.kill_tagged(run_id, 0.0)
 
 
 class Runs:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from runner import identity, stopper
@@ -115,6 +116,11 @@ def tagged(run_id):
         except OSError:
             continue
     return found
+
+
+def new_run_id():
+    """A run id of a test's own, never shared with a real run."""
+    return f"t-{uuid.uuid4().hex[:8]}"
 
 
 def sh(script, *args):

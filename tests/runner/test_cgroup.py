@@ -1,16 +1,15 @@
 """runner.cgroup: containment on this machine's cgroup v2 (hybrid layout, unified/)."""
 
 import logging
-import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
+from runs import new_run_id
 from runner import cgroup as cgroup_mod
-from runner import identity, reaper, sweep
+from runner import identity, reaper
 from runner.cgroup import RunCgroup
 from runner.errors import BadInput
 
@@ -28,36 +27,12 @@ def cgroup_of(pid) -> str:
 def cg():
     """Requested after `spawn` in each test, so it is torn down (killed, removed) before
     the victim fixture checks for leaks."""
-    run_id = f"t-{uuid.uuid4().hex[:8]}"
+    run_id = new_run_id()
     group = RunCgroup.create(run_id)
     yield group
     group.kill("all", timeout=5)
     group.remove()
     assert not group.path.exists()
-
-
-@pytest.fixture
-def spawn(victim):
-    popens, run_ids = [], []
-
-    def start(kind, *, cgroup=None, run_id=None, **kw):
-        prepared = victim.prepare(kind, **kw)
-        env = {k: v for k, v in os.environ.items() if k != "RUNNER_RUN_ID"}
-        if run_id:
-            env["RUNNER_RUN_ID"] = run_id
-            run_ids.append(run_id)
-        argv = cgroup.wrap_argv(prepared.argv) if cgroup else prepared.argv
-        proc = subprocess.Popen(argv, process_group=0, env=env, stdin=subprocess.DEVNULL)
-        popens.append(proc)
-        return prepared.adopt(process=proc)
-
-    yield start
-    for run_id in run_ids:
-        sweep.kill_tagged(run_id, 0.0)
-    for proc in popens:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
 
 
 def test_cgroup2_root_is_found_through_mountinfo():
@@ -102,7 +77,7 @@ def test_kill_everything_reaches_the_env_scrubbers_grandchild_only_through_the_c
     """The scrubbed grandchild traps SIGTERM, has no tag, left the group: of all routes,
     only the cgroup kill reaches it. Ablation: delete the line ending `# cgroup-kill` in
     reaper.py and it survives (red)."""
-    rid = f"t-{uuid.uuid4().hex[:8]}"
+    rid = new_run_id()
     v = spawn("env-scrubber", cgroup=cg, run_id=rid)
     scrubbed = int(v.extras[0]["pid"])
     report = reaper.kill_everything(groups=[(v.pgid, [identity.current(v.pid)])], pids=[], run_id=rid,

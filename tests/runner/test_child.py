@@ -5,24 +5,13 @@ import os
 import sys
 import threading
 import time
-import uuid
 
-import pytest
 
-from runner import identity, sweep
+from runner import sweep
 from runner.child import run_child
-from runner.registry import Registry
 
 KILL_GRACE = 0.3
 MARGIN = 1.0
-
-
-@pytest.fixture
-def reg(tmp_path):
-    run_id = f"t-{uuid.uuid4().hex[:8]}"
-    registry = Registry(tmp_path / "children", run_id=run_id, kill_grace=KILL_GRACE)
-    yield registry
-    sweep.kill_tagged(run_id, 0.0)
 
 
 def env_for(reg):
@@ -74,7 +63,6 @@ def test_call_timeout_kills_the_whole_trapping_tree(reg, tmp_path, victim):
     """A forker that traps TERM outlives call_timeout: the call, its group and its
     trapping children are killed, and the result says timed_out='call', not a crash."""
     p = victim.prepare("forker", children=2)
-    t0 = time.monotonic()
     r = run(reg, p.argv, tmp_path, timeout=1.0)
     assert r.timed_out == "call" and not r.ok and not r.stopped
     assert 1.0 <= r.duration < 1.0 + KILL_GRACE + MARGIN

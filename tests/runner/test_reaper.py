@@ -5,14 +5,13 @@ one would die whether or not the SIGKILL escalation existed.
 """
 
 import os
-import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from runs import new_run_id
 from runner import defaults, identity, reaper, sweep
 from runner.identity import Identity
 
@@ -25,32 +24,6 @@ def ident_of(v) -> Identity:
     ident = identity.current(v.pid)
     assert ident is not None and ident.start_ticks == v.start_ticks
     return ident
-
-
-@pytest.fixture
-def spawn(victim):
-    """Start a prepared victim ourselves, in its own process group, optionally tagged
-    with a run id; everything is reaped and swept afterwards, even on failure."""
-    popens, run_ids = [], []
-
-    def start(kind, *, run_id=None, **kw):
-        prepared = victim.prepare(kind, **kw)
-        env = dict(os.environ)
-        env.pop("RUNNER_RUN_ID", None)
-        if run_id:
-            env["RUNNER_RUN_ID"] = run_id
-            run_ids.append(run_id)
-        proc = subprocess.Popen(prepared.argv, process_group=0, env=env, stdin=subprocess.DEVNULL)
-        popens.append(proc)
-        return prepared.adopt(process=proc)
-
-    yield start
-    for run_id in run_ids:
-        sweep.kill_tagged(run_id, 0.0)
-    for proc in popens:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
 
 
 @pytest.mark.stop_latency(bound=KILL_GRACE / 10, label="group reaper / cooperative")
@@ -101,7 +74,7 @@ def test_group_reaper_kills_members_forked_after_the_term(spawn):
 def test_group_reaper_takes_a_group_whose_leader_is_gone_by_its_tag(spawn):
     """The recorded leader exited (pipe-holder dies at TERM; its child traps): the tag
     vouches for the group at KILL time."""
-    rid = f"t-{uuid.uuid4().hex[:8]}"
+    rid = new_run_id()
     v = spawn("pipe-holder", run_id=rid)
     report = reaper.reap_group(v.pgid, SHORT, run_id=rid)
     assert v.pid in report.died_at_term and len(report.needed_kill) == 1
@@ -198,7 +171,7 @@ def test_kill_everything_takes_the_group_and_the_escapee(spawn, stop_latency):
     """The immediate kill: a trapping leader in its group plus a trapping child that
     called setsid (another group, another session), found by the run tag. Ablation:
     delete the line ending `# tag-sweep-sigkill` and the escapee survives (red)."""
-    rid = f"t-{uuid.uuid4().hex[:8]}"
+    rid = new_run_id()
     v = spawn("escapee", run_id=rid)
     escapee = [p.pid for p in v.tree() if p.pid != v.pid]
     assert len(escapee) == 1 and os.getsid(escapee[0]) != v.sid
@@ -236,7 +209,7 @@ def test_kill_everything_slow_exit_within_grace_is_died_at_term(spawn):
 
 
 def test_kill_everything_state_D_is_reported_within_its_bound(spawn, frozen_cgroup):
-    rid = f"t-{uuid.uuid4().hex[:8]}"
+    rid = new_run_id()
     v = spawn("trap-term", run_id=rid)
     freeze(frozen_cgroup, v.pid)
     report = reaper.kill_everything(groups=[(v.pgid, [ident_of(v)])], pids=[ident_of(v)], run_id=rid,

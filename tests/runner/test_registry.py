@@ -3,23 +3,13 @@
 import os
 import subprocess
 import threading
-import uuid
 
 import pytest
 
-from runner import identity, sweep
-from runner.registry import Registry
+from runner import identity
 
 KILL_GRACE = 0.3
 MARGIN = 1.0
-
-
-@pytest.fixture
-def reg(tmp_path):
-    run_id = f"t-{uuid.uuid4().hex[:8]}"
-    registry = Registry(tmp_path / "children", run_id=run_id, kill_grace=KILL_GRACE)
-    yield registry
-    sweep.kill_tagged(run_id, 0.0)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import runs
-from runner import control, defaults, identity
+from runner import defaults, identity
 from runner.exitcodes import Exit
 
 KILL_GRACE = 0.3

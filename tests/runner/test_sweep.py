@@ -1,42 +1,13 @@
 """runner.sweep: escapees found by the run tag and by descendant snapshots; the subreaper."""
 
-import os
-import signal
 import subprocess
 import sys
 import textwrap
-import uuid
 
-import pytest
 
+
+from runs import new_run_id
 from runner import identity, reaper, sweep
-
-
-@pytest.fixture
-def spawn(victim):
-    popens, run_ids = [], []
-
-    def start(kind, *, run_id=None, **kw):
-        prepared = victim.prepare(kind, **kw)
-        env = {k: v for k, v in os.environ.items() if k != "RUNNER_RUN_ID"}
-        if run_id:
-            env["RUNNER_RUN_ID"] = run_id
-            run_ids.append(run_id)
-        proc = subprocess.Popen(prepared.argv, process_group=0, env=env, stdin=subprocess.DEVNULL)
-        popens.append(proc)
-        return prepared.adopt(process=proc)
-
-    yield start
-    for run_id in run_ids:
-        sweep.kill_tagged(run_id, 0.0)
-    for proc in popens:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-
-
-def new_run_id():
-    return f"t-{uuid.uuid4().hex[:8]}"
 
 
 def test_tagged_finds_a_setsid_escapee_and_a_double_forked_daemon(spawn):
