@@ -16,7 +16,8 @@ file is written and fsynced, just before os.replace. A test raises from it to in
 crash deterministically between the two steps."""
 
 
-def _fsync_dir(directory):
+def fsync_dir(directory):
+    """Make a rename or a new name in `directory` durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -43,7 +44,7 @@ def atomic_write_bytes(path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def atomic_write_text(path, text) -> None:

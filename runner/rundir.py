@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .atomic import atomic_write_text
+from .atomic import atomic_write_text, fsync_dir
 from .errors import BadInput, NoLiveRun, RunLocked
 
 
@@ -121,7 +121,7 @@ class RunDir:
         # Written only once the spec link is won, so a losing create never overwrites the
         # winner's id; atomic, so a later command never reads half an id.
         atomic_write_text(rd.run_id_file, run_id + "\n")
-        _fsync_dir(rd.path)
+        fsync_dir(rd.path)
         return rd
 
     def acquire_lock(self) -> EngineLock:
@@ -159,14 +159,6 @@ class RunDir:
         finally:
             os.close(fd)  # also drops the shared lock if we got it
         return False
-
-
-def _fsync_dir(directory):
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
