@@ -3,6 +3,7 @@
 
 import argparse
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -58,6 +59,10 @@ def _parser():
 
 
 def main(argv=None):
+    # Warnings of the process layer (a stale identity refused, a pid that survived its
+    # SIGKILL) reach the operator on stderr, each on its own line; the engine's go to
+    # its engine.log.
+    logging.basicConfig(level=logging.WARNING, format="runner: warning: %(message)s")
     try:
         args = _parser().parse_args(argv)
         return int(_dispatch(args))

@@ -89,3 +89,21 @@ def runs(tmp_path):
             sweep.kill_tagged(rd.run_id, 0.2)
     # A run still alive at teardown is the test's own failure to stop it: say so.
     assert not leaked, f"runs left alive at teardown (killed now): {leaked}"
+
+
+@pytest.fixture
+def frozen_cgroup():
+    """A cgroup v1 freezer: a frozen task sits in state D and a SIGKILL stays pending
+    until it is thawed: a real uninterruptible sleep, undone in teardown."""
+    if not os.access(runs_helpers.FREEZER, os.W_OK):
+        pytest.skip("no writable cgroup v1 freezer")
+    path = runs_helpers.FREEZER / f"runner-test-{os.getpid()}-{runs_helpers.new_run_id()}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        (path / "freezer.state").write_text("THAWED\n")
+        deadline = time.monotonic() + 5
+        while (path / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.01)  # the pending SIGKILL lands at thaw
+        path.rmdir()

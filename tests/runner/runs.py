@@ -9,6 +9,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from runner import identity, stopper
 from runner import journal as journalmod
 from runner.rundir import RunDir
@@ -121,6 +123,37 @@ def tagged(run_id):
 def new_run_id():
     """A run id of a test's own, never shared with a real run."""
     return f"t-{uuid.uuid4().hex[:8]}"
+
+
+FREEZER = Path("/sys/fs/cgroup/freezer")
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+
+def freeze(path, pid):
+    """Put `pid` in the cgroup v1 freezer `path`: a real uninterruptible sleep (state D),
+    where even a SIGKILL stays pending until the cgroup is thawed."""
+    (path / "cgroup.procs").write_text(f"{pid}\n")
+    (path / "freezer.state").write_text("FROZEN\n")
+    deadline = time.monotonic() + 5
+    while identity.stat(pid).state != "D":
+        assert time.monotonic() < deadline, "freezer did not put the victim in state D"
+        time.sleep(0.005)
+
+
+def spawn_at_pid(start, pid, **kw):
+    """Start a process that the kernel gives exactly `pid` (other helpers fork at the
+    same time, so a few attempts may be needed)."""
+    if not os.access(NS_LAST_PID, os.W_OK):
+        pytest.skip("needs root to write ns_last_pid")
+    for _ in range(50):
+        with open(NS_LAST_PID, "w") as f:
+            f.write(str(pid - 1))
+        p = start(["sleep", "60"], **kw)
+        if p.pid == pid:
+            return p
+        p.kill()
+        p.wait()
+    pytest.fail(f"could not get pid {pid} reused in 50 attempts")
 
 
 def sh(script, *args):

@@ -5,13 +5,10 @@ one would die whether or not the SIGKILL escalation existed.
 """
 
 import os
-import time
-import uuid
-from pathlib import Path
 
 import pytest
 
-from runs import new_run_id
+from runs import freeze, new_run_id
 from runner import defaults, identity, reaper, sweep
 from runner.identity import Identity
 
@@ -115,36 +112,6 @@ def test_pid_route_refuses_a_stale_identity(spawn):
     report = reaper.reap_pid(stale, SHORT)
     assert report == reaper.ReapReport(elapsed=report.elapsed)
     assert v.alive()
-
-
-FREEZER = Path("/sys/fs/cgroup/freezer")
-
-
-@pytest.fixture
-def frozen_cgroup():
-    """A cgroup v1 freezer: a frozen task sits in state D and a SIGKILL stays pending
-    until it is thawed: a real uninterruptible sleep, undone in teardown."""
-    if not os.access(FREEZER, os.W_OK):
-        pytest.skip("no writable cgroup v1 freezer")
-    path = FREEZER / f"runner-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    path.mkdir()
-    try:
-        yield path
-    finally:
-        (path / "freezer.state").write_text("THAWED\n")
-        deadline = time.monotonic() + 5
-        while (path / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
-            time.sleep(0.01)  # the pending SIGKILL lands at thaw
-        path.rmdir()
-
-
-def freeze(path, pid):
-    (path / "cgroup.procs").write_text(f"{pid}\n")
-    (path / "freezer.state").write_text("FROZEN\n")
-    deadline = time.monotonic() + 5
-    while identity.stat(pid).state != "D":
-        assert time.monotonic() < deadline, "freezer did not put the victim in state D"
-        time.sleep(0.005)
 
 
 def test_pid_route_reports_a_process_in_state_D_as_unkillable_within_its_bound(spawn, frozen_cgroup):

@@ -16,8 +16,8 @@ import pytest
 from runner import identity, signals
 from runner.identity import Identity
 from runner.signals import Outcome
+from runs import spawn_at_pid
 
-NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
@@ -35,22 +35,6 @@ def procs():
         if p.poll() is None:
             p.kill()
         p.wait()
-
-
-def spawn_at_pid(start, pid, **kw):
-    """Start a process that the kernel gives exactly `pid` (other helpers fork at the
-    same time, so a few attempts may be needed)."""
-    if not os.access(NS_LAST_PID, os.W_OK):
-        pytest.skip("needs root to write ns_last_pid")
-    for _ in range(50):
-        with open(NS_LAST_PID, "w") as f:
-            f.write(str(pid - 1))
-        p = start(["sleep", "60"], **kw)
-        if p.pid == pid:
-            return p
-        p.kill()
-        p.wait()
-    pytest.fail(f"could not get pid {pid} reused in 50 attempts")
 
 
 def dead_identity(start, **kw):
