@@ -133,6 +133,8 @@ class PreparedVictim:
                 if left <= 0:
                     raise VictimNotReady(f"{self!r}: no ready file after {timeout} s ({self.ready_path})")
                 waiter.wait(left)
+        if "publisher" in info:
+            self._wait_publisher(int(info["publisher"]), deadline)
         pid = int(info["pid"])
         if _procs.token_of(pid) != str(self.token):
             raise VictimNotReady(f"{self!r}: pid {pid} from the ready file does not carry the token")
@@ -147,6 +149,34 @@ class PreparedVictim:
                 time.sleep(pause)  # microseconds away: the victim's next call is kill(SIGSTOP)
                 pause = min(pause * 2, 0.005)
         return v
+
+
+    def _wait_publisher(self, pid: int, deadline: float) -> None:
+        """Wait until the process that renamed the ready file into place (bash's mv) is gone.
+
+        It carries the token and is still exiting when the file appears; a handle
+        returned before it is gone would show a member that dies by itself.
+        """
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return
+        except (AttributeError, OSError):
+            fd = None
+        try:
+            # Checked after opening: a pid without our token has exited (a zombie's
+            # environ reads empty) or was reused, and either way is not ours to wait for.
+            while _procs.token_of(pid) == str(self.token):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise VictimNotReady(f"{self!r}: its ready-file publisher {pid} did not exit")
+                if fd is not None:
+                    select.select([fd], [], [], left)
+                    return
+                time.sleep(0.001)  # no pidfd: a short poll of a process already exiting
+        finally:
+            if fd is not None:
+                os.close(fd)
 
 
 # inotify(7) masks: a rename into the directory (how victims publish), and, so that any

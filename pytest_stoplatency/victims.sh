@@ -89,13 +89,19 @@ await_children() {
 
 write_ready() {
     [ -n "$STOPLATENCY_READY" ] || return 0
-    local tmp=$STOPLATENCY_READY.tmp.$$ kids=""
-    local p
+    local kids="" p
     for p in "${CHILD_PIDS[@]}"; do kids+="${kids:+, }$p"; done
     ticks $$
-    printf '{"pid": %d, "start_ticks": %d, "kind": "%s", "lang": "bash", "token": "%s", "children": [%s], "extras": [%s]}\n' \
-        $$ "$TICKS" "$KIND" "$STOPLATENCY_VICTIM" "$kids" "$EXTRAS" > "$tmp"
-    mv -f "$tmp" "$STOPLATENCY_READY"  # atomic rename: the reader never sees half a file
+    # The publisher: a subshell that names itself in the file, then becomes mv (the
+    # atomic rename: the reader never sees half a file). It is still exiting when the
+    # file appears, so adopt() waits for it to be gone: the handle never shows a
+    # transient member (a snapshot taken right after would see it die).
+    (
+        tmp=$STOPLATENCY_READY.tmp.$BASHPID
+        printf '{"pid": %d, "start_ticks": %d, "kind": "%s", "lang": "bash", "token": "%s", "children": [%s], "extras": [%s], "publisher": %d}\n' \
+            $$ "$TICKS" "$KIND" "$STOPLATENCY_VICTIM" "$kids" "$EXTRAS" "$BASHPID" > "$tmp"
+        exec mv -f "$tmp" "$STOPLATENCY_READY"
+    )
 }
 
 k_cooperative() { write_ready; linger; }
