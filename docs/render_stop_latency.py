@@ -55,6 +55,22 @@ def _seconds(x: float) -> str:
     return f"{x * 1000:.0f} ms" if x >= 0.01 else f"{x * 1000:.1f} ms"
 
 
+def _measured(x: float) -> str:
+    """A measured duration: milliseconds matter at the scale of seconds too."""
+    return f"{x:.3f} s" if 1 <= x < 100 else _seconds(x)
+
+
+_REPEAT_ID = re.compile(r"-?\brep\d+\b-?")
+
+
+def _without_repeat(nodeid: str) -> str:
+    if not nodeid.endswith("]") or "[" not in nodeid:
+        return nodeid
+    head, params = nodeid[:-1].split("[", 1)
+    params = _REPEAT_ID.sub(lambda m: "-" if m.group(0).startswith("-") and m.group(0).endswith("-") else "", params)
+    return f"{head}[{params}]" if params else head
+
+
 def _human(x: float) -> str:
     """7200 -> '2 h', 9120 -> '2 h 32 min': the scale a reader feels."""
     if x < 120:
@@ -84,10 +100,12 @@ class Context:
                 f"{mach.get('cpus', '?')} CPUs, Python {mach.get('python', '?')}; {m.get('time', '?')}")
 
     def _nodeids(self, label: str) -> list[str]:
+        """The tests behind a label, once each: the repeats of one test
+        (`--stop-latency-repeat`, ids `[rep1]`..`[repN]`) name one test."""
         seen: dict[str, None] = {}
         for s in (self.measure or {}).get("samples", []):
             if s.get("label") == label and s.get("nodeid"):
-                seen.setdefault(s["nodeid"], None)
+                seen.setdefault(_without_repeat(s["nodeid"]), None)
         return list(seen)
 
     def measured(self, label: str) -> str:
@@ -97,8 +115,8 @@ class Context:
             return f"*not measured in the recorded run: no label \"{label}\" in `{where}`*"
         tests = ", ".join(f"`{n}`" for n in self._nodeids(label)) or "test not recorded"
         bound = f", asserted bound {_seconds(stats['bound'])}" if stats.get("bound") is not None else ""
-        return (f"**median {_seconds(stats['median'])}, p95 {_seconds(stats['p95'])}, "
-                f"max {_seconds(stats['max'])}** (MEASURED: \"{label}\" by {tests}; "
+        return (f"**median {_measured(stats['median'])}, p95 {_measured(stats['p95'])}, "
+                f"max {_measured(stats['max'])}** (MEASURED: \"{label}\" by {tests}; "
                 f"n={stats['n']}{bound}; {self._run_tag()})")
 
     def measured_table(self) -> str:
@@ -110,8 +128,8 @@ class Context:
             s = labels[label]
             tests = "<br>".join(f"`{n}`" for n in self._nodeids(label)) or "-"
             bound = _seconds(s["bound"]) if s.get("bound") is not None else "-"
-            rows.append(f"| {label} | {tests} | {s['n']} | {_seconds(s['median'])} | {_seconds(s['p95'])} "
-                        f"| {_seconds(s['max'])} | {bound} | {s.get('verdict', '-')} |")
+            rows.append(f"| {label} | {tests} | {s['n']} | {_measured(s['median'])} | {_measured(s['p95'])} "
+                        f"| {_measured(s['max'])} | {bound} | {s.get('verdict', '-')} |")
         return "\n".join(rows)
 
     # -- DERIVED --------------------------------------------------------------------

@@ -19,8 +19,9 @@ def render_mod():
 
 @pytest.fixture
 def measure_json(tmp_path):
-    """A measure.json in the plugin's schema (issue 2). Hand-made only until the plugin's
-    writer lands; then this fixture should come from a real inner `pytest --stop-latency-json` run."""
+    """A measure.json in the plugin's schema, with fixed figures so the renderer's
+    formatting can be asserted exactly. That the real writer produces this schema is
+    shown by test_render.py::test_renders_a_json_the_plugin_itself_wrote."""
     data = {
         "schema": 1,
         "machine": {"kernel": "6.1.0-test", "python": "3.11.7", "cpus": 2, "hostname": "ci-box"},

@@ -25,7 +25,7 @@ def test_measured_label_printed_with_its_provenance(render_mod, measure_json):
     """Path: a label present in measure.json is printed with test, n, median, p95, max, machine, date."""
     doc = render(render_mod, measure_json)
     line = next(l for l in doc.splitlines() if "group reaper, trapping group" in l)
-    for part in ("median 1.01 s", "p95 1.03 s", "max 1.05 s", "MEASURED", "n=20",
+    for part in ("median 1.013 s", "p95 1.031 s", "max 1.047 s", "MEASURED", "n=20",
                  "tests/runner/test_reaper.py::test_group_trap_term", "ci-box", "2025-01-02T03:04:05"):
         assert part in line, part
     # The plugin's own label has no slot in the prose: the generic table carries it.
@@ -102,7 +102,7 @@ def test_docs_check_fails_on_a_stale_doc(render_mod, measure_json, tmp_path, mon
     args = ["--measure", str(measure_json), "--mutate", str(tmp_path / "none.json"), "--out", str(out)]
     assert render_mod.main(args) == 0
     assert render_mod.main(args + ["--check"]) == 0
-    out.write_text(out.read_text().replace("median 1.01 s", "median 0.50 s"))
+    out.write_text(out.read_text().replace("median 1.013 s", "median 0.500 s"))
     capsys.readouterr()
     assert render_mod.main(args + ["--check"]) == 1
     assert "+" in capsys.readouterr().out
@@ -121,3 +121,31 @@ def test_cli_check_in_a_subprocess(tmp_path):
     out.write_text(out.read_text() + "hand edit\n")
     stale = subprocess.run(cmd + ["--check"], capture_output=True, text=True, timeout=60)
     assert stale.returncode == 1 and "hand edit" in stale.stdout and "make docs" in stale.stderr
+
+
+INNER_STOP_TEST = """
+import os, signal
+import pytest
+
+@pytest.mark.stop_latency(bound=3.0, label="inner killpg / trap-term")
+def test_killpg(victim, stop_latency):
+    v = victim("trap-term")
+    with stop_latency.measure(None, v):
+        os.killpg(v.pgid, signal.SIGKILL)
+"""
+
+
+def test_renders_a_json_the_plugin_itself_wrote(render_mod, pytester, tmp_path):
+    """Path: the plugin's real JSON writer (an inner `pytest --stop-latency
+    --stop-latency-repeat 3 --stop-latency-json`) feeds the renderer: the label is printed
+    as MEASURED with n=3, and its repeats name one test, not three."""
+    pytester.makepyfile(test_inner=INNER_STOP_TEST)
+    out = tmp_path / "measure.json"
+    result = pytester.runpytest_subprocess("--stop-latency", "--stop-latency-repeat", "3",
+                                           "-p", "no:xdist", f"--stop-latency-json={out}")
+    result.assert_outcomes(passed=3)
+    template = tmp_path / "t.md"
+    template.write_text("{{measured:inner killpg / trap-term}}\n")
+    doc = render_mod.render_files(template, out, None)
+    assert "MEASURED" in doc and "n=3" in doc
+    assert doc.count("test_inner.py::test_killpg") == 1 and "rep" not in doc
