@@ -1,12 +1,16 @@
+import contextlib
 import os
 import subprocess
 import time
+
+from pathlib import Path
 
 import pytest
 
 import runs as runs_helpers
 from runner import stopper, sweep
 from runner.registry import Registry
+from runner.rundir import RunDir
 
 REGISTRY_KILL_GRACE = 0.3
 
@@ -73,9 +77,8 @@ class Runs:
 def runs(tmp_path):
     helper = Runs(tmp_path)
     yield helper
-    leaked = {}
+    leaked, cgroups = {}, []
     for run_dir in helper.started:
-        from runner.rundir import RunDir
         rd = RunDir(run_dir)
         if not rd.exists():
             continue
@@ -87,8 +90,17 @@ def runs(tmp_path):
             if rd.engine_identity.exists():
                 stopper.force(rd, 0.2, fallback=False)
             sweep.kill_tagged(rd.run_id, 0.2)
-    # A run still alive at teardown is the test's own failure to stop it: say so.
+        if rd.cgroup_file.exists() and not rd.is_live():
+            path = Path(rd.cgroup_file.read_text().strip())
+            if path.exists():
+                cgroups.append(str(path))
+                for sub in (path / "work", path / "engine", path):
+                    with contextlib.suppress(OSError):
+                        sub.rmdir()
+    # A run still alive at teardown is the test's own failure to stop it: say so. A
+    # cgroup left by a dead run is the runner's failure to clean up after itself.
     assert not leaked, f"runs left alive at teardown (killed now): {leaked}"
+    assert not cgroups, f"cgroups left behind by finished runs (removed now): {cgroups}"
 
 
 @pytest.fixture
