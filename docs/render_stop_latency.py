@@ -28,6 +28,10 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# The defaults are those of the tree this script belongs to, whatever the installed
+# `runner` points at (an editable install of another checkout would render its figures).
+if str(HERE.parent) not in sys.path[:1]:
+    sys.path.insert(0, str(HERE.parent))
 DEFAULTS_FILE = "runner/defaults.py"
 EXITCODES_FILE = "runner/exitcodes.py"
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)(?::([^}]+?))?\s*\}\}")
