@@ -72,6 +72,9 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("runner: interrupted", file=sys.stderr)
         return int(Exit.STOPPED)
+    except Exception as exc:  # a bug: still one line and a documented code, never exit 1
+        print(f"runner: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return int(Exit.INTERNAL)
 
 
 def _dispatch(args):
@@ -119,6 +122,10 @@ def _resume(args):
     journal = Journal(rd.journal)
     for name in control.archive_pending(rd):
         journal.append("control-file-archived", file=name, reason="resume")
+    # The previous attempt's identities name dead processes (or, later, someone else's):
+    # a stopper must only ever find the new engine's, once it has written it.
+    for stale in [rd.engine_identity, *rd.children.glob("*.json")]:
+        stale.unlink(missing_ok=True)
     store.save(store.new_attempt(state))
     journal.append("resume", attempt=state.attempt + 1)
     journal.close()
@@ -205,7 +212,9 @@ def _foreground(rd, spec, proc, engine):
                 signals.signal_process(engine, signum)
     if code < 0:  # killed by a signal: the state says what the run was
         state = StateStore(rd.state).load()
-        return state.exit_code if state.exit_code is not None else Exit.STOPPED
+        if state.exit_code is not None:
+            return state.exit_code
+        return Exit.STOPPED if state.stopped else Exit.INTERNAL
     return code
 
 

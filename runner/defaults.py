@@ -50,5 +50,3 @@ unkillable (uninterruptible sleep)."""
 SNAPSHOT_EVERY = 0.5
 """A running child's descendants are snapshotted this often, so an escapee that left the
 group is still known when the call ends."""
-TEARDOWN_BUDGET = 5.0
-"""The engine's own bounded clean-up after a hard stop (on top of kill_grace)."""

@@ -23,6 +23,7 @@ import traceback
 from . import control, defaults, spec as specmod, sweep
 from .child import run_child
 from .errors import RunStopped
+from .stopctl import ORIGINS
 from .exitcodes import Exit
 
 # Outcomes of one command.
@@ -66,6 +67,9 @@ class Engine:
                         continue
                     self._between_phases()
                     self._item(item)
+                # The queue is done; a graceful stop lodged during the last item is still
+                # honored before finalization (which a resumed run then performs).
+                self._between_phases()
                 return self._finalize()
             finally:
                 # Whatever ends the run (a stop, a crash, the end of the queue),
@@ -83,6 +87,10 @@ class Engine:
             self._discard_unhonored()
 
     def _record_stop(self, stop):
+        if stop.mode != "hard" and self.ctl.stopping:
+            # A hard stop (signal or file) arrived while the graceful one unwound: it
+            # is the stop that happened, and a hard stop is never recorded as graceful.
+            stop = RunStopped(self.ctl.origin, "hard")
         self.journal.append("teardown-complete", origin=stop.origin, mode=stop.mode)
         self.state.stopped = True
         self.state.status = "stopped"
@@ -93,10 +101,23 @@ class Engine:
         return Exit.STOPPED
 
     def _discard_unhonored(self):
-        request = control.consume(self.rd)
+        request = self._consume()
         if request is not None:
             self.journal.append("stop-request-discarded", mode=request.mode.name.lower(),
                                 origin=request.origin, unreadable=request.unreadable)
+        if control.stop_file(self.rd) and not self.state.stopped:
+            # The operator's STOP file outlived a run that finished anyway (it was
+            # created during finalization): say so; `runner resume` archives it.
+            self.journal.append("stop-request-discarded", mode="graceful", origin="file",
+                                file=self.rd.stop_file.name)
+
+    def _consume(self):
+        """Consume the pending request (the engine is its single consumer); a torn or
+        unreadable one is journaled as such wherever it is consumed."""
+        request = control.consume(self.rd)
+        if request is not None and request.unreadable:
+            self.journal.append("stop-request-unreadable", read_as="graceful")
+        return request
 
     # -- one item -----------------------------------------------------------------
 
@@ -194,10 +215,17 @@ class Engine:
         self.journal.append("repair-dispatch", item=item, attempt=st.repairs, feedback=str(path),
                             replay=replay)
         result = self._call_provider(item, "repair", feedback=path)
-        if outcome(result) == PASSED:
-            self._between_phases()
-            self._hooks("post_session", self.spec.post_session, item)
+        # The repair session is done: make that durable before any check point, so a
+        # resumed run replays its post_session hooks and verify, never the session.
+        st.post_session_done = outcome(result) != PASSED
+        self.state.phase = "post_session"
+        self._save()
         self._between_phases()
+        if not st.post_session_done:
+            self._hooks("post_session", self.spec.post_session, item)
+            st.post_session_done = True
+            self._save()
+            self._between_phases()
 
     def _feedback_file(self, item, attempt, failing):
         index = self.spec.items.index(item)
@@ -230,7 +258,7 @@ class Engine:
         late_origin = self.ctl.finishing()
         self._phase("cleanup", None)
         self._cleanup()
-        late = control.consume(self.rd)  # the late consume: received late, not discarded
+        late = self._consume()  # the late consume: received late, not discarded
         self._journal_late(late_origin, late)
         failed = [i for i, st in self.state.items.items() if st.status == "failed"]
         self.state.status = "failed" if failed else "completed"
@@ -261,11 +289,18 @@ class Engine:
         if self._cleaned:
             return
         self._cleaned = True
-        report = self.registry.stop_all(self.ctl.origin or "cleanup") if self.ctl.stopping else None
-        swept = sweep.kill_tagged(self.state.run_id, self.spec.stop.kill_grace)
-        if self.cgroup is not None:
-            self.cgroup.kill("work", timeout=self.spec.stop.kill_grace + defaults.TEARDOWN_BUDGET)
-        self.registry.reap_orphans()
+        try:
+            report = self.registry.stop_all(self.ctl.origin or "cleanup") if self.ctl.stopping else None
+            swept = sweep.kill_tagged(self.state.run_id, self.spec.stop.kill_grace)
+            if self.cgroup is not None:
+                # cgroup.kill is a SIGKILL: only its confirmation needs a bound.
+                self.cgroup.kill("work", timeout=defaults.CONFIRM_TIMEOUT)
+            self.registry.reap_orphans()
+        except Exception:
+            # Clean-up runs in a `finally` while a stop unwinds: an error here must not
+            # replace the stop (it would read as a crash and force the fallback).
+            self.journal.append("cleanup-error", error=traceback.format_exc(limit=5))
+            return
         for rep in (report, swept):
             if rep is not None and rep.unkillable:
                 self.journal.append("unkillable", pids=sorted(rep.unkillable))
@@ -289,13 +324,15 @@ class Engine:
         self.journal.append("unpaused")
 
     def _graceful_stop(self, where):
-        # A hard request read here is honored as hard: the watchdog may not have
-        # polled it yet, and a hard stop must never be downgraded to graceful.
-        request = control.peek(self.rd)
-        if request is not None and request.mode == control.Mode.HARD and not request.unreadable:
-            self.ctl.request("file")
+        # Decide on the request actually consumed (a hard one may have merged into the
+        # file since it was peeked): a hard request read here is honored as hard, since
+        # the watchdog may not have polled it yet and a hard stop is never downgraded.
+        consumed = self._consume()
+        if consumed is not None and consumed.mode == control.Mode.HARD and not consumed.unreadable:
+            self.ctl.request(consumed.origin if consumed.origin in ORIGINS else "file")
             return RunStopped(self.ctl.origin, "hard")
-        consumed = control.consume(self.rd)
+        if self.ctl.stopping:
+            return RunStopped(self.ctl.origin, "hard")
         self.journal.append("graceful-stop", where=where, item=self.state.current_item,
                             phase=self.state.phase,
                             stop_file=control.stop_file(self.rd),
@@ -312,14 +349,15 @@ class Engine:
     def _run(self, argv, name, timeout, idle_timeout=0):
         self._seq += 1
         output = self.rd.output / f"{self._seq:04d}-{name}.log"
-        if self.cgroup is not None:
-            argv = self.cgroup.wrap_argv(argv)
         result = run_child(argv, registry=self.registry, name=name, timeout=timeout,
                            idle_timeout=idle_timeout, env=self.env, output_path=output,
                            cap_bytes=self.spec.output_cap_bytes)
         if result.timed_out:
             self.journal.append(f"{result.timed_out}-timeout", name=name,
                                 duration=round(result.duration, 4))
+        # We are a subreaper: orphans of this call are re-parented to us. Reaped here,
+        # between calls, through the registry (which never takes a live call's status).
+        self.registry.reap_orphans()
         return result
 
     def _save(self):

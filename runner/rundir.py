@@ -18,6 +18,11 @@ from .atomic import atomic_write_text, fsync_dir
 from .errors import BadInput, NoLiveRun, RunLocked
 
 
+LOCK_PROBE_RETRY = 0.1
+"""How long acquire_lock retries a lock that is held: long enough to outlast a
+liveness probe, far too short to wait out an engine."""
+
+
 class EngineLock:
     """The engine's exclusive lock on its run directory; held until release() or exit."""
 
@@ -131,13 +136,21 @@ class RunDir:
         that outlives the engine cannot keep the run looking alive.
         """
         fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise RunLocked(f"{self.path}: a live engine holds this run directory") from None
-            raise
+        # is_live() probes with a shared lock for an instant: a `runner status` at the
+        # moment an engine starts must not make that engine exit REFUSED.
+        deadline = time.monotonic() + LOCK_PROBE_RETRY
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    os.close(fd)
+                    raise
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise RunLocked(f"{self.path}: a live engine holds this run directory") from None
+                time.sleep(0.005)
         # For a human reading the directory only; liveness is the flock, not this pid.
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())

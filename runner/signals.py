@@ -11,6 +11,7 @@ matches a recorded identity or carries the run's RUNNER_RUN_ID.
 from __future__ import annotations
 
 import enum
+import errno
 import logging
 import os
 import signal
@@ -61,6 +62,12 @@ def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
         fd = os.pidfd_open(ident.pid)
     except ProcessLookupError:
         return None, Outcome.GONE
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        # The pid now names a thread that leads no process: certainly not ours.
+        log.warning("refusing pid %d: it now names a thread of another process", ident.pid)
+        return None, Outcome.STALE
     st = identity.stat(ident.pid)
     if st is None or st.zombie:
         os.close(fd)

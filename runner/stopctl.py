@@ -12,10 +12,12 @@ cancellation at a check point and not from inside a signal handler. The exceptio
 unwinds through every `finally` to the engine's top.
 """
 
+import logging
 import os
 import select
 import signal
 import threading
+import traceback
 
 from . import control, defaults
 from .errors import RunStopped
@@ -42,9 +44,10 @@ class StopController:
         self._closed = threading.Event()
         self._finishing = False
         self._signal_origin = None
-        self._unreadable_seen = False
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._thread = None
+        self._previous_handlers = {}
+        self._kill_failed = False
         self.origin = None
         self.consumed = None  # the StopRequest the engine consumed, if any
 
@@ -52,7 +55,7 @@ class StopController:
 
     def install_signals(self):
         for signum in _SIGNAL_ORIGINS:
-            signal.signal(signum, self._on_signal)
+            self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
 
     def start(self):
         self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
@@ -63,8 +66,8 @@ class StopController:
         self._wake()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
-        for signum in _SIGNAL_ORIGINS:
-            signal.signal(signum, signal.SIG_DFL if signum != signal.SIGINT else signal.default_int_handler)
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)
 
@@ -93,21 +96,33 @@ class StopController:
                     pass
             if self._closed.is_set():
                 return
-            if self._signal_origin is not None:
-                self.request(self._signal_origin)
-            else:
-                self._read_control_file()
-            if self._on_tick is not None:
-                self._on_tick()
+            try:
+                self._tick()
+            except Exception:
+                # The watchdog must outlive any one failed read or kill: if it died,
+                # every later stop (signal or file) would go unheard until the fallback.
+                logging.getLogger(__name__).exception("stop watchdog tick failed")
+                self._journal_quietly("watchdog-error", error=traceback.format_exc(limit=5))
+
+    def _tick(self):
+        if self._kill_failed:
+            self._kill()
+        if self._signal_origin is not None:
+            self.request(self._signal_origin)
+        else:
+            self._read_control_file()
+        if self._on_tick is not None:
+            self._on_tick()
+
+    def _journal_quietly(self, event, **fields):
+        try:
+            self._journal.append(event, **fields)
+        except Exception:
+            pass  # the journal itself may be what failed
 
     def _read_control_file(self):
         request = control.peek(self._rundir)
-        if request is None:
-            return
-        if request.unreadable and not self._unreadable_seen:
-            self._unreadable_seen = True
-            self._journal.append("stop-request-unreadable", read_as="graceful")
-        if request.mode == control.Mode.HARD:
+        if request is not None and request.mode == control.Mode.HARD and not request.unreadable:
             self.request("file")
 
     # -- the single stop path ------------------------------------------------------
@@ -115,14 +130,33 @@ class StopController:
     def request(self, origin):
         """Mark the run as stopping and kill every registered child tree. Idempotent;
         the first origin wins. Runs in the watchdog thread (or the caller's)."""
+        if self._stopping.is_set() or self._finishing:
+            return
+        # Consumed outside our lock: consuming may wait on the request file's flock
+        # (a stopper mid-lodge), and nothing here may block the main thread's check
+        # points. Two concurrent callers: one consumes, the first to lock wins.
+        try:
+            consumed_origin = self._consume()
+        except Exception:
+            consumed_origin = None
+            self._journal_quietly("watchdog-error", error=traceback.format_exc(limit=5))
         with self._lock:
             if self._stopping.is_set() or self._finishing:
                 return
-            self.origin = self._consume_locked() or origin
+            self.origin = consumed_origin or origin
             self._stopping.set()
-        self._registry.stop_all(origin)
+        self._kill()
 
-    def _consume_locked(self):
+    def _kill(self):
+        """Kill every registered child tree; retried on the next tick if it failed."""
+        try:
+            self._registry.stop_all(self.origin)
+            self._kill_failed = False
+        except Exception:
+            self._kill_failed = True
+            raise
+
+    def _consume(self):
         """Consume a pending request; return its origin when it is the hard request
         that this stop honors. The stopper writes the channel it uses as the origin,
         so a `runner stop` whose file the watchdog reads a moment before its signal
@@ -133,6 +167,8 @@ class StopController:
         if consumed is None:
             return None
         self.consumed = consumed
+        if consumed.unreadable:
+            self._journal.append("stop-request-unreadable", read_as="graceful")
         if consumed.mode == control.Mode.HARD and consumed.origin in ORIGINS:
             return consumed.origin
         return None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import control, identity, journal as journalmod, reaper, signals
 from .cgroup import RunCgroup
-from .errors import NoLiveRun
+from .errors import NoLiveRun, RunLocked
 from .exitcodes import Exit
 from .state import StateStore
 
@@ -26,6 +26,7 @@ class StopResult:
     message: str
     elapsed: float
     unkillable: list = field(default_factory=list)
+    recorded_by: str | None = None
 
 
 def wait_engine_gone(engine, timeout):
@@ -58,25 +59,58 @@ def wait_engine_gone(engine, timeout):
             os.close(fd)
 
 
+IDENTITY_WAIT = 5.0
+"""How long a stopper waits for a starting engine to write its identity: the engine
+takes its lock first and writes engine.json last, once a SIGTERM is a clean stop."""
+LOCK_WAIT = 5.0
+"""How long a stopper waits for another stopper that is recording its stop."""
+
+
 def _engine(rd):
-    return identity.read(rd.engine_identity)
+    deadline = time.monotonic() + IDENTITY_WAIT
+    while True:
+        try:
+            return identity.read(rd.engine_identity)
+        except FileNotFoundError:
+            if not rd.is_live() or time.monotonic() > deadline:
+                raise NoLiveRun(f"{rd.engine_identity}: no engine identity (the engine never "
+                                f"started, or is starting)") from None
+            time.sleep(0.01)
 
 
 def _children(rd):
-    if not rd.children.is_dir():
-        return []
-    return [identity.read(path) for path in sorted(rd.children.glob("*.json"))]
+    """Identities of the live calls. The engine removes a call's file when the call
+    ends, so a file may vanish between the listing and the read: it is skipped."""
+    found = []
+    for path in sorted(rd.children.glob("*.json")) if rd.children.is_dir() else ():
+        try:
+            found.append(identity.read(path))
+        except FileNotFoundError:
+            continue
+    return found
 
 
-def _run_stops_since_start(rd):
-    """run-stop events of the current attempt (after the last run-start)."""
-    count = 0
+def _attempt_records(rd):
+    """Journal records of the current attempt (after the last run-start)."""
+    records = []
     for record in journalmod.read(rd.journal):
         if record.get("event") == "run-start":
-            count = 0
-        elif record.get("event") == "run-stop":
-            count += 1
-    return count
+            records = []
+        records.append(record)
+    return records
+
+
+def _recording_lock(rd):
+    """The engine lock, taken by a stopper that records a stop. Holding it proves the
+    engine dead and keeps two stoppers from both recording (two `run-stop`s)."""
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            return rd.acquire_lock()
+        except RunLocked:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def force(rd, kill_grace, *, fallback):
@@ -96,37 +130,53 @@ def force(rd, kill_grace, *, fallback):
     report = reaper.kill_everything(groups=groups, pids=[engine, *children], run_id=rd.run_id,
                                     kill_grace=kill_grace, cgroup=cgroup)
     unkillable = sorted(set(report.unkillable))
+    recorded = None
     if identity.is_running(engine):
         unkillable = sorted(set(unkillable) | {engine.pid})
     else:
-        _record_forced_stop(rd, report, fallback)
+        recorded = _record_forced_stop(rd, report, fallback)
         if cgroup is not None and not unkillable:
             cgroup.remove()
     elapsed = time.monotonic() - started
     if unkillable:
         return StopResult(Exit.UNKILLABLE, f"stop could not kill pids {unkillable} "
                           f"(uninterruptible sleep?); they are named in the journal", elapsed, unkillable)
-    return StopResult(Exit.STOP_FORCED if fallback else Exit.OK,
-                      f"run {rd.run_id} killed ({len(report.died_at_term)} died at SIGTERM, "
-                      f"{len(report.needed_kill)} needed SIGKILL) in {elapsed:.3f}s", elapsed)
+    killed = (f"{len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL, "
+              f"in {elapsed:.3f}s")
+    if recorded == "finished":
+        return StopResult(Exit.OK, f"run {rd.run_id} had already finished; nothing to record ({killed})",
+                          elapsed, recorded_by=recorded)
+    if recorded == "engine":
+        return StopResult(Exit.OK, f"run {rd.run_id} stopped by its engine ({killed})", elapsed,
+                          recorded_by=recorded)
+    return StopResult(Exit.STOP_FORCED if fallback else Exit.OK, f"run {rd.run_id} killed ({killed})",
+                      elapsed, recorded_by=recorded)
 
 
 def _record_forced_stop(rd, report, fallback):
-    store = StateStore(rd.state)
-    state = store.load()
-    if state.stopped and _run_stops_since_start(rd):
-        return  # the engine recorded its own stop: never a second run-stop
-    if not state.stopped:
-        state.stopped = True
-        state.status = "stopped"
-        state.stop_origin = "forced"
-        state.exit_code = int(Exit.STOPPED)
-        state.updated = time.time()
-        store.save(state)
-    journalmod.Journal(rd.journal).append(
-        "run-stop", origin="forced", mode="hard", forced=True, fallback=fallback,
-        died_at_term=sorted(report.died_at_term), needed_kill=sorted(report.needed_kill),
-        unkillable=sorted(report.unkillable))
+    """Record a stop the engine did not record, once. Returns who recorded it:
+    "engine" (it did, itself), "finished" (the run had completed: nothing to record)
+    or "stopper" (this call)."""
+    with _recording_lock(rd):
+        store = StateStore(rd.state)
+        state = store.load()
+        records = _attempt_records(rd)
+        if any(r.get("event") == "run-stop" for r in records):
+            return "engine" if state.stop_origin != "forced" else "stopper"
+        if state.status in ("completed", "failed") and not state.stopped:
+            return "finished"
+        if not state.stopped:
+            state.stopped = True
+            state.status = "stopped"
+            state.stop_origin = "forced"
+            state.exit_code = int(Exit.STOPPED)
+            state.updated = time.time()
+            store.save(state)
+        journalmod.Journal(rd.journal).append(
+            "run-stop", origin="forced", mode="hard", forced=True, fallback=fallback,
+            died_at_term=sorted(report.died_at_term), needed_kill=sorted(report.needed_kill),
+            unkillable=sorted(report.unkillable))
+        return "stopper"
 
 
 def stop_hard(rd, *, channel, grace, kill_grace):
@@ -153,7 +203,10 @@ def stop_hard(rd, *, channel, grace, kill_grace):
                               f"the stop arrived late", elapsed)
     result = force(rd, kill_grace, fallback=True)
     result.elapsed = time.monotonic() - started
-    if result.code == Exit.STOP_FORCED:
+    if result.recorded_by == "engine":
+        # The engine recorded its own stop while the fallback ran: it honored it, late.
+        result.message = f"engine honored the stop after grace {grace}s: {result.message}"
+    elif result.code == Exit.STOP_FORCED:
         result.message = (f"engine did not honor the stop within grace {grace}s; "
                           f"force-killed: {result.message}")
     return result
