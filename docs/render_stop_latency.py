@@ -12,6 +12,7 @@ No number is typed into the template. Placeholders:
     {{derived:NAME}}          a runner.defaults constant with its provenance
     {{exitcode:NAME}}         a runner.exitcodes.Exit member with its provenance
     {{graceful_worst_case}}   the DERIVED sum call_timeout + hooks + verify commands
+    {{graceful_sum}}          the same sum for one hook and one verify command, in a phrase
     {{measurement_source}}    which measure run / mutate run the figures come from
     {{measured_table}}        every label of the measure run (the plugin's own included)
     {{ablation_table}}        the mutate run's verdicts
@@ -145,10 +146,24 @@ class Context:
 
     def derived(self, name: str) -> str:
         v = self._default(name)
-        shown = _seconds(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else f"`{v!r}`"
-        if isinstance(v, float) and v >= 120:
-            shown += f" ({_human(v)})"
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            shown = f"`{v!r}`"
+        elif name.endswith("_BYTES"):
+            shown = f"{v:,} bytes"
+        elif name.endswith(("_ATTEMPTS", "_COUNT")):
+            shown = f"{v}"
+        else:  # every other number of runner/defaults.py is a duration in seconds
+            shown = _seconds(float(v))
+            if v >= 120:
+                shown += f" ({_human(v)})"
         return f"{shown} (DERIVED: `{DEFAULTS_FILE}: {name}`)"
+
+    def graceful_sum(self) -> str:
+        """The graceful worst case for one hook and one verify command, in a phrase."""
+        one = sum(float(self._default(n)) for n in ("CALL_TIMEOUT", "HOOK_TIMEOUT", "VERIFY_TIMEOUT"))
+        shown = _seconds(one) + (f" ({_human(one)})" if one >= 120 else "")
+        return (f"{shown} (DERIVED: `{DEFAULTS_FILE}`: "
+                f"`CALL_TIMEOUT + HOOK_TIMEOUT + VERIFY_TIMEOUT`)")
 
     def exitcode(self, name: str) -> str:
         Exit = _exitcodes()
@@ -215,7 +230,8 @@ def render(template: str, ctx: Context) -> str:
             return ctx.derived(arg.strip())
         if kind == "exitcode" and arg:
             return ctx.exitcode(arg.strip())
-        if arg is None and kind in ("graceful_worst_case", "measurement_source", "measured_table", "ablation_table"):
+        if arg is None and kind in ("graceful_worst_case", "graceful_sum", "measurement_source",
+                                    "measured_table", "ablation_table"):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")
 

@@ -149,3 +149,20 @@ def test_renders_a_json_the_plugin_itself_wrote(render_mod, pytester, tmp_path):
     doc = render_mod.render_files(template, out, None)
     assert "MEASURED" in doc and "n=3" in doc
     assert doc.count("test_inner.py::test_killpg") == 1 and "rep" not in doc
+
+
+def test_derived_figures_carry_their_unit_and_follow_the_defaults(render_mod, tmp_path, monkeypatch):
+    """Path: DERIVED figures are read from runner/defaults.py at render time, each in its
+    own unit (seconds, bytes, a count), and the short version's graceful sum follows a
+    changed default instead of staying "hours"."""
+    template = tmp_path / "t.md"
+    template.write_text("{{derived:OUTPUT_CAP_BYTES}}|{{derived:REPAIR_MAX_ATTEMPTS}}|"
+                        "{{derived:KILL_GRACE}}|{{graceful_sum}}\n")
+    monkeypatch.setattr(runner.defaults, "CALL_TIMEOUT", 60.0)
+    monkeypatch.setattr(runner.defaults, "HOOK_TIMEOUT", 10.0)
+    monkeypatch.setattr(runner.defaults, "VERIFY_TIMEOUT", 30.0)
+    cap, attempts, grace, total = render_mod.render_files(template, None, None).strip().split("|")
+    assert cap.startswith(f"{runner.defaults.OUTPUT_CAP_BYTES:,} bytes")
+    assert attempts.startswith(f"{runner.defaults.REPAIR_MAX_ATTEMPTS} (DERIVED")
+    assert grace.startswith("1.00 s (DERIVED: `runner/defaults.py: KILL_GRACE`)")
+    assert total.startswith("100 s (") and "CALL_TIMEOUT + HOOK_TIMEOUT + VERIFY_TIMEOUT" in total
