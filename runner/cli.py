@@ -13,7 +13,7 @@ import time
 from . import control, identity, rundir as rundirmod, signals, stopper
 from .errors import BadInput, IdentityError, RunLocked, RunnerError
 from .exitcodes import Exit
-from .spec import load as load_spec
+from .spec import load as load_spec, load_bytes as load_spec_bytes
 from .state import StateStore
 
 ENGINE_START_TIMEOUT = 30.0
@@ -98,14 +98,14 @@ def _dispatch(args):
 # -- run and resume -----------------------------------------------------------------
 
 def _run(args):
-    spec = load_spec(args.spec)  # validated completely before anything starts
+    spec, raw = load_spec_bytes(args.spec)  # validated completely before anything starts
     if args.run_dir is not None:
         rd = rundirmod.RunDir(args.run_dir)
         if rd.exists() and rd.is_live():
             raise RunLocked(f"{rd.path}: a live engine holds this run directory")
     else:
         rd = rundirmod.RunDir(rundirmod.default_base() / rundirmod.new_run_id())
-    rd = rundirmod.RunDir.create(rd.path, args.spec)
+    rd = rundirmod.RunDir.create(rd.path, args.spec, data=raw)
     return _start_engine(rd, spec, args.detach)
 
 

@@ -90,7 +90,7 @@ class RunDir:
         return self.spec.is_file()
 
     @classmethod
-    def create(cls, path, spec_path) -> "RunDir":
+    def create(cls, path, spec_path, data=None) -> "RunDir":
         """Make the run directory and freeze a copy of the spec into it.
 
         Refuses (BadInput) a directory that already holds a run. The frozen spec is
@@ -99,7 +99,8 @@ class RunDir:
         """
         rd = cls(path)
         try:
-            data = Path(spec_path).read_bytes()
+            # `data`: the bytes the caller validated; re-reading could freeze another spec.
+            data = Path(spec_path).read_bytes() if data is None else data
         except OSError as e:
             raise BadInput(f"{spec_path}: cannot read the spec ({e.strerror or e})") from None
         try:

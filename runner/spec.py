@@ -243,6 +243,11 @@ def loads(text, source) -> Spec:
 
 
 def load(path) -> Spec:
+    return load_bytes(path)[0]
+
+
+def load_bytes(path) -> tuple[Spec, bytes]:
+    """The spec and the exact bytes it was validated from (what a run freezes)."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -251,7 +256,7 @@ def load(path) -> Spec:
         raise SpecError(path, "(file)", f"UTF-8 text ({_one_line(e)})") from None
     except OSError as e:
         raise SpecError(path, "(file)", f"a readable file ({e.strerror or _one_line(e)})") from None
-    return loads(text, str(path))
+    return loads(text, str(path)), raw
 
 
 def _one_line(exc):
