@@ -82,6 +82,10 @@ def _run_locked(rd):
     controller.start()
     try:
         store.save(state)
+        # Said once per engine, in the journal an operator reads: whether the final kill
+        # can reach a descendant that dropped its environment (only a cgroup can).
+        journal.append("containment", mode=containment, cgroup=str(cgroup.path) if cgroup else None,
+                       subreaper=subreaper)
         me = identity.current(os.getpid())
         identity.write(rd.engine_identity, me, role="engine", containment=containment,
                        subreaper=subreaper)

@@ -129,3 +129,14 @@ def test_hard_stop_right_after_resume_is_honored_by_the_new_engine(runs, victim)
     stops = runs.events(rd, "run-stop")
     assert [s["fallback"] for s in stops] == [False, False]
     assert control.peek(rd) is None
+
+
+def test_containment_is_said_once_in_the_journal(runs):
+    """Path: the engine says, once per attempt, which containment it runs under (the
+    stop's reach depends on it: only a cgroup finds a descendant that dropped its
+    environment); `group` is honored as asked."""
+    rd = runs.start(runs.spec(provider=["true"], stop={"containment": "group"}))
+    assert R.runner("wait", "--run-dir", rd.path).returncode == Exit.OK
+    (said,) = runs.events(rd, "containment")
+    assert said["mode"] == "group" and said["cgroup"] is None
+    assert not rd.cgroup_file.exists()
