@@ -13,7 +13,7 @@ from runner.exitcodes import Exit
 
 KILL_GRACE = 0.3
 BOUND = 5.0  # seconds, not the 7200 s the victim asked for; generous for a loaded CI box
-PHASES = ["session", "post_session", "verify", "repair", "backoff", "post_run"]
+PHASES = ["session", "post_session", "verify", "verify#2", "repair", "backoff", "post_run"]
 # The provider of a repair-phase run: a quick session, a trapping repair session.
 REPAIR_PROVIDER = 'if [ -z "$1" ]; then exit 0; fi; shift; exec "$@"'
 
@@ -28,6 +28,8 @@ def phase_spec(runs_fixture, phase, argv, channel, kill_grace=KILL_GRACE):
         kw["post_session"] = [{"command": argv}]
     elif phase == "verify":
         kw["verify"] = [{"command": argv, "timeout": 1800}]
+    elif phase == "verify#2":  # each verify command, not only the first
+        kw["verify"] = [{"command": ["true"]}, {"command": argv, "timeout": 1800}]
     elif phase == "repair":
         kw["provider"] = runs.sh(REPAIR_PROVIDER, "{feedback}", *argv)
         kw["verify"] = [{"command": ["false"]}]
@@ -61,7 +63,7 @@ def test_hard_stop_lands_in_every_phase(runs, victim, stop_latency, phase, chann
     deletes the watchdog's kill of registered children (file channel)."""
     prepared = victim.prepare("trap-term")
     rd = runs.start(phase_spec(runs, phase, prepared.argv, channel))
-    runs.wait_event(rd, "phase-start", phase=phase)
+    runs.wait_event(rd, "phase-start", phase=phase.split("#")[0])
     victims = [] if phase == "backoff" else [prepared.adopt(timeout=10)]
     with stop_latency.measure(f"hard stop matrix / {channel} / {phase}", *victims, bound=BOUND):
         proc = runs.runner("stop", "--run-dir", rd.path)
@@ -72,6 +74,8 @@ def test_hard_stop_lands_in_every_phase(runs, victim, stop_latency, phase, chann
     assert not [e for e in journal if e.get("outcome") == "failed" and e["event"] != "verify-result"
                 or (e["event"] == "verify-result" and e.get("outcome") == "failed"
                     and phase not in ("repair", "backoff"))]
+    if phase.startswith("verify"):
+        assert [r["outcome"] for r in runs.events(rd, "verify-result")] == ["stopped"]
     if phase == "post_run":
         assert runs.events(rd, "hook-result", hook="post_run", index=0)[0]["outcome"] == "stopped"
         assert runs.events(rd, "hook-skipped", hook="post_run", index=1)
