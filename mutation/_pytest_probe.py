@@ -11,6 +11,12 @@ import sys
 _collected = []
 _outcomes = {}
 _collect_errors = []
+_timeouts = []  # node ids whose failure was pytest-timeout's, not an assertion
+
+
+def _is_pytest_timeout(text: str) -> bool:
+    # "Timeout (>90.0s) from pytest-timeout." (2.x); older releases wrote "Timeout >90.0s".
+    return "from pytest-timeout" in text or "Failed: Timeout >" in text
 
 
 def pytest_collectreport(report):
@@ -27,6 +33,12 @@ def pytest_runtest_logreport(report):
     if report.failed:
         if prev is None or not prev.startswith("failed"):
             _outcomes[report.nodeid] = f"failed:{report.when}"
+            # pytest-timeout's signal method fails the test with its own message: a hang, which
+            # the campaign must not count as a kill (the project's own timeout is shorter than
+            # the campaign's limit, so a hanging mutation would otherwise read "killed"). Its
+            # exact words, not any "Timeout": a killer may well assert on a TimeoutExpired.
+            if _is_pytest_timeout(str(report.longrepr)):
+                _timeouts.append(report.nodeid)
     elif report.skipped and report.when in ("setup", "call"):
         if prev is None:
             _outcomes[report.nodeid] = "skipped"
@@ -48,6 +60,7 @@ def pytest_sessionfinish(session, exitstatus):
         "collected": list(_collected),
         "outcomes": dict(_outcomes),
         "collect_errors": list(_collect_errors),
+        "timeouts": list(_timeouts),
         "target_file": getattr(mod, "__file__", None) if mod else None,
     }
     tmp = os.path.join(out, "pytest.json.tmp")

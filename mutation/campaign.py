@@ -112,6 +112,8 @@ def _one(campaign: Campaign, m: Mutation, root: Path, artifacts: Path) -> Result
             scratch.apply(copy, m.file, m.find, m.replace)
         except scratch.StaleMutation as exc:
             return Result(m, Verdict(STALE, str(exc)), time.monotonic() - t0)
+        except scratch.DoesNotCompile as exc:
+            return Result(m, Verdict(INVALID, str(exc)), time.monotonic() - t0)
         target = scratch.module_name(m.file)
         r = inner.run(copy, list(m.node_ids), campaign.pytest_args, artifacts / m.id,
                       artifacts / f"{m.id}.log", m.timeout, target)

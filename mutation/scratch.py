@@ -22,6 +22,10 @@ class StaleMutation(Exception):
     """The find text matched zero or several times: the mutation no longer fits the code."""
 
 
+class DoesNotCompile(Exception):
+    """The mutated Python file is a syntax error: any test would fail, which proves nothing."""
+
+
 def tree_files(root: Path) -> list[str]:
     """Tracked files plus untracked ones that are not ignored, as the working tree has them.
 
@@ -61,7 +65,13 @@ def apply(dest: Path, file: str, find: str, replace: str) -> None:
     count = text.count(find)
     if count != 1:
         raise StaleMutation(f"{file}: find text matches {count} times (expected exactly 1)")
-    path.write_text(text.replace(find, replace, 1), encoding="utf-8")
+    text = text.replace(find, replace, 1)
+    if file.endswith(".py"):
+        try:
+            compile(text, file, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            raise DoesNotCompile(f"{file}: does not compile: {exc.msg} (line {exc.lineno})") from None
+    path.write_text(text, encoding="utf-8")
 
 
 def module_name(file: str) -> str | None:

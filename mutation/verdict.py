@@ -59,11 +59,22 @@ def judge(*, killers, survivors, scratch: str, target: str | None, timed_out: bo
             return Verdict(INVALID, f"not the scratch copy: pid {r.get('pid')} imported {target} from {r.get('file')}")
         if not records:
             return Verdict(INVALID, f"no probed process imported {target}: the killers never ran the mutated code")
-    red = lambda sel: [n for n in _matching(sel, collected) if outcomes.get(n, "").startswith("failed")]
-    killed_by = [n for k in killers for n in red(k)]
-    survivors_red = [n for s in survivors for n in red(s)]
+    failed = lambda sel: [n for n in _matching(sel, collected) if outcomes.get(n, "").startswith("failed")]
+    timeouts = set(probe.get("timeouts", []))
+    killer_failures = [n for k in killers for n in failed(k)]
+    # A kill is an assertion in the killer's own body: a hang (pytest-timeout) is a timeout, and a
+    # failing fixture (setup or teardown) does not show that the test noticed the mutation.
+    killed_by = [n for n in killer_failures if outcomes[n] == "failed:call" and n not in timeouts]
+    survivors_red = [n for s in survivors for n in failed(s)]
     if killed_by:
         return Verdict(KILLED, "", killed_by, survivors_red)
+    hung = [n for n in killer_failures if n in timeouts]
+    if hung:
+        return Verdict(TIMEOUT, "killer ended by pytest-timeout (a hang, not a kill): " + ", ".join(hung),
+                       [], survivors_red)
+    if killer_failures:
+        where = ", ".join(f"{n} ({outcomes[n].split(':', 1)[1]})" for n in killer_failures)
+        return Verdict(INVALID, f"killer failed outside its test body, not a kill: {where}", [], survivors_red)
     detail = "every killer passed" if all(outcomes.get(n) == "passed" for k in killers for n in _matching(k, collected)) \
         else "no killer failed (some skipped)"
     return Verdict(SURVIVED, detail, [], survivors_red)

@@ -58,14 +58,15 @@ def git(root: Path, *args: str) -> None:
 
 @pytest.fixture
 def fake_tree(tmp_path):
-    """Returns make(extra_tests: str = "") -> Path: a committed fake project."""
+    """Returns make(extra_tests="", name="tree", ini="") -> Path: a committed fake project
+    (``ini``: extra lines for its [tool.pytest.ini_options])."""
 
-    def make(extra_tests: str = "", name: str = "tree") -> Path:
+    def make(extra_tests: str = "", name: str = "tree", ini: str = "") -> Path:
         root = tmp_path / name
         (root / "tests").mkdir(parents=True)
         (root / "calc.py").write_text(CALC)
         (root / "tests" / "test_calc.py").write_text(TESTS + textwrap.dedent(extra_tests))
-        (root / "pyproject.toml").write_text(PYPROJECT)
+        (root / "pyproject.toml").write_text(PYPROJECT + textwrap.dedent(ini))
         git(root, "init", "-q")
         git(root, "add", ".")
         git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fake")

@@ -106,11 +106,87 @@ def test_killer_not_collected_is_invalid_not_killed(fake_tree, campaign, tmp_pat
 
 
 def test_collection_error_is_invalid(fake_tree, campaign, tmp_path):
-    """Path: a mutation that breaks import -> invalid (an import error is not a kill)."""
+    """Path: a mutation that compiles but breaks import (a module-level import of nothing)
+    -> invalid (an import error is not a kill)."""
     tree = fake_tree()
-    body = ADD_TO_SUB.replace('replace = "return a - b  # ADD"', 'replace = "return a +  # ADD"')
+    body = ADD_TO_SUB.replace('replace = "return a - b  # ADD"',
+                              'replace = "return a + b\\nimport no_such_module_anywhere  # ADD"')
     v = one(campaign(tree, body))
     assert v.verdict == INVALID and "collection error" in v.detail, v
+
+
+def test_mutation_that_does_not_compile_is_invalid(fake_tree, campaign, tmp_path):
+    """Path: the replace text leaves a syntax error -> invalid ("does not compile"), without running
+    the killers (any test of it would fail, which proves nothing).
+    Ablation: drop the compile() check in scratch.apply and this reads "killed" (the killer
+    imports the module in its body, as the runner's tests do through a subprocess, so the
+    SyntaxError is a call-phase failure)."""
+    tree = fake_tree("\n\ndef test_add_late_import():\n    import calc as c\n    assert c.add(2, 3) == 5\n")
+    # Only the killer's body imports the module: take the module-level import out (the scratch
+    # copy is made from the working tree as it is, uncommitted edits included).
+    test_file = tree / "tests" / "test_calc.py"
+    test_file.write_text(test_file.read_text().replace("import calc\n", "", 1))
+    body = ADD_TO_SUB.replace('replace = "return a - b  # ADD"', 'replace = "return a +  # ADD"') \
+                     .replace("::test_add\"]", "::test_add_late_import\"]") \
+                     .replace('survivors = ["tests/test_calc.py::test_unrelated"]', "")
+    out = campaign(tree, body)
+    v = one(out)
+    assert v.verdict == INVALID and "does not compile" in v.detail and "calc.py" in v.detail, v
+    assert not (tmp_path / "artifacts" / "add-sub.log").exists()  # no inner run was wasted on it
+    assert not out.ok
+
+
+FIXTURE_TESTS = '''
+
+import pytest
+
+
+@pytest.fixture
+def add_checked_in_setup():
+    assert calc.add(1, 1) == 2
+
+
+@pytest.fixture
+def add_checked_in_teardown():
+    yield
+    assert calc.add(1, 1) == 2
+
+
+def test_setup_fixture(add_checked_in_setup):
+    pass
+
+
+def test_teardown_fixture(add_checked_in_teardown):
+    pass
+'''
+
+
+@pytest.mark.parametrize("phase", ["setup", "teardown"])
+def test_killer_failing_outside_its_body_is_invalid(fake_tree, campaign, tmp_path, phase):
+    """Path: the killer's failure is in a fixture's setup or teardown, not in the test body ->
+    invalid, naming the phase (a broken fixture does not show the test noticed the mutation).
+    Ablation: count any failure ("failed:*") as a kill and this reads "killed"."""
+    tree = fake_tree(FIXTURE_TESTS)
+    body = ADD_TO_SUB.replace("::test_add\"]", f"::test_{phase}_fixture\"]")
+    v = one(campaign(tree, body))
+    assert v.verdict == INVALID, v
+    assert f"tests/test_calc.py::test_{phase}_fixture ({phase})" in v.detail and "not a kill" in v.detail, v
+
+
+def test_pytest_timeout_in_the_killer_is_timeout_not_killed(fake_tree, campaign, tmp_path):
+    """Path: the tree's own pytest-timeout (2 s here, 90 s in the project) ends a hanging killer
+    well before the campaign's limit; the probe records that the failure was pytest-timeout's
+    -> verdict timeout, not killed.
+    Ablation: drop the probe's timeout record (or the verdict's use of it) and this reads "killed"."""
+    tree = fake_tree(ini="timeout = 2\ntimeout_method = \"signal\"\n")
+    body = ADD_TO_SUB.replace('replace = "return a - b  # ADD"',
+                              'replace = "__import__(\'time\').sleep(3600)  # ADD"')
+    out = campaign(tree, body, timeout=60)
+    v = one(out)
+    assert v.verdict == TIMEOUT and "pytest-timeout" in v.detail, v
+    assert "tests/test_calc.py::test_add" in v.detail
+    assert out.results[0].duration < 30  # pytest-timeout's 2 s ended it, not the campaign's 60 s
+    assert not out.ok
 
 
 def test_timeout(fake_tree, campaign, tmp_path):
