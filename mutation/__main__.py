@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from . import BaselineFailed, SpecError, load, render_table, run, to_json
+from .campaign import Interrupted
 
 
 def main(argv=None) -> int:
@@ -33,6 +34,10 @@ def main(argv=None) -> int:
     except BaselineFailed as exc:
         print(f"mutate: {exc}", file=sys.stderr)
         return 3
+    except Interrupted as exc:
+        print(f"mutate: {exc}: inner runs killed, scratch copies removed, no verdicts written",
+              file=sys.stderr)
+        return 128 + exc.signum
     except ValueError as exc:
         print(f"mutate: {exc}", file=sys.stderr)
         return 2

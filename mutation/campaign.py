@@ -5,10 +5,12 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
-import shutil
+import signal
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +25,14 @@ class BaselineFailed(RuntimeError):
     def __init__(self, problems: list[str], logs: list[str]):
         self.problems, self.logs = problems, logs
         super().__init__("baseline failed:\n  " + "\n  ".join(problems) + "\n  logs: " + ", ".join(logs))
+
+
+class Interrupted(RuntimeError):
+    """SIGTERM or SIGINT reached the campaign; every inner run and scratch copy is gone."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
 
 
 @dataclass
@@ -86,10 +96,9 @@ def _baseline(campaign: Campaign, mutations, root: Path, jobs: int, artifacts: P
             r = inner.run(copy, ids, campaign.pytest_args, artifacts / f"baseline-{i}",
                           artifacts / f"baseline-{i}.log", campaign.timeout, None)
             return ids, r
-        with ThreadPoolExecutor(max_workers=len(shards)) as pool:
-            runs = list(pool.map(one, enumerate(shards)))
+        runs = _gather(one, list(enumerate(shards)), len(shards))
     finally:
-        shutil.rmtree(copy, ignore_errors=True)
+        scratch.remove(copy)
     problems, logs = [], []
     for ids, r in runs:
         logs.append(r.log)
@@ -124,7 +133,57 @@ def _one(campaign: Campaign, m: Mutation, root: Path, artifacts: Path) -> Result
     except Exception as exc:  # one broken mutation must not hide the others' verdicts
         return Result(m, Verdict(INVALID, f"campaign error: {exc!r}"), time.monotonic() - t0)
     finally:
-        shutil.rmtree(copy, ignore_errors=True)
+        scratch.remove(copy)
+
+
+def _gather(fn, items: list, workers: int) -> list:
+    """fn over items in a thread pool, in order. On any exception in the waiting thread (an
+    interrupt): queued items are cancelled, every live inner run is killed (so the running
+    threads end at once, each sweeping its own run's tag and removing its copy), then it
+    re-raises once they have."""
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
+        return [f.result() for f in [pool.submit(fn, x) for x in items]]
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        inner.abort_all()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+@contextmanager
+def _interruptible():
+    """SIGTERM and SIGINT raise Interrupted in the main thread, once: a second signal must not
+    cut the clean-up short. Outside the main thread (signals cannot be handled there) a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum, frame):
+        if not fired:
+            fired.append(signum)
+            raise Interrupted(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def _after_interrupt() -> None:
+    """What the threads could not clean: scratch copies of a copy in progress, and the victims
+    of a killed inner pytest that carry no run tag (the env-scrubber's grandchild), which the
+    plugin's sweep finds through its owner records once the owner is dead."""
+    scratch.remove_all()
+    try:
+        from pytest_stoplatency import _cleanup
+    except ImportError:
+        return
+    _cleanup.sweep_ownerless()
 
 
 def run(campaign: Campaign, root: str | Path, *, jobs: int = 2, artifacts: str | Path,
@@ -137,7 +196,6 @@ def run(campaign: Campaign, root: str | Path, *, jobs: int = 2, artifacts: str |
         raise ValueError(f"unknown mutation id(s): {unknown}")
     t0 = time.monotonic()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    baseline_s = _baseline(campaign, mutations, root, jobs, artifacts, progress) if mutations else 0.0
 
     def one(m):
         res = _one(campaign, m, root, artifacts)
@@ -145,6 +203,13 @@ def run(campaign: Campaign, root: str | Path, *, jobs: int = 2, artifacts: str |
             progress(f"{m.id}: {res.verdict.verdict} ({res.duration:.1f} s)")
         return res
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(one, mutations))
+    inner.reset_abort()
+    with _interruptible():
+        try:
+            baseline_s = _baseline(campaign, mutations, root, jobs, artifacts, progress) if mutations else 0.0
+            results = _gather(one, mutations, jobs)
+        except Interrupted:
+            inner.abort_all()  # the interrupt may have landed outside _gather (baseline's copy)
+            _after_interrupt()
+            raise
     return Outcome(results, baseline_s, time.monotonic() - t0, started, _git_commit(root), _machine())

@@ -8,6 +8,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -19,6 +20,57 @@ TAG_VAR = "MUTATION_RUN_TAG"
 # After the time limit: SIGINT lets pytest run its teardown (the plugin kills its victims);
 # only if that does not end it in this many seconds does the whole group get SIGKILL.
 INTERRUPT_GRACE = 10.0
+
+
+class Aborted(RuntimeError):
+    """The campaign is being interrupted: no new inner run may start."""
+
+
+# Every inner run alive right now, so that an interrupted campaign (SIGTERM from CI's
+# `timeout`, or Ctrl-C) can end them: each runs in its own session, where neither signal
+# reaches it. Popen and registration happen under the lock, and abort_all() sets the flag
+# under it too, so no run can start after abort_all() has looked. A registered run's
+# leader is never reaped (its thread waits on a pidfd, which does not reap, and leaves the
+# registry under the lock before it reaps), so the pgid abort_all() kills is still that
+# run's and cannot have been reused.
+_lock = threading.Lock()
+_live: dict[int, tuple[subprocess.Popen, str]] = {}
+_aborted = False
+
+
+def abort_all() -> list[str]:
+    """Refuse new inner runs and SIGKILL every live one's process group (its own session,
+    never ours); return the tags of the runs that were alive (for a sweep)."""
+    global _aborted
+    with _lock:
+        _aborted = True
+        live = list(_live.values())
+        for proc, _tag in live:
+            _killpg(proc)
+    return [tag for _proc, tag in live]
+
+
+def _killpg(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session, never ours; leader not reaped yet
+    except ProcessLookupError:
+        pass
+
+
+def _exited(proc: subprocess.Popen, timeout: float) -> bool:
+    """Wait up to ``timeout`` for the (unreaped) child to exit, without reaping it."""
+    fd = os.pidfd_open(proc.pid)
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
+
+
+def reset_abort() -> None:
+    """For a later campaign in the same process (the tests run several)."""
+    global _aborted
+    with _lock:
+        _aborted = False
 
 
 @dataclass
@@ -123,32 +175,29 @@ def run(
     with open(log_path, "wb") as log:
         log.write(("$ " + " ".join(argv) + f"\n# cwd={scratch}\n").encode())
         log.flush()
-        proc = subprocess.Popen(
-            argv, cwd=scratch, env=_env(scratch, probe_dir, target, tag),
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with _lock:
+            if _aborted:
+                raise Aborted("campaign interrupted: inner run not started")
+            proc = subprocess.Popen(
+                argv, cwd=scratch, env=_env(scratch, probe_dir, target, tag),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            _live[proc.pid] = (proc, tag)
         try:
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
+            if not _exited(proc, timeout):
                 timed_out = True
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=INTERRUPT_GRACE)
-                except subprocess.TimeoutExpired:
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)  # its own session: never ours
-                    except ProcessLookupError:
-                        pass
-                    proc.wait()
+                # SIGINT lets pytest run its teardown (the plugin kills its victims). os.kill, not
+                # send_signal: that polls, and a reap here would free the pid while registered.
+                os.kill(proc.pid, signal.SIGINT)
+                if not _exited(proc, INTERRUPT_GRACE):
+                    _killpg(proc)
         finally:
-            if proc.returncode is None:  # interrupted ourselves: still reap it
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
+            if not _exited(proc, 0):  # interrupted ourselves (an exception): end the run anyway
+                _killpg(proc)
+            with _lock:
+                _live.pop(proc.pid, None)
+            proc.wait()
             leaked = sweep_tagged(tag)
         duration = time.monotonic() - t0
         if timed_out:

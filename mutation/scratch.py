@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 # Copied into the scratch root under these names: the root is first on PYTHONPATH, so
@@ -16,6 +17,11 @@ PROBE_FILES = {
     "_pytest_probe.py": "_mutation_pytest_probe.py",
 }
 PYTEST_PROBE_MODULE = "_mutation_pytest_probe"
+
+# Every scratch copy not yet removed: an interrupted campaign removes what its threads
+# did not get to (remove_all).
+_made: set[Path] = set()
+_made_lock = threading.Lock()
 
 
 class StaleMutation(Exception):
@@ -86,9 +92,26 @@ def module_name(file: str) -> str | None:
 
 def make(root: Path, prefix: str) -> Path:
     dest = Path(tempfile.mkdtemp(prefix=f"mutate-{prefix}-"))
+    with _made_lock:
+        _made.add(dest)
     try:
         copy_tree(root, dest)
     except BaseException:
-        shutil.rmtree(dest, ignore_errors=True)
+        remove(dest)
         raise
     return dest
+
+
+def remove(dest: Path) -> None:
+    shutil.rmtree(dest, ignore_errors=True)
+    with _made_lock:
+        _made.discard(dest)
+
+
+def remove_all() -> list[Path]:
+    """Remove every scratch copy still on disk; return them."""
+    with _made_lock:
+        left = sorted(_made)
+    for d in left:
+        remove(d)
+    return left

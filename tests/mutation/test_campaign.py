@@ -1,8 +1,11 @@
 """The ablation runner against a fake tree: every verdict, and the provenance proof."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -274,3 +277,66 @@ def test_cli_writes_json_and_table_and_exits_nonzero_on_survivor(fake_tree, writ
     assert data["ok"] is False
     assert "add-sub" in proc.stdout and "survived" in proc.stdout
     assert (tmp_path / "mutate.txt").read_text().strip() == proc.stdout.strip()
+
+
+HANG = '''
+[[mutation]]
+id = "hang-{n}"
+path = "addition"
+why = "a mutation that hangs its killer"
+file = "calc.py"
+find = "return a + b  # ADD"
+replace = "__import__('pathlib').Path(__import__('os').environ['HANG_DIR'], str(__import__('os').getpid())).touch(); __import__('time').sleep(3600)  # ADD"
+killers = ["tests/test_calc.py::test_add_in_subprocess"]
+'''
+
+
+def test_sigterm_ends_inner_runs_and_removes_scratch_copies(fake_tree, write_config, tmp_path):
+    """Path: SIGTERM to `python -m mutation` (as CI's `timeout` sends) while a mutation's killer
+    hangs in a child process: the handler kills every live inner run's group (own sessions, which
+    the signal never reaches), cancels the queued mutations, removes the scratch copies, and exits
+    128+SIGTERM at once, not after the queue.
+    Ablation: without the handler the inner pytest and its child outlive the campaign and the
+    scratch copy stays on disk; without cancel_futures the exit waits for the other two."""
+    psutil = pytest.importorskip("psutil")
+    tree = fake_tree()
+    cfg = write_config(tree, "".join(HANG.format(n=n) for n in (1, 2, 3)), timeout=120)
+    scratch_tmp, hang_dir = tmp_path / "tmp", tmp_path / "hang"
+    scratch_tmp.mkdir()
+    hang_dir.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch_tmp), HANG_DIR=str(hang_dir))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mutation", "--config", str(cfg), "--root", str(tree), "--jobs", "1",
+         "--json", str(tmp_path / "mutate.json"), "--artifacts", str(tmp_path / "art")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list = []
+    try:
+        deadline = time.monotonic() + 60
+        while not any(hang_dir.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # polls another process's progress, not a latency
+        assert any(hang_dir.iterdir()), "the hanging killer never started"
+        seen = psutil.Process(proc.pid).children(recursive=True)
+        hung = [int(p.name) for p in hang_dir.iterdir()]
+        assert set(hung) <= {p.pid for p in seen}
+        assert any(d.name.startswith("mutate-hang-1-") for d in scratch_tmp.iterdir())
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        elapsed = time.monotonic() - t0
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert "interrupted by SIGTERM" in err
+        assert elapsed < 15, f"the exit took {elapsed:.1f} s"
+        _, alive = psutil.wait_procs(seen, timeout=2)
+        assert not alive, f"inner processes outlived the campaign: {alive}"
+        assert [d.name for d in scratch_tmp.iterdir() if d.name.startswith("mutate-")] == []
+        assert not (tmp_path / "art" / "hang-2.log").exists()  # cancelled, never started
+        assert not (tmp_path / "mutate.json").exists()
+    finally:
+        for p in seen:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
