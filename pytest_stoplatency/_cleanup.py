@@ -6,7 +6,7 @@ import signal
 
 from . import _procs, _records, _token
 
-SETTLE = 1.0  # a process the test SIGKILLed may still be exiting: how long it gets before it counts as a leak
+SETTLE = 1.0  # how long a dying (or just killed) process gets to finish exiting, per round
 ROUNDS = 3  # a respawner may fork between our scan and our kill
 
 
@@ -21,33 +21,33 @@ def format_procs(procs: list[dict]) -> str:
 def kill_lineage(tokens, extras=()) -> tuple[list[dict], list[dict]]:
     """Kill what the test left alive; return (leaked, survivors).
 
-    A leak is a process the test left ALIVE, not one it already killed: after a
-    group SIGKILL the members may still be exiting when we first look (a forker's
-    children were, in about 3 runs in 4). So the first scan only decides whether
-    there is anything to look at; every member then gets the settle window to die
-    on its own (event-driven, pidfd), and only what outlives it is a leak, which we
-    SIGKILL and re-check, round after round (a respawner may fork in between).
-    Returns what was still alive after the settle window (leaked, empty = no leak)
-    and what outlived our kills as well (survivors: a process we could not kill).
+    A leak is a process the test left ALIVE, not one it already killed: right after a
+    group SIGKILL the members are still exiting when we look (a forker's children
+    were, in about 3 runs in 4). The kernel says which is which: a process with
+    SIGKILL pending (also set for any fatal signal) or already in do_exit is dying,
+    and is only waited for (event-driven, up to the settle window). Every other
+    member is a leak: reported, and SIGKILLed at once, round after round (a
+    respawner may fork between our scan and our kill), waiting for the whole lineage
+    after each round. Returns the leaked processes (empty = no leak) and what
+    outlived all of it (survivors: a process we could not kill).
     """
     tokens, extras = list(tokens), list(extras)
     living = _procs.lineage(tokens, extras)
-    if not living:
-        return [], []
-    # Exiting members no longer show their token: keep them watched by (pid, ticks).
-    extras = sorted(set(extras) | set(living))
-    living = _procs.wait_gone(tokens, extras, timeout=SETTLE)
-    found = [describe(pid) for pid, _ in living]
+    leaked: dict[tuple[int, int], dict] = {}
     for _ in range(ROUNDS):
         if not living:
             break
         for pid, ticks in living:
-            if not _procs.is_alive(pid, ticks):
-                continue  # died since the scan
+            # A second look at what seemed alive: between dequeuing SIGKILL and setting
+            # PF_EXITING the kernel shows neither, for a few instructions.
+            if _procs.dying(pid, ticks) or _procs.dying(pid, ticks):
+                continue
+            leaked.setdefault((pid, ticks), describe(pid))
             _procs.signal_identified(pid, ticks, signal.SIGKILL)  # stoplatency: per-test cleanup SIGKILL
+        # Exiting members no longer show their token: keep them watched by (pid, ticks).
         extras = sorted(set(extras) | set(living))
         living = _procs.wait_gone(tokens, extras, timeout=SETTLE)
-    return found, [describe(pid) for pid, _ in living]
+    return list(leaked.values()), [describe(pid) for pid, _ in living]
 
 
 def sweep_ownerless() -> int:

@@ -48,6 +48,34 @@ def is_alive(pid: int, ticks: int | None = None) -> bool:
     return ticks is None or int(f[19]) == ticks
 
 
+_PF_EXITING = 0x4  # include/linux/sched.h: set once the process is inside do_exit()
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def _sigkill_pending(pid: int) -> bool:
+    """SIGKILL pending on the process (SigPnd) or its thread group (ShdPnd).
+
+    The kernel also marks it for any fatal signal (default action, neither caught nor
+    ignored): complete_signal() turns such a signal into a group-wide SIGKILL.
+    """
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & _SIGKILL_BIT:
+                    return True
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
+
+
+def dying(pid: int, ticks: int | None = None) -> bool:
+    """Gone, a zombie, or on its way out: SIGKILL (or a fatal signal) pending, or already exiting."""
+    f = _stat(pid)
+    if f is None or f[0] in (b"Z", b"X", b"x") or (ticks is not None and int(f[19]) != ticks):
+        return True
+    return bool(int(f[6]) & _PF_EXITING) or _sigkill_pending(pid)
+
+
 def cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:

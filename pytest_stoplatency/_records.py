@@ -1,10 +1,16 @@
 """The owner's record directory: where its victims write their ready files.
 
 One directory per owner (pytest process), named after the owner's token prefix,
-under a machine-wide base shared by every session. The ready files double as the
-owner's record of "extras" (the env-scrubber's grandchild, which carries no token):
-the victim itself writes them, so a session that crashes before reading one still
-leaves it behind for the next session's sweep.
+under a machine-wide base shared by every session: a fixed path, not the temp
+directory, since sessions with different TMPDIRs must still see each other's
+records (a sweep that looks elsewhere never finds a dead owner's extras).
+
+Two files per victim record its "extras" (the env-scrubber's grandchild, which
+carries no token), both written by the victim itself, so that a session that
+crashes before reading them still leaves them for the next session's sweep:
+``<id>.extras``, one ``<pid> <start-ticks>`` line appended by the grandchild
+itself while it still carries the token (before it drops its environment, so no
+moment exists when it is neither tokened nor recorded), and the ready file.
 """
 
 from __future__ import annotations
@@ -12,12 +18,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from ._token import Owner, Token
+from .victim import EXTRAS_SUFFIX, READY_SUFFIX
 
-BASE = Path(tempfile.gettempdir()) / f"pytest-stoplatency-{os.getuid()}"
+BASE = Path("/tmp") / f"pytest-stoplatency-{os.getuid()}"
 
 
 def owner_dir(owner: Owner) -> Path:
@@ -27,7 +33,26 @@ def owner_dir(owner: Owner) -> Path:
 
 
 def ready_path(token: Token) -> Path:
-    return owner_dir(token.owner) / f"{token.victim_id}.ready"
+    return owner_dir(token.owner) / f"{token.victim_id}{READY_SUFFIX}"
+
+
+def extras_path(token: Token) -> Path:
+    """Where the victim appends its extras (derived by the victim from the ready path)."""
+    return owner_dir(token.owner) / f"{token.victim_id}{EXTRAS_SUFFIX}"
+
+
+def read_extras(path: Path) -> list[tuple[int, int]]:
+    """(pid, start_ticks) lines of an extras file; a torn last line (a writer killed mid-line) is skipped."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            out.append((int(parts[0]), int(parts[1])))
+    return out
 
 
 def read_ready(path: Path) -> dict | None:
@@ -60,8 +85,10 @@ def owner_dirs() -> list[tuple[Owner, Path]]:
 
 def recorded_extras(d: Path) -> list[tuple[int, int]]:
     out = []
-    for f in d.glob("*.ready"):
+    for f in d.glob(f"*{READY_SUFFIX}"):
         out.extend(extras_of(read_ready(f)))
+    for f in d.glob(f"*{EXTRAS_SUFFIX}"):
+        out.extend(read_extras(f))
     return out
 
 

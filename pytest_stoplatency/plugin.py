@@ -108,7 +108,9 @@ class VictimFactory:
 
     def lineage(self) -> tuple[list[str], list[tuple[int, int]]]:
         tokens = [str(p.token) for p in self.prepared]
-        extras = [e for p in self.prepared for e in _records.extras_of(p.ready_info())]
+        # The extras file too: a victim killed before its handshake wrote no ready file.
+        extras = [e for p in self.prepared
+                  for e in _records.extras_of(p.ready_info()) + _records.read_extras(_records.extras_path(p.token))]
         return tokens, extras
 
     def close(self) -> tuple[list[dict], list[dict]]:

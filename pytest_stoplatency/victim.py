@@ -33,6 +33,8 @@ except ImportError:  # an interpreter without it: the public module has the same
 
 TOKEN_ENV = "STOPLATENCY_VICTIM"
 READY_ENV = "STOPLATENCY_READY"
+# <id>.ready and <id>.extras, side by side in the owner's record directory (_records.py).
+READY_SUFFIX, EXTRAS_SUFFIX = ".ready", ".extras"
 
 KINDS = (
     "cooperative",
@@ -131,6 +133,26 @@ def _write_ready(info: dict) -> None:
     os.replace(tmp, path)  # atomic: the reader never sees half a file
 
 
+def _record_extra() -> None:
+    """Append this process (pid + start ticks) to the victim's extras file.
+
+    Called by a process that is about to drop its environment (the token), while it
+    still has it: a kill at any moment after finds it by token or by this record.
+    One O_APPEND write: concurrent writers never interleave within a line.
+    """
+    path = os.environ.get(READY_ENV)
+    if not path:
+        return
+    if path.endswith(READY_SUFFIX):
+        path = path[: -len(READY_SUFFIX)]
+    pid = os.getpid()
+    fd = os.open(path + EXTRAS_SUFFIX, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{pid} {start_ticks(pid)}\n".encode())
+    finally:
+        os.close(fd)
+
+
 def _trapping_sleeper(deadline):
     def body(ready):
         _trap()
@@ -226,6 +248,7 @@ def run(kind: str, sleep: float, n_children: int, cleanup: float) -> None:
         if pid == 0:
             try:
                 os.close(r)
+                _record_extra()  # before the token goes (execve below): never unrecorded
                 os.setsid()  # leaves the victim's group and session
                 os.set_inheritable(w, True)
                 # An empty environment, as env -i, sudo or ssh leave: no token any more.

@@ -169,12 +169,21 @@ k_respawner() {
     done
 }
 
+# record_extra: append this process to <id>.extras (pid + start ticks), while it still
+# carries the token: a kill at any later moment finds it by token or by this line.
+record_extra() {
+    [ -n "$STOPLATENCY_READY" ] || return 0
+    ticks $BASHPID
+    printf '%d %d\n' "$BASHPID" "$TICKS" >> "${STOPLATENCY_READY%.ready}.extras"
+}
+
 k_env_scrubber() {
     trap h TERM
     handshake_open
     # No token past `exec -c` (an empty environment, as env -i): the grandchild must be
     # one process (a recorded extra), so it ignores SIGTERM and never forks a sleep.
-    exec -c setsid bash "$SELF" __scrubbed "$SLEEP" & local p=$!
+    # It records itself first (setsid(1) execs in place: the pid stays).
+    { record_extra; exec -c setsid bash "$SELF" __scrubbed "$SLEEP"; } & local p=$!
     NREADY=1
     await_children
     CHILD_PIDS+=($p)

@@ -8,6 +8,8 @@ and kills whatever it finds so that a red run still leaks nothing.
 import json
 import signal
 
+import pytest
+
 from pytest_stoplatency import _procs
 
 INNER_PRELUDE = '''
@@ -76,10 +78,12 @@ def test_leaves_them(victim):
 
 def test_a_victim_the_test_sigkilled_is_not_reported_as_a_leak(pytester):
     """Path: a test SIGKILLs its victims' group and returns at once; members still exiting when the
-    cleanup looks are given the settle window and are not reported as leaks (20 runs in one session).
+    cleanup looks (SIGKILL pending, or in do_exit) are dying, waited for and not reported as leaks
+    (20 runs in one session).
 
-    Ablation: report what the cleanup's first, immediate scan finds (no settle before judging) and
-    this test goes red (a forker's children are often still exiting: about 3 runs in 4 were reported).
+    Ablation: drop the pending-SIGKILL check from _procs.dying (or the dying() check from
+    kill_lineage) and this goes red: a forker's children are often still exiting (14 of 20 were
+    reported); PF_EXITING alone is set too late to tell.
     """
     pytester.makepyfile(INNER_PRELUDE + '''
 import signal
@@ -142,29 +146,138 @@ def test_hangs(victim):
     record(victim("env-scrubber", lang="bash"))
     time.sleep(60)
 ''')
-    run_inner(pytester, "test_hang.py")
-    orphans = living(pytester)
+    pytester.makepyfile(test_next="def test_nothing():\n    pass\n")
+    # The machine is shared: any session's sweep kills any dead owner's victims, so another
+    # session (another xdist worker's inner run) may get there first. Such an attempt proves
+    # nothing about OUR count and is repeated; a sweep that never counts fails.
+    for attempt in range(3):
+        (pytester.path / "victims.json").unlink(missing_ok=True)
+        first = run_inner(pytester, "test_hang.py")
+        orphans = living(pytester)
+        try:
+            assert len(recorded(pytester)) == 2
+            # Really ended by pytest-timeout's thread method (it prints "Timeout" and exits), not
+            # by something that ran teardown.
+            assert "Timeout" in first.stdout.str() + first.stderr.str()
+            assert orphans, "no victim outlived its owner: nothing for a sweep to prove"
+            alive_before = {p for p in orphans if _procs.is_alive(*p)}
+            result = run_inner(pytester, "test_next.py", "--stop-latency")
+            left = living(pytester)
+            result.stdout.fnmatch_lines(["*stoplatency: swept * ownerless victim process(es)*"])
+            swept = int(next(l for l in result.outlines if "stoplatency: swept" in l).split()[2])
+        finally:
+            kill_all(living(pytester))
+        assert not left, f"the next session's sweep left {left} alive"
+        if alive_before and swept >= 1:
+            break
+    else:
+        pytest.fail(f"in 3 attempts the next session never counted a sweep (last: {sorted(alive_before)} "
+                    f"alive before it, swept {swept})")
+
+
+WINDOW = '''
+import signal, subprocess
+from pytest_stoplatency import _procs, _records
+
+ENDING = "{ending}"
+
+
+def wait_until(pred, what):
+    deadline = time.monotonic() + 10
+    while not pred():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.0002)  # another process's progress, not a latency
+
+
+def test_killed_before_its_handshake(victim):
+    for _ in range(10):
+        p = victim.prepare("env-scrubber", lang="bash")
+        proc = subprocess.Popen(p.argv, start_new_session=True, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        victim.processes.append(proc)
+        extras = _records.extras_path(p.token)
+        wait_until(lambda: _records.read_extras(extras), "the grandchild never recorded itself")
+        os.kill(proc.pid, signal.SIGSTOP)  # from now on the victim cannot write its ready file
+        if not p.ready_path.exists():
+            break
+        os.kill(proc.pid, signal.SIGCONT)  # too late this time: stop it properly and try again
+        v = p.adopt(10.0, process=proc)
+        v.kill()
+        assert v.wait_gone(5.0)
+    else:
+        pytest.fail("never caught the victim between its grandchild's start and its handshake")
+    [(pid, ticks)] = _records.read_extras(extras)
+    # Its token is gone (exec -c): from here on only the record names it.
+    wait_until(lambda: _procs.token_of(pid) is None, "the grandchild kept its token")
+    assert _procs.is_alive(pid, ticks)
+    os.kill(proc.pid, signal.SIGKILL)  # the victim dies before its handshake
+    proc.wait()
+    assert not p.ready_path.exists()
+    with open("grandchild.json", "w") as f:
+        json.dump([[pid, ticks]], f)
+    if ENDING == "crash":
+        os._exit(3)  # no teardown: the next session's sweep must find it through the record
+'''
+
+
+@pytest.mark.parametrize("ending", ["teardown", "crash"])
+def test_env_scrubber_killed_before_its_handshake_leaks_nothing(pytester, ending):
+    """Path: an env-scrubber killed after its grandchild dropped the token but before the ready file
+    exists (as code under test may do to a prepared victim): the grandchild is named only by the
+    <id>.extras line it appended before its exec. The per-test cleanup kills it (and reports the
+    leak); after a crashed session (os._exit), the next session's sweep kills it.
+
+    Ablation: read only the ready files (not <id>.extras) in VictimFactory.lineage (teardown) or
+    _records.recorded_extras (crash), or have the victim not write the record, and the grandchild lives.
+    """
+    pytester.makepyfile(test_window=INNER_PRELUDE + WINDOW.replace("{ending}", ending))
+    result = run_inner(pytester, "test_window.py")
+    path = pytester.path / "grandchild.json"
+    grandchild = [tuple(g) for g in json.loads(path.read_text())] if path.exists() else []
     try:
-        assert len(recorded(pytester)) == 2
-        pytester.makepyfile(test_next="def test_nothing():\n    pass\n")
-        result = run_inner(pytester, "test_next.py", "--stop-latency")
-        left = living(pytester)
+        assert grandchild, result.stdout.str()
+        if ending == "teardown":
+            result.assert_outcomes(passed=1, errors=1)
+            result.stdout.fnmatch_lines(["*stoplatency: test leaked victim processes*", "*__scrubbed*"])
+        else:
+            assert result.ret == 3
+            pytester.makepyfile(test_next="def test_nothing():\n    pass\n")
+            run_inner(pytester, "test_next.py").assert_outcomes(passed=1)
+        left = [g for g in grandchild if _procs.is_alive(*g)]
     finally:
-        kill_all(living(pytester))
-    assert not left, f"the next session's sweep left {left} alive"
-    result.stdout.fnmatch_lines(["*stoplatency: swept * ownerless victim process(es)*"])
-    # Others' sessions may sweep our orphans first; when they were still ours to sweep, count them.
-    if orphans:
-        swept = int(next(l for l in result.outlines if "stoplatency: swept" in l).split()[2])
-        assert swept >= 1 or not any(_procs.is_alive(*p) for p in orphans)
+        kill_all(grandchild)
+    assert not left, f"the token-less grandchild {left} outlived its victim"
 
 
-def test_a_live_sessions_victims_survive_another_sessions_sweep(victim, pytester):
-    """Path: the sweep checks the owner (pid + start ticks) and never touches a live owner's victims or extras."""
+def test_a_live_sessions_victims_survive_another_sessions_sweep(victim, pytester, monkeypatch, tmp_path):
+    """Path: the sweep checks the owner (pid + start ticks): in one sweep, a dead owner's victims (its
+    token-less grandchild too) ARE killed while a live owner's victims and extras are spared. The
+    sessions run with different TMPDIRs: the record directory is machine-wide, not per temp dir.
+
+    Ablation: skip the sweep and the dead owner's victims live; drop the owner check and ours die;
+    put the records under TMPDIR and the dead owner's grandchild is never found.
+    """
     mine = victim("trap-term")
     scrubber = victim("env-scrubber")
-    pytester.makepyfile("def test_nothing():\n    pass\n")
-    run_inner(pytester).assert_outcomes(passed=1)
+    pytester.makepyfile(test_dead=INNER_PRELUDE + '''
+def test_dies(victim):
+    record(victim("trap-term"))
+    record(victim("env-scrubber", lang="bash"))
+    os._exit(3)  # the owner dies without teardown
+''')
+    for name in ("tmp-dead", "tmp-sweeper"):
+        (tmp_path / name).mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp-dead"))
+    assert run_inner(pytester, "test_dead.py").ret == 3
+    try:
+        assert len(recorded(pytester)) == 2 and living(pytester), "the dead owner left nothing to sweep"
+        monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp-sweeper"))
+        pytester.makepyfile(test_next="def test_nothing():\n    pass\n")
+        run_inner(pytester, "test_next.py").assert_outcomes(passed=1)
+        dead_owners_left = living(pytester)
+    finally:
+        kill_all(living(pytester))
+    assert not dead_owners_left, f"the sweep spared a dead owner's victims: {dead_owners_left}"
     assert mine.alive() and scrubber.alive()
     assert _procs.is_alive(scrubber.extras[0]["pid"], scrubber.extras[0]["start_ticks"])
     mine.kill()
