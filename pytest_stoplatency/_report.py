@@ -14,6 +14,9 @@ from pathlib import Path
 
 SCHEMA = 1
 WORKEROUTPUT_KEY = "stoplatency"
+# Below this many samples the nearest-rank p95 is simply the maximum: the table shows "-".
+P95_MIN_N = 20
+P95_FOOTNOTE = f"p95: shown only for n >= {P95_MIN_N} (below that it is the max); the JSON keeps the value"
 
 
 def p95(values: list[float]) -> float:
@@ -41,14 +44,18 @@ def summarize(samples: list[dict]) -> dict[str, dict]:
 
 def table(labels: dict[str, dict]) -> list[str]:
     head = ("label", "n", "min", "median", "p95", "max", "bound", "verdict")
+    p95_cell = lambda s: f"{s['p95']:.4f}" if s["n"] >= P95_MIN_N else "-"  # noqa: E731
     rows = [head] + [
-        (label, str(s["n"]), *(f"{s[k]:.4f}" for k in ("min", "median", "p95", "max")),
+        (label, str(s["n"]), f"{s['min']:.4f}", f"{s['median']:.4f}", p95_cell(s), f"{s['max']:.4f}",
          "-" if s["bound"] is None else f"{s['bound']:g}", s["verdict"])
         for label, s in labels.items()
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    return [fmt(rows[0]), fmt(tuple("-" * w for w in widths))] + [fmt(r) for r in rows[1:]]
+    lines = [fmt(rows[0]), fmt(tuple("-" * w for w in widths))] + [fmt(r) for r in rows[1:]]
+    if any(s["n"] < P95_MIN_N for s in labels.values()):
+        lines.append(P95_FOOTNOTE)
+    return lines
 
 
 def git_commit(cwd: Path) -> str | None:
@@ -59,6 +66,16 @@ def git_commit(cwd: Path) -> str | None:
     return r.stdout.strip() or None if r.returncode == 0 else None
 
 
+def git_dirty(cwd: Path) -> bool | None:
+    """Whether the code differs from the commit (docs excluded: `make measure` rewrites them)."""
+    try:
+        r = subprocess.run(["git", "status", "--porcelain", "--", ".", ":!docs"], cwd=cwd,
+                           capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(r.stdout.strip()) if r.returncode == 0 else None
+
+
 def document(samples: list[dict], *, missing_workers: list[str], swept: int, rootdir: Path) -> dict:
     return {
         "schema": SCHEMA,
@@ -66,6 +83,7 @@ def document(samples: list[dict], *, missing_workers: list[str], swept: int, roo
                     "cpus": os.cpu_count(), "hostname": socket.gethostname()},
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(rootdir),
+        "git_dirty": git_dirty(rootdir),
         "samples": samples,
         "labels": summarize(samples),
         "missing_workers": missing_workers,

@@ -2,7 +2,9 @@
 
 import json
 
-from pytest_stoplatency import _procs, plugin
+import subprocess
+
+from pytest_stoplatency import _procs, _report, plugin
 
 LATENCY_TESTS = '''
 import json, os, signal, pytest
@@ -63,11 +65,17 @@ def test_table_and_json_with_repeat(pytester):
         "label*n*min*median*p95*max*bound*verdict",
         "explicit / trap-term*3*pass",
         "killpg SIGKILL / forker*3*pass",
+        _report.P95_FOOTNOTE,
         "stoplatency: swept * ownerless victim process(es)",
     ])
+    # n=3: the p95 column says "-" (a nearest-rank p95 of 3 samples is the max), the JSON keeps it.
+    row = next(l for l in result.outlines if l.startswith("killpg SIGKILL / forker"))
+    assert row.split()[-4] == "-", row
     doc = json.loads((pytester.path / "out" / "lat.json").read_text())
     assert doc["schema"] == 1
-    assert set(doc) == {"schema", "machine", "time", "git_commit", "samples", "labels", "missing_workers", "swept"}
+    assert set(doc) == {"schema", "machine", "time", "git_commit", "git_dirty", "samples", "labels",
+                        "missing_workers", "swept"}
+    assert doc["git_commit"] is None and doc["git_dirty"] is None  # pytester's directory is no git tree
     assert set(doc["machine"]) == {"kernel", "python", "cpus", "hostname"}
     assert len(doc["samples"]) == 6
     for s in doc["samples"]:
@@ -137,3 +145,55 @@ def test_crash():
     result.stdout.fnmatch_lines(["*stoplatency: workers that returned no samples: gw*"])
     doc = json.loads((pytester.path / "lat.json").read_text())
     assert doc["missing_workers"] and all(w.startswith("gw") for w in doc["missing_workers"])
+
+
+def _git(cwd, *args):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd,
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_p95_shown_from_20_samples_and_json_records_a_clean_tree(pytester):
+    """Path: with n >= 20 the table prints the p95 (no footnote); in a committed tree the JSON
+    names the commit and git_dirty is false (the JSON it writes is under docs/, which does not count).
+
+    Ablation: print "-" whatever n is, or compute git_dirty over docs too, and this goes red.
+    """
+    pytester.makepyfile(LATENCY_TESTS)
+    (pytester.path / ".gitignore").write_text("__pycache__/\nrunpytest-*\nstdout\nstderr\n")  # pytester's own files
+    _git(pytester.path, "init", "-q")
+    _git(pytester.path, "add", ".")
+    _git(pytester.path, "commit", "-qm", "tests")
+    result = run(pytester, "--stop-latency", "-p", "no:xdist", "--stop-latency-repeat", "20",
+                 "-k", "killpg", "--stop-latency-json", "docs/lat.json")
+    result.assert_outcomes(passed=20, deselected=20)
+    row = next(l for l in result.outlines if l.startswith("killpg SIGKILL / forker"))
+    doc = json.loads((pytester.path / "docs" / "lat.json").read_text())
+    lab = doc["labels"]["killpg SIGKILL / forker"]
+    assert lab["n"] == 20 and row.split()[-4] == f"{lab['p95']:.4f}", row
+    assert _report.P95_FOOTNOTE not in result.stdout.str()
+    assert doc["git_commit"] == _git(pytester.path, "rev-parse", "HEAD")
+    assert doc["git_dirty"] is False, _git(pytester.path, "status", "--porcelain")
+
+
+def test_git_dirty_counts_code_not_docs(tmp_path):
+    """Path: git_dirty is None outside git, false for a clean tree or an edit under docs/ only,
+    true for a changed or new code file.
+
+    Ablation: drop the ':!docs' pathspec and the docs-only edit reads dirty.
+    """
+    assert _report.git_dirty(tmp_path) is None
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "measure.json").write_text("{}\n")
+    (tmp_path / "mod.py").write_text("X = 1\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "c")
+    assert _report.git_dirty(tmp_path) is False
+    (tmp_path / "docs" / "measure.json").write_text('{"new": 1}\n')
+    (tmp_path / "docs" / "mutate.json").write_text("{}\n")
+    assert _report.git_dirty(tmp_path) is False
+    (tmp_path / "new_module.py").write_text("Y = 2\n")
+    assert _report.git_dirty(tmp_path) is True
+    (tmp_path / "new_module.py").unlink()
+    (tmp_path / "mod.py").write_text("X = 2\n")
+    assert _report.git_dirty(tmp_path) is True
