@@ -159,8 +159,7 @@ def test_hangs(victim):
             # Really ended by pytest-timeout's thread method (it prints "Timeout" and exits), not
             # by something that ran teardown.
             assert "Timeout" in first.stdout.str() + first.stderr.str()
-            assert orphans, "no victim outlived its owner: nothing for a sweep to prove"
-            alive_before = {p for p in orphans if _procs.is_alive(*p)}
+            alive_before = {p for p in orphans if _procs.is_alive(*p)}  # empty: swept by another session
             result = run_inner(pytester, "test_next.py", "--stop-latency")
             left = living(pytester)
             result.stdout.fnmatch_lines(["*stoplatency: swept * ownerless victim process(es)*"])
@@ -171,8 +170,8 @@ def test_hangs(victim):
         if alive_before and swept >= 1:
             break
     else:
-        pytest.fail(f"in 3 attempts the next session never counted a sweep (last: {sorted(alive_before)} "
-                    f"alive before it, swept {swept})")
+        pytest.fail(f"in 3 attempts no orphan was both alive before the next session and counted by its "
+                    f"sweep (last: {sorted(alive_before)} alive before it, swept {swept})")
 
 
 WINDOW = '''
@@ -270,7 +269,10 @@ def test_dies(victim):
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp-dead"))
     assert run_inner(pytester, "test_dead.py").ret == 3
     try:
-        assert len(recorded(pytester)) == 2 and living(pytester), "the dead owner left nothing to sweep"
+        # Recorded from the real handles while they lived. They cannot die by themselves (trap-term
+        # and a SIGTERM-ignoring grandchild): if another session's sweep gets them before ours,
+        # that sweep too ran while our victims lived, which is the claim.
+        assert len(recorded(pytester)) == 2
         monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp-sweeper"))
         pytester.makepyfile(test_next="def test_nothing():\n    pass\n")
         run_inner(pytester, "test_next.py").assert_outcomes(passed=1)
