@@ -73,8 +73,19 @@ def main(argv=None):
         print("runner: interrupted", file=sys.stderr)
         return int(Exit.STOPPED)
     except Exception as exc:  # a bug: still one line and a documented code, never exit 1
-        print(f"runner: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        where = _save_traceback()
+        print(f"runner: internal error: {type(exc).__name__}: {exc} (traceback: {where})", file=sys.stderr)
         return int(Exit.INTERNAL)
+
+
+def _save_traceback():
+    """Keep the traceback of an internal error for the bug report, off the one line."""
+    import tempfile
+    import traceback
+    fd, path = tempfile.mkstemp(prefix="runner-internal-error-", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        traceback.print_exc(file=f)
+    return path
 
 
 def _dispatch(args):
