@@ -8,6 +8,7 @@ controllers are enabled: containment only, no limits.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import select
@@ -157,7 +158,13 @@ class RunCgroup:
             for ident in self.member_identities(which):
                 signals.signal_process(ident, signal.SIGKILL)
         else:
-            (base / "cgroup.kill").write_text("1\n")
+            try:
+                (base / "cgroup.kill").write_text("1\n")
+            except OSError as exc:
+                # The kernel answers ENOENT (ENODEV) on the write, with no file name, when
+                # the cgroup is being removed: a dying cgroup holds nothing left to kill.
+                if exc.errno not in (errno.ENOENT, errno.ENODEV):
+                    raise
         return self.wait_empty(which, timeout)
 
     def wait_empty(self, which="all", timeout=1.0) -> bool:

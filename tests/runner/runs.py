@@ -53,8 +53,10 @@ def write_spec(path, *, items=("a",), provider, call_timeout=None, idle_timeout=
 
 
 def runner(*args, timeout=60, env=None):
-    return subprocess.run([*RUNNER, *map(str, args)], capture_output=True, text=True,
+    proc = subprocess.run([*RUNNER, *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    proc.stderr = with_traceback(proc.stderr)  # an internal error's traceback, in the test's report
+    return proc
 
 
 def start(spec_path, run_dir, *, timeout=60):
@@ -154,6 +156,19 @@ def spawn_at_pid(start, pid, **kw):
         p.kill()
         p.wait()
     pytest.fail(f"could not get pid {pid} reused in 50 attempts")
+
+
+def with_traceback(stderr):
+    """A CLI's stderr, with the traceback file an internal error names appended (the
+    file is on the machine that ran the test: a CI log shows nothing else)."""
+    marker = "(traceback: "
+    if marker in stderr:
+        path = stderr.split(marker, 1)[1].split(")", 1)[0]
+        try:
+            stderr += "\n" + Path(path).read_text()
+        except OSError:
+            pass
+    return stderr
 
 
 def sh(script, *args):
