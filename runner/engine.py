@@ -134,10 +134,7 @@ class Engine:
             self._save()
             self._between_phases()
         if not st.post_session_done:
-            self._hooks("post_session", self.spec.post_session, item)
-            st.post_session_done = True
-            self._save()
-            self._between_phases()
+            self._post_session(item)
         if replay_repair:
             self._repair(item, feedback=None, replay=True)
         while True:
@@ -154,6 +151,13 @@ class Engine:
             self._between_phases()
             self._backoff(self.spec.retry_backoff)
             self._repair(item, feedback=failing[1])
+
+    def _post_session(self, item):
+        """The post_session hooks of the session that just ended, then durable as done."""
+        self._hooks("post_session", self.spec.post_session, item)
+        self.state.items[item].post_session_done = True
+        self._save()
+        self._between_phases()
 
     def _item_failed(self, item, reason):
         self.state.items[item].status = "failed"
@@ -222,10 +226,7 @@ class Engine:
         self._save()
         self._between_phases()
         if not st.post_session_done:
-            self._hooks("post_session", self.spec.post_session, item)
-            st.post_session_done = True
-            self._save()
-            self._between_phases()
+            self._post_session(item)
 
     def _feedback_file(self, item, attempt, failing):
         index = self.spec.items.index(item)
