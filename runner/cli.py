@@ -20,6 +20,11 @@ ENGINE_START_TIMEOUT = 30.0
 """How long `runner run` waits for a new engine to write its identity."""
 
 
+RUN_DIR_HELP = ("the run directory; may be left off when exactly one run is live "
+                "(runs live under .runner/runs/<run-id> by default)")
+DETACH_HELP = "return once the engine is up and print the run directory"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise BadInput(f"{self.prog}: {message}")
@@ -33,25 +38,25 @@ def _parser():
     run = sub.add_parser("run", help="start a run from a TOML spec")
     run.add_argument("spec", help="the TOML spec")
     run.add_argument("--run-dir", help="where the run lives (default .runner/runs/<run-id>)")
-    run.add_argument("--detach", action="store_true", help="return once the engine is up; print the run directory")
+    run.add_argument("--detach", action="store_true", help=DETACH_HELP)
 
     resume = sub.add_parser("resume", help="continue a stopped or crashed run (a new attempt)")
-    resume.add_argument("--run-dir")
-    resume.add_argument("--detach", action="store_true")
+    resume.add_argument("--run-dir", help=RUN_DIR_HELP)
+    resume.add_argument("--detach", action="store_true", help=DETACH_HELP)
 
     stop = sub.add_parser("stop", help="stop a run: hard by default, bounded, the whole tree")
-    stop.add_argument("--run-dir")
+    stop.add_argument("--run-dir", help=RUN_DIR_HELP)
     mode = stop.add_mutually_exclusive_group()
     mode.add_argument("--now", action="store_true", help="kill every process of the run at once")
     mode.add_argument("--graceful", action="store_true", help="finish the phase in flight, then stop")
     stop.add_argument("--wait", action="store_true", help="with --graceful: wait for the run to end")
 
     status = sub.add_parser("status", help="show a run")
-    status.add_argument("--run-dir")
+    status.add_argument("--run-dir", help=RUN_DIR_HELP)
     status.add_argument("--json", action="store_true")
 
     wait = sub.add_parser("wait", help="block until a detached run ends; exit with its code")
-    wait.add_argument("--run-dir")
+    wait.add_argument("--run-dir", help=RUN_DIR_HELP)
 
     engine = sub.add_parser("_engine", help=argparse.SUPPRESS)
     engine.add_argument("run_dir")
