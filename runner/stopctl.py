@@ -33,12 +33,11 @@ _SIGNAL_ORIGINS = {
 
 
 class StopController:
-    def __init__(self, rundir, registry, journal, *, poll=defaults.WATCHDOG_POLL, on_tick=None):
+    def __init__(self, rundir, registry, journal, *, poll=defaults.WATCHDOG_POLL):
         self._rundir = rundir
         self._registry = registry
         self._journal = journal
         self._poll = poll
-        self._on_tick = on_tick
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._closed = threading.Event()
@@ -111,8 +110,6 @@ class StopController:
             self.request(self._signal_origin)
         else:
             self._read_control_file()
-        if self._on_tick is not None:
-            self._on_tick()
 
     def _journal_quietly(self, event, **fields):
         try:
