@@ -172,10 +172,10 @@ def _record_forced_stop(rd, report, fallback):
             state.exit_code = int(Exit.STOPPED)
             state.updated = time.time()
             store.save(state)
-        journalmod.Journal(rd.journal).append(
-            "run-stop", origin="forced", mode="hard", forced=True, fallback=fallback,
-            died_at_term=sorted(report.died_at_term), needed_kill=sorted(report.needed_kill),
-            unkillable=sorted(report.unkillable))
+        with journalmod.Journal(rd.journal) as journal:
+            journal.append("run-stop", origin="forced", mode="hard", forced=True, fallback=fallback,
+                           died_at_term=sorted(report.died_at_term),
+                           needed_kill=sorted(report.needed_kill), unkillable=sorted(report.unkillable))
         return "stopper"
 
 
