@@ -84,6 +84,10 @@ def resolve_containment(mode: str) -> str:
     return "group"
 
 
+# What the kernel answers about a cgroup that is gone or being removed.
+_GONE = (errno.ENOENT, errno.ENODEV, errno.ESRCH)
+
+
 class RunCgroup:
     def __init__(self, path):
         self.path = Path(path)
@@ -119,13 +123,16 @@ class RunCgroup:
         return ["/bin/sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *argv]
 
     def members(self, which="all") -> list[int]:
-        base = self._dir(which)
+        """Pids in the cgroup `which` and every cgroup below it (a member may create its
+        own). A concurrent stopper may remove cgroups under us: os.walk skips a vanished
+        directory (no onerror), and a vanished cgroup simply has no members."""
         pids = []
-        for procs in sorted(base.rglob("cgroup.procs")) if base.exists() else ():
+        for leaf, _, _ in os.walk(self._dir(which)):
             try:
-                pids.extend(int(x) for x in procs.read_text().split())
-            except (FileNotFoundError, ProcessLookupError):
-                pass  # a sub-cgroup removed under us
+                pids.extend(int(x) for x in (Path(leaf) / "cgroup.procs").read_text().split())
+            except OSError as exc:
+                if exc.errno not in _GONE:
+                    raise
         return pids
 
     def member_identities(self, which="all") -> list[Identity]:
@@ -163,7 +170,7 @@ class RunCgroup:
             except OSError as exc:
                 # The kernel answers ENOENT (ENODEV) on the write, with no file name, when
                 # the cgroup is being removed: a dying cgroup holds nothing left to kill.
-                if exc.errno not in (errno.ENOENT, errno.ENODEV):
+                if exc.errno not in _GONE:
                     raise
         return self.wait_empty(which, timeout)
 
@@ -182,7 +189,13 @@ class RunCgroup:
             poller.register(fd, select.POLLPRI | select.POLLERR)
             while True:
                 os.lseek(fd, 0, os.SEEK_SET)
-                if b"populated 0" in os.read(fd, 4096).split(b"\n"):
+                try:
+                    events = os.read(fd, 4096)
+                except OSError as exc:
+                    if exc.errno in _GONE:
+                        return True  # removed under us: a removed cgroup is empty
+                    raise
+                if b"populated 0" in events.split(b"\n"):
                     return True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

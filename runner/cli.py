@@ -138,6 +138,10 @@ def _resume(args):
     journal = Journal(rd.journal)
     for name in control.archive_pending(rd):
         journal.append("control-file-archived", file=name, reason="resume")
+    left = stopper.kill_leftovers(rd, spec.stop.kill_grace)
+    if left.died_at_term or left.needed_kill or left.unkillable:
+        journal.append("leftovers-killed", died_at_term=left.died_at_term,
+                       needed_kill=left.needed_kill, unkillable=left.unkillable)
     # The previous attempt's identities name dead processes (or, later, someone else's):
     # a stopper must only ever find the new engine's, once it has written it.
     for stale in [rd.engine_identity, *rd.children.glob("*.json")]:

@@ -93,7 +93,7 @@ def _run_locked(rd):
                         controller=controller, cgroup=cgroup)
         return engine.run()
     finally:
-        controller.close()
+        controller.close(ignore_signals=True)
         if cgroup is not None:
             try:
                 _leave_cgroup(home)

@@ -78,6 +78,11 @@ class Engine:
         except RunStopped as stop:
             return self._record_stop(stop)
         except Exception:
+            if self.ctl.stopping:
+                # An error while a hard stop unwinds: the stop is what happened (the
+                # fallback must not be blamed on the engine); the error is kept.
+                self.journal.append("engine-error", error=traceback.format_exc(limit=20))
+                return self._record_stop(RunStopped(self.ctl.origin, "hard"))
             self.journal.append("engine-crash", error=traceback.format_exc(limit=20))
             self.state.status = "crashed"
             self.state.exit_code = int(Exit.INTERNAL)
@@ -211,10 +216,9 @@ class Engine:
 
     def _repair(self, item, feedback, replay=False):
         st = self.state.items[item]
-        self._phase("repair", item)
         if not replay:
-            st.repairs += 1
-            self._save()
+            st.repairs += 1  # saved with the phase, in one write: a replay is never uncounted
+        self._phase("repair", item)
         path = self._feedback_file(item, st.repairs, feedback)
         self.journal.append("repair-dispatch", item=item, attempt=st.repairs, feedback=str(path),
                             replay=replay)
@@ -290,21 +294,24 @@ class Engine:
         if self._cleaned:
             return
         self._cleaned = True
-        try:
-            report = self.registry.stop_all(self.ctl.origin or "cleanup") if self.ctl.stopping else None
-            swept = sweep.kill_tagged(self.state.run_id, self.spec.stop.kill_grace)
-            if self.cgroup is not None:
-                # cgroup.kill is a SIGKILL: only its confirmation needs a bound.
-                self.cgroup.kill("work", timeout=defaults.CONFIRM_TIMEOUT)
-            self.registry.reap_orphans()
-        except Exception:
-            # Clean-up runs in a `finally` while a stop unwinds: an error here must not
-            # replace the stop (it would read as a crash and force the fallback).
-            self.journal.append("cleanup-error", error=traceback.format_exc(limit=5))
-            return
-        for rep in (report, swept):
-            if rep is not None and rep.unkillable:
-                self.journal.append("unkillable", pids=sorted(rep.unkillable))
+        steps = [lambda: sweep.kill_tagged(self.state.run_id, self.spec.stop.kill_grace),
+                 self.registry.reap_orphans]
+        if self.ctl.stopping:
+            steps.insert(0, lambda: self.registry.stop_all(self.ctl.origin))
+        if self.cgroup is not None:
+            # cgroup.kill is a SIGKILL: only its confirmation needs a bound.
+            steps.insert(-1, lambda: self.cgroup.kill("work", timeout=defaults.CONFIRM_TIMEOUT))
+        for step in steps:
+            # Clean-up runs in a `finally` while a stop unwinds: an error in one step
+            # must neither skip the others nor replace the stop (it would read as a
+            # crash and force the fallback).
+            try:
+                result = step()
+            except Exception:
+                self.journal.append("cleanup-error", error=traceback.format_exc(limit=5))
+                continue
+            if getattr(result, "unkillable", None):
+                self.journal.append("unkillable", pids=sorted(result.unkillable))
 
     # -- check points -------------------------------------------------------------
 

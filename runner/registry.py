@@ -98,24 +98,30 @@ class Registry:
 
     def stop_all(self, origin) -> ReapReport:
         """Mark stopping, kill every registered tree. Thread-safe and idempotent: a
-        second call waits for the first and returns its report."""
+        second call waits for the first and returns its report, or, if the first one
+        failed (it raised), kills again what is still registered."""
         with self._lock:
             first = not self.stopping
             if first:
                 self.stopping = True
                 self.origin = origin
-                entries = list(self._entries.values())
-                # Recorded before any signal: the child's runner may wake the instant
-                # its leader dies and must already see that the stop did it.
-                self._killed.update(id(e) for e in entries)
         if not first:
             self._stop_done.wait()
-            return self._stop_report
+            if self._stop_report is not None:
+                return self._stop_report
         try:
-            self._stop_report = self._kill_entries(entries)
+            self._stop_report = self._kill_entries(self._mark_killed())
         finally:
             self._stop_done.set()
         return self._stop_report
+
+    def _mark_killed(self):
+        with self._lock:
+            entries = list(self._entries.values())
+            # Recorded before any signal: the child's runner may wake the instant
+            # its leader dies and must already see that the stop did it.
+            self._killed.update(id(e) for e in entries)
+        return entries
 
     def _kill_entries(self, entries) -> ReapReport:
         for entry in entries:

@@ -60,13 +60,16 @@ class StopController:
         self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
         self._thread.start()
 
-    def close(self):
+    def close(self, *, ignore_signals=False):
+        """Stop the watchdog and give back the signal handlers. An engine on its way
+        out ignores the stop signals instead (`ignore_signals`): a late SIGTERM must not
+        kill it between here and the removal of its cgroup."""
         self._closed.set()
         self._wake()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
         for signum, handler in self._previous_handlers.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, signal.SIG_IGN if ignore_signals else handler)
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)
 
@@ -127,19 +130,18 @@ class StopController:
     def request(self, origin):
         """Mark the run as stopping and kill every registered child tree. Idempotent;
         the first origin wins. Runs in the watchdog thread (or the caller's)."""
-        if self._stopping.is_set() or self._finishing:
-            return
-        # Consumed outside our lock: consuming may wait on the request file's flock
-        # (a stopper mid-lodge), and nothing here may block the main thread's check
-        # points. Two concurrent callers: one consumes, the first to lock wins.
-        try:
-            consumed_origin = self._consume()
-        except Exception:
-            consumed_origin = None
-            self._journal_quietly("watchdog-error", error=traceback.format_exc(limit=5))
         with self._lock:
+            # Decided and consumed under one lock, which finishing() takes too: a
+            # request consumed here is either this stop or, once finishing, left for the
+            # engine's late consume, never lost between the two. (The check points never
+            # take this lock; consuming waits on a stopper's flock for milliseconds.)
             if self._stopping.is_set() or self._finishing:
                 return
+            try:
+                consumed_origin = self._consume()
+            except Exception:
+                consumed_origin = None
+                self._journal_quietly("watchdog-error", error=traceback.format_exc(limit=5))
             self.origin = consumed_origin or origin
             self._stopping.set()
         self._kill()

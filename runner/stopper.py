@@ -91,13 +91,34 @@ def _children(rd):
 
 
 def _attempt_records(rd):
-    """Journal records of the current attempt (after the last run-start)."""
+    """Journal records of the current attempt: after the last `resume` (journaled by
+    `runner resume` before its engine starts) or `run-start`, whichever is later, so
+    that the previous attempt's `run-stop` never counts for this one."""
     records = []
     for record in journalmod.read(rd.journal):
-        if record.get("event") == "run-start":
+        if record.get("event") in ("run-start", "resume"):
             records = []
         records.append(record)
     return records
+
+
+def _open_cgroup(rd):
+    if not rd.cgroup_file.exists():
+        return None
+    try:
+        return RunCgroup.open(Path(rd.cgroup_file.read_text().strip()))
+    except FileNotFoundError:
+        return None  # the engine removed it on its way out
+
+
+def kill_leftovers(rd, kill_grace):
+    """Kill what a dead engine's attempt left running: its calls (recorded in
+    children/), whatever carries the run's tag, and its cgroup's work members. Resume
+    runs this first, so an orphaned call never works on an item beside its replay."""
+    children = _children(rd)
+    return reaper.kill_everything(groups=[(child.pgid, [child]) for child in children],
+                                  pids=children, run_id=rd.run_id, kill_grace=kill_grace,
+                                  cgroup=_open_cgroup(rd), cgroup_scope="work")
 
 
 def _recording_lock(rd):
@@ -121,12 +142,7 @@ def force(rd, kill_grace, *, fallback):
     engine = _engine(rd)
     children = _children(rd)
     groups = [(engine.pgid, [engine])] + [(child.pgid, [child]) for child in children]
-    cgroup = None
-    if rd.cgroup_file.exists():
-        try:
-            cgroup = RunCgroup.open(Path(rd.cgroup_file.read_text().strip()))
-        except FileNotFoundError:
-            cgroup = None  # the engine removed it on its way out
+    cgroup = _open_cgroup(rd)
     report = reaper.kill_everything(groups=groups, pids=[engine, *children], run_id=rd.run_id,
                                     kill_grace=kill_grace, cgroup=cgroup)
     unkillable = sorted(set(report.unkillable))
@@ -160,11 +176,13 @@ def _record_forced_stop(rd, report, fallback):
     with _recording_lock(rd):
         store = StateStore(rd.state)
         state = store.load()
-        records = _attempt_records(rd)
-        if any(r.get("event") == "run-stop" for r in records):
+        journaled = any(r.get("event") == "run-stop" for r in _attempt_records(rd))
+        if state.stopped and journaled:
             return "engine" if state.stop_origin != "forced" else "stopper"
         if state.status in ("completed", "failed") and not state.stopped:
             return "finished"
+        # Not stopped, or stopped by an engine that died before journaling it: this
+        # stopper records the stop (and the one run-stop of the attempt).
         if not state.stopped:
             state.stopped = True
             state.status = "stopped"

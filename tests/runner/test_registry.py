@@ -91,3 +91,28 @@ def test_snapshots_reach_an_escapee_after_its_parent_died(reg, start):
     assert len(entry.snapshots) == 1
     reg.stop_all("signal")
     assert v.wait_gone(1)
+
+
+def test_a_stop_whose_kill_failed_is_retried(reg, start, monkeypatch):
+    """Path: Registry.stop_all after a failed first kill (the watchdog retries on its next
+    tick). The stop is idempotent, but not when its kill raised: the second call kills
+    what is still registered instead of returning the first call's missing report."""
+    from runner import reaper, registry as registry_mod
+
+    proc, v = start("trap-term")
+    reg.register(proc, "call")
+    real = reaper.kill_everything
+    calls = []
+
+    def flaky(**kw):
+        calls.append(kw)
+        if len(calls) == 1:
+            raise OSError("injected: the first kill fails")
+        return real(**kw)
+
+    monkeypatch.setattr(registry_mod.reaper, "kill_everything", flaky)
+    with pytest.raises(OSError):
+        reg.stop_all("signal")
+    report = reg.stop_all("signal")
+    assert len(calls) == 2 and v.pid in report.needed_kill
+    assert v.wait_gone(KILL_GRACE + MARGIN)

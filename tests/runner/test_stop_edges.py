@@ -140,3 +140,46 @@ def test_containment_is_said_once_in_the_journal(runs):
     (said,) = runs.events(rd, "containment")
     assert said["mode"] == "group" and said["cgroup"] is None
     assert not rd.cgroup_file.exists()
+
+
+def test_resume_kills_what_a_killed_engine_left_running(runs, victim):
+    """Path: `runner resume` first kills the previous attempt's leftovers (its recorded
+    calls, the run's tag, the cgroup's work members), so an orphaned provider never
+    works on an item beside its own replay."""
+    import os
+    import signal as signals
+
+    from runner import identity, stopper
+
+    prepared = victim.prepare("trap-term")
+    rd = runs.start(runs.spec(provider=prepared.argv, stop=STOP))
+    runs.wait_event(rd, "phase-start", phase="session")
+    orphan = identity.current(prepared.adopt(timeout=10).pid)
+    engine = identity.read(rd.engine_identity)
+    os.kill(engine.pid, signals.SIGKILL)
+    assert stopper.wait_engine_gone(engine, 5.0)
+    assert identity.is_running(orphan)  # the engine died without a stop: its call lives on
+    proc = R.runner("resume", "--run-dir", rd.path, "--detach")
+    assert proc.returncode == Exit.OK, proc.stderr
+    # By pid, not by token: the replayed session is the same victim command, same token.
+    assert stopper.wait_engine_gone(orphan, 5.0), "the previous attempt's call outlived the resume"
+    (killed,) = runs.events(rd, "leftovers-killed")
+    assert orphan.pid in killed["needed_kill"]
+    # The replayed session is the prepared victim's command again: stop the run.
+    assert R.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+
+
+def test_the_previous_attempts_run_stop_never_counts_for_this_one(runs, tmp_path):
+    """Path: stopper._attempt_records splits attempts at `resume` (journaled before the
+    new engine starts) as well as at `run-start`: a stopper that finds the new engine
+    dead before its run-start must record the stop, not mistake the old run-stop for it."""
+    from runner import stopper
+    from runner.journal import Journal
+    from runner.rundir import RunDir
+
+    rd = RunDir.create(tmp_path / "run", runs.spec(provider=["true"]))
+    with Journal(rd.journal) as journal:
+        journal.append("run-start", attempt=1)
+        journal.append("run-stop", origin="signal", fallback=False)
+        journal.append("resume", attempt=2)
+    assert [r["event"] for r in stopper._attempt_records(rd)] == ["resume"]
