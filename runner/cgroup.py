@@ -88,9 +88,21 @@ def resolve_containment(mode: str) -> str:
 _GONE = (errno.ENOENT, errno.ENODEV, errno.ESRCH)
 
 
+def _own_cgroup() -> Path | None:
+    """The cgroup v2 directory the calling process lives in."""
+    root = cgroup2_root()
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            hierarchy, _, path = line.rstrip("\n").split(":", 2)
+            if hierarchy == "0":
+                return root / path.lstrip("/")
+    return root
+
+
 class RunCgroup:
     def __init__(self, path):
         self.path = Path(path)
+        self._home = None  # where enter_engine() moved the caller from
 
     @classmethod
     def create(cls, run_id) -> "RunCgroup":
@@ -113,6 +125,7 @@ class RunCgroup:
         return {"engine": self.path / "engine", "work": self.path / "work", "all": self.path}[which]
 
     def enter_engine(self) -> None:
+        self._home = _own_cgroup()
         (self.path / "engine" / "cgroup.procs").write_text(f"{os.getpid()}\n")
 
     def wrap_argv(self, argv) -> list[str]:
@@ -205,7 +218,11 @@ class RunCgroup:
             os.close(fd)
 
     def remove(self) -> None:
-        """rmdir work/, engine/ and the run's cgroup (only possible once empty)."""
+        """rmdir work/, engine/ and the run's cgroup (only possible once empty). An
+        engine removing its own cgroup first goes back to the cgroup it came from: a
+        cgroup that holds a process cannot be removed."""
+        if self._home is not None and os.getpid() in self.members("all"):
+            (self._home / "cgroup.procs").write_text(f"{os.getpid()}\n")
         for path in (self.path / "work", self.path / "engine", self.path):
             try:
                 path.rmdir()

@@ -44,22 +44,6 @@ def main(run_dir):
         lock.release()
 
 
-def _own_cgroup():
-    """The cgroup v2 directory this process lives in before it enters the run's."""
-    root = cgroupmod.cgroup2_root()
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            hierarchy, _, path = line.rstrip("\n").split(":", 2)
-            if hierarchy == "0":
-                return root / path.lstrip("/")
-    return root
-
-
-def _leave_cgroup(home):
-    # A cgroup holding a process cannot be removed: go back where we came from.
-    (home / "cgroup.procs").write_text(f"{os.getpid()}\n")
-
-
 def _run_locked(rd):
     spec = load_spec(rd.spec)
     store = StateStore(rd.state)
@@ -67,10 +51,8 @@ def _run_locked(rd):
     journal = Journal(rd.journal)
     containment = cgroupmod.resolve_containment(spec.stop.containment)
     cgroup = None
-    home = None
     if containment == "cgroup":
         cgroup = cgroupmod.RunCgroup.create(rd.run_id)
-        home = _own_cgroup()
         cgroup.enter_engine()
         atomic_write_text(rd.cgroup_file, f"{cgroup.path}\n")
     # Double-forked daemons are re-parented to us rather than to init, so the
@@ -96,7 +78,6 @@ def _run_locked(rd):
         controller.close(ignore_signals=True)
         if cgroup is not None:
             try:
-                _leave_cgroup(home)
                 cgroup.remove()
             except OSError as exc:
                 journal.append("cgroup-remove-failed", path=str(cgroup.path), error=str(exc))
