@@ -43,6 +43,24 @@ def spawn(victim):
 
 
 @pytest.fixture
+def procs():
+    """Start plain processes (`sleep 60` unless told otherwise); every one is killed and
+    reaped at teardown, even when the test fails."""
+    started = []
+
+    def start(argv=("sleep", "60"), **kw):
+        p = subprocess.Popen(list(argv), **kw)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+@pytest.fixture
 def reg(tmp_path):
     """A registry of the test's own run id (kill_grace REGISTRY_KILL_GRACE)."""
     run_id = runs_helpers.new_run_id()

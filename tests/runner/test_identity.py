@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
@@ -12,26 +11,10 @@ from runner.errors import IdentityError
 from runner.identity import Identity
 
 
-@pytest.fixture
-def sleeper():
-    procs = []
-
-    def start(argv=("sleep", "60"), **kw):
-        p = subprocess.Popen(list(argv), **kw)
-        procs.append(p)
-        return p
-
-    yield start
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-
-
-def test_current_round_trips_through_the_file_format(tmp_path, sleeper):
+def test_current_round_trips_through_the_file_format(tmp_path, procs):
     """write() then read() gives back the identity current() saw, and the extra keys
     sit beside it. Ablation: drop a field from to_json and read() raises."""
-    p = sleeper()
+    p = procs()
     ident = identity.current(p.pid)
     path = tmp_path / "child.json"
     identity.write(path, ident, name="provider", argv=["sleep", "60"])
@@ -42,12 +25,12 @@ def test_current_round_trips_through_the_file_format(tmp_path, sleeper):
     assert on_disk["start_ticks"] == ident.start_ticks and isinstance(on_disk["start_ticks"], int)
 
 
-def test_stat_parses_a_command_name_with_spaces_and_parentheses(tmp_path, sleeper):
+def test_stat_parses_a_command_name_with_spaces_and_parentheses(tmp_path, procs):
     """/proc/PID/stat is split after the LAST ')': a comm like 'x) (y z' must not shift
     the fields. Ablation: split on the first ')' and pgid/start_ticks come out wrong."""
     odd = tmp_path / "x) (y z"
     shutil.copy(shutil.which("sleep"), odd)
-    p = sleeper([str(odd), "60"], process_group=0)
+    p = procs([str(odd), "60"], process_group=0)
     st = identity.stat(p.pid)
     assert st.ppid == os.getpid()
     assert st.pgid == p.pid  # its own group
@@ -57,9 +40,9 @@ def test_stat_parses_a_command_name_with_spaces_and_parentheses(tmp_path, sleepe
     assert st.start_ticks == expected_ticks
 
 
-def test_zombie_and_dead_read_as_not_running(sleeper):
+def test_zombie_and_dead_read_as_not_running(procs):
     """A zombie is dead for every purpose except pinning its pid; a reaped process is gone."""
-    p = sleeper(["true"])
+    p = procs(["true"])
     ident = identity.current_or_zombie(p.pid)
     # Until we wait(), it stays a zombie; identity.current must not treat it as alive.
     os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
@@ -71,9 +54,9 @@ def test_zombie_and_dead_read_as_not_running(sleeper):
     assert not identity.is_running(ident)
 
 
-def test_identity_from_an_earlier_boot_reads_as_not_running(tmp_path, sleeper):
+def test_identity_from_an_earlier_boot_reads_as_not_running(tmp_path, procs):
     """Same pid, same start ticks, other boot id: not running (ticks restart every boot)."""
-    p = sleeper()
+    p = procs()
     ident = identity.current(p.pid)
     old = Identity(ident.pid, ident.pgid, ident.sid, ident.start_ticks, "00000000-0000-0000-0000-000000000000")
     identity.write(tmp_path / "old.json", old)
@@ -81,8 +64,8 @@ def test_identity_from_an_earlier_boot_reads_as_not_running(tmp_path, sleeper):
     assert identity.is_running(ident)
 
 
-def test_other_start_ticks_read_as_not_running(sleeper):
-    p = sleeper()
+def test_other_start_ticks_read_as_not_running(procs):
+    p = procs()
     ident = identity.current(p.pid)
     assert not identity.is_running(Identity(ident.pid, ident.pgid, ident.sid, ident.start_ticks + 1, ident.boot_id))
 
@@ -122,11 +105,11 @@ def test_extra_keys_cannot_shadow_identity_fields(tmp_path):
         identity.write(tmp_path / "x.json", ident, pid=1)
 
 
-def test_file_written_by_a_real_registry_round_trips(tmp_path, sleeper):
+def test_file_written_by_a_real_registry_round_trips(tmp_path, procs):
     """The children/<pid>.json a Registry writes reads back as the live child."""
     from runner.registry import Registry
     reg = Registry(tmp_path / "children", run_id="rt", kill_grace=0.3)
-    p = sleeper(process_group=0)
+    p = procs(process_group=0)
     entry = reg.register(p, "provider")
     path = tmp_path / "children" / f"{p.pid}.json"
     ident = identity.read(path)

@@ -18,23 +18,6 @@ from runner.identity import Identity
 from runner.signals import Outcome
 from runs import spawn_at_pid
 
-SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
-
-
-@pytest.fixture
-def procs():
-    started = []
-
-    def start(argv=SLEEP, **kw):
-        p = subprocess.Popen(argv, **kw)
-        started.append(p)
-        return p
-
-    yield start
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
 
 
 def dead_identity(start, **kw):
