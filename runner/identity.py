@@ -18,6 +18,10 @@ from .errors import IdentityError
 
 FIELDS = ("pid", "pgid", "sid", "start_ticks", "boot_id")
 FORMAT = 1
+# /proc reports a group or session whose leader lives outside the reader's pid namespace
+# as 0 (a container whose init did not setsid, as in CI). That is a true reading, not a
+# torn file; signals.refusal() never signals a group id <= 1, so a 0 cannot misfire.
+_MINIMUM = {"pid": 1, "pgid": 0, "sid": 0, "start_ticks": 0}
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _boot_id_cache = None
 
@@ -46,8 +50,9 @@ class Identity:
                 if not isinstance(value, str) or not value.strip():
                     raise IdentityError(f"{source}: field 'boot_id': expected a non-empty string, got {value!r}")
             # bool is an int subclass; `true` is not a pid.
-            elif not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "start_ticks" else 1):
-                raise IdentityError(f"{source}: field {name!r}: expected a positive integer, got {value!r}")
+            elif not isinstance(value, int) or isinstance(value, bool) or value < _MINIMUM[name]:
+                kind = "a positive integer" if _MINIMUM[name] else "a non-negative integer"
+                raise IdentityError(f"{source}: field {name!r}: expected {kind}, got {value!r}")
             values[name] = value
         return cls(**values)
 

@@ -80,7 +80,9 @@ GOOD = {"pid": 10, "pgid": 10, "sid": 3, "start_ticks": 1234, "boot_id": "b"}
     (json.dumps({k: v for k, v in GOOD.items() if k != "start_ticks"}), "start_ticks"),
     (json.dumps({**GOOD, "pid": "10"}), "pid"),
     (json.dumps({**GOOD, "pid": True}), "pid"),
-    (json.dumps({**GOOD, "pgid": 0}), "pgid"),
+    (json.dumps({**GOOD, "pid": 0}), "pid"),
+    (json.dumps({**GOOD, "pgid": -1}), "pgid"),
+    (json.dumps({**GOOD, "sid": -3}), "sid"),
     (json.dumps({**GOOD, "start_ticks": 12.5}), "start_ticks"),
     (json.dumps({**GOOD, "boot_id": ""}), "boot_id"),
     (json.dumps({**GOOD, "format": 99}), "format"),
@@ -92,6 +94,15 @@ def test_malformed_identity_file_is_refused_naming_file_and_field(tmp_path, cont
     with pytest.raises(IdentityError) as err:
         identity.read(path)
     assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_group_and_session_outside_our_pid_namespace_round_trip(tmp_path):
+    """/proc reads a leader outside our pid namespace as 0 (CI's container does this for
+    pytest's own session): such an identity must write and read back, not be refused as
+    malformed. Ablation: require sid >= 1 again and this fails as it did in CI."""
+    ident = Identity(pid=10, pgid=0, sid=0, start_ticks=1234, boot_id="b")
+    identity.write(tmp_path / "child.json", ident)
+    assert identity.read(tmp_path / "child.json") == ident
 
 
 def test_missing_identity_file_propagates(tmp_path):
