@@ -180,7 +180,8 @@ def _respawn_loop(deadline, children: list[int]) -> None:
         for pid in children:
             try:
                 fds[os.pidfd_open(pid)] = pid
-            except ProcessLookupError:
+            except (ProcessLookupError, FileNotFoundError):
+                # ENOENT: newer kernels (pidfs) for a pid no living process holds.
                 dead.append(pid)
         if not dead:
             readable, _, _ = select.select(list(fds), [], [], left)

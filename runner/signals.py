@@ -24,6 +24,8 @@ log = logging.getLogger("runner.signals")
 
 HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 TAG = "RUNNER_RUN_ID"
+# Attempts at pidfd_open while it says ENOENT yet /proc shows the process (see open_pidfd).
+_ENOENT_RETRIES = 20
 
 
 class Outcome(enum.Enum):
@@ -58,16 +60,33 @@ def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
     if ident.boot_id != identity.boot_id():
         log.warning("refusing pid %d: its identity is from another boot", ident.pid)
         return None, Outcome.STALE
-    try:
-        fd = os.pidfd_open(ident.pid)
-    except ProcessLookupError:
-        return None, Outcome.GONE
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:
-            raise
-        # The pid now names a thread that leads no process: certainly not ours.
-        log.warning("refusing pid %d: it now names a thread of another process", ident.pid)
-        return None, Outcome.STALE
+    for attempt in range(_ENOENT_RETRIES):
+        try:
+            fd = os.pidfd_open(ident.pid)
+            break
+        except ProcessLookupError:
+            return None, Outcome.GONE
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                # The pid now names a thread that leads no process: certainly not ours.
+                log.warning("refusing pid %d: it now names a thread of another process", ident.pid)
+                return None, Outcome.STALE
+            if exc.errno != errno.ENOENT:
+                raise
+            # Seen on Linux 6.18 (pidfs) for a pid number caught between owners while
+            # tests hand pids out again through ns_last_pid: the number is allocated but
+            # no living process holds it. A process of ours that is alive can always be
+            # opened, so this reads as gone, unless /proc still shows our process there:
+            # then the state is transient and worth a short retry, never a crash.
+            st = identity.stat(ident.pid)
+            if st is None or st.zombie:
+                return None, Outcome.GONE
+            if not identity.matches(ident, st):
+                log.warning("refusing pid %d: it now names another process", ident.pid)
+                return None, Outcome.STALE
+            time.sleep(0.001 * (attempt + 1))
+    else:
+        raise OSError(errno.ENOENT, f"pidfd_open({ident.pid}) kept failing while /proc shows the process")
     st = identity.stat(ident.pid)
     if st is None or st.zombie:
         os.close(fd)

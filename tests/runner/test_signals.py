@@ -144,3 +144,40 @@ def test_has_tag_matches_the_whole_entry_only(procs):
     assert signals.has_tag(p.pid, "run-abc")
     assert not signals.has_tag(p.pid, "run-ab")
     assert not signals.has_tag(p.pid, None)
+
+
+def _pidfd_open_failing(monkeypatch, times):
+    """os.pidfd_open that raises ENOENT the first `times` calls, as Linux 6.18 (pidfs) did
+    in CI for a pid number caught between owners while tests reused pids."""
+    real = os.pidfd_open
+    calls = []
+
+    def fake(pid, *args):
+        calls.append(pid)
+        if len(calls) <= times:
+            raise FileNotFoundError(2, "No such file or directory")
+        return real(pid, *args)
+
+    monkeypatch.setattr(signals.os, "pidfd_open", fake)
+    return calls
+
+
+def test_pidfd_enoent_for_a_dead_identity_reads_as_gone(procs, monkeypatch):
+    """pidfd_open's ENOENT for a pid whose process is gone is 'gone', never a crash: the
+    stopper that met it in CI died with an internal error instead of finishing the stop.
+    Ablation: let open_pidfd re-raise ENOENT and this raises FileNotFoundError."""
+    old = dead_identity(procs)
+    _pidfd_open_failing(monkeypatch, times=1)
+    assert signals.open_pidfd(old) == (None, Outcome.GONE)
+
+
+def test_pidfd_enoent_while_our_process_lives_is_retried_and_the_signal_lands(procs, monkeypatch):
+    """If /proc still shows our very process, an ENOENT is transient: open_pidfd retries
+    and the signal is delivered (a real process dies of it). Ablation: treat every ENOENT
+    as gone and the process lives on (red)."""
+    p = procs()
+    ident = identity.current(p.pid)
+    calls = _pidfd_open_failing(monkeypatch, times=2)
+    assert signals.signal_process(ident, signal.SIGKILL) is Outcome.SENT
+    assert p.wait(timeout=5) == -signal.SIGKILL
+    assert len(calls) == 3
