@@ -118,13 +118,19 @@ def test_own_group_is_refused_even_when_tagged(usr2_counter, monkeypatch):
 
 
 def test_an_ancestors_group_is_refused():
-    """A child in its own group asks about OUR group (its parent's): refused because it
-    holds an ancestor, although it is not the child's own group. Ablation: drop the
-    protected-pids loop in refusal() and the child prints None (red)."""
-    code = ("import os; from runner import signals; "
-            "assert os.getpgrp() != os.getpgid(os.getppid()); "
-            "print(signals.refusal(os.getpgid(os.getppid())))")
-    out = subprocess.run([sys.executable, "-c", code], process_group=0, capture_output=True, text=True, timeout=30)
+    """A child in its own group asks about its parent's group: refused because it holds
+    an ancestor, although it is not the child's own group. The parent is a process in a
+    group of its own (pytest's group may be invisible: in a container whose init did not
+    setsid, /proc reads it as 0). Ablation: drop the protected-pids loop in refusal() and
+    the child prints None (red)."""
+    check = ("import os; from runner import signals; "
+             "assert os.getpgrp() != os.getpgid(os.getppid()) > 1; "
+             "print(signals.refusal(os.getpgid(os.getppid())))")
+    parent = ("import subprocess, sys; "
+              f"r = subprocess.run([sys.executable, '-c', {check!r}], process_group=0); "
+              "sys.exit(r.returncode)")
+    out = subprocess.run([sys.executable, "-c", parent], process_group=0, capture_output=True, text=True,
+                         timeout=30)
     assert out.returncode == 0, out.stderr
     assert "ancestors" in out.stdout
 
