@@ -73,11 +73,12 @@ def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
                 return None, Outcome.STALE
             if exc.errno != errno.ENOENT:
                 raise
-            # Seen on Linux 6.18 (pidfs) for a pid number caught between owners while
-            # tests hand pids out again through ns_last_pid: the number is allocated but
-            # no living process holds it. A process of ours that is alive can always be
-            # opened, so this reads as gone, unless /proc still shows our process there:
-            # then the state is transient and worth a short retry, never a crash.
+            # Not in the man page, but seen on Linux 6.18 (pidfs) for the pid of a
+            # process already dead while tests handed pids out again through
+            # ns_last_pid (most likely the number caught between owners). A process of
+            # ours that is alive can always be opened, so this reads as gone, unless
+            # /proc still shows our process there: then the state is transient and
+            # worth a short retry, never a crash.
             st = identity.stat(ident.pid)
             if st is None or st.zombie:
                 return None, Outcome.GONE

@@ -154,7 +154,7 @@ def test_has_tag_matches_the_whole_entry_only(procs):
 
 def _pidfd_open_failing(monkeypatch, times):
     """os.pidfd_open that raises ENOENT the first `times` calls, as Linux 6.18 (pidfs) did
-    in CI for a pid number caught between owners while tests reused pids."""
+    here for a dead process's pid while tests reused pids."""
     real = os.pidfd_open
     calls = []
 
@@ -170,7 +170,7 @@ def _pidfd_open_failing(monkeypatch, times):
 
 def test_pidfd_enoent_for_a_dead_identity_reads_as_gone(procs, monkeypatch):
     """pidfd_open's ENOENT for a pid whose process is gone is 'gone', never a crash: the
-    stopper that met it in CI died with an internal error instead of finishing the stop.
+    stopper that met it (a mutate baseline, in a pid namespace) died with an internal error instead of finishing the stop.
     Ablation: let open_pidfd re-raise ENOENT and this raises FileNotFoundError."""
     old = dead_identity(procs)
     _pidfd_open_failing(monkeypatch, times=1)
