@@ -51,6 +51,14 @@ def kill_all(procs):
     _procs.wait_gone([], list(procs), timeout=5.0)
 
 
+def reap_leftovers(pytester):
+    """Kill whatever recorded process is still alive and return what was, so a red test
+    still leaves nothing behind."""
+    left = living(pytester)
+    kill_all(left)
+    return left
+
+
 def run_inner(pytester, *args, timeout=60):
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", *args, timeout=timeout)
 
@@ -67,8 +75,7 @@ def test_leaves_them(victim):
     record(victim("forker", lang="bash"))
 ''')
     result = run_inner(pytester)
-    left = living(pytester)
-    kill_all(left)
+    left = reap_leftovers(pytester)
     assert len(recorded(pytester)) == 2
     assert not left, f"the per-test cleanup left {left} alive"
     result.assert_outcomes(passed=1, errors=1)
@@ -95,8 +102,7 @@ def test_kills_and_returns(victim, i):
     os.killpg(v.pgid, signal.SIGKILL)
 ''')
     result = run_inner(pytester, timeout=120)
-    left = living(pytester)
-    kill_all(left)
+    left = reap_leftovers(pytester)
     assert len(recorded(pytester)) == 20
     assert not left
     assert "stoplatency: test leaked" not in result.stdout.str()
@@ -112,8 +118,7 @@ def test_fails(victim):
     assert False, "midway"
 ''')
     result = run_inner(pytester)
-    left = living(pytester)
-    kill_all(left)
+    left = reap_leftovers(pytester)
     assert not left
     result.assert_outcomes(failed=1, errors=1)
 
@@ -127,8 +132,7 @@ def test_hangs(victim):
     time.sleep(60)
 ''')
     result = run_inner(pytester)
-    left = living(pytester)
-    kill_all(left)
+    left = reap_leftovers(pytester)
     assert not left
     result.assert_outcomes(failed=1, errors=1)
 
