@@ -118,7 +118,7 @@ def _one(campaign: Campaign, m: Mutation, root: Path, artifacts: Path) -> Result
     copy = scratch.make(root, m.id)
     try:
         try:
-            scratch.apply(copy, m.file, m.find, m.replace)
+            scratch.apply(copy, m.file, m.marker, m.replace)
         except scratch.StaleMutation as exc:
             return Result(m, Verdict(STALE, str(exc)), time.monotonic() - t0)
         except scratch.DoesNotCompile as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -25,7 +26,7 @@ _made_lock = threading.Lock()
 
 
 class StaleMutation(Exception):
-    """The find text matched zero or several times: the mutation no longer fits the code."""
+    """The marker is missing or doubled: the mutation no longer fits the code."""
 
 
 class DoesNotCompile(Exception):
@@ -62,16 +63,28 @@ def copy_tree(root: Path, dest: Path) -> None:
         shutil.copy2(Path(__file__).with_name(name), dest / as_name)
 
 
-def apply(dest: Path, file: str, find: str, replace: str) -> None:
+MARKER = re.compile(r"#\s*ablate:\s*([A-Za-z0-9_.-]+)\s*$")
+"""An ablation site: a line of code ending in `# ablate: <mutation-id>`. The marker, not
+the text of the line, says where a mutation applies, so reformatting the code never
+makes a mutation stale silently; a missing or doubled marker is an error."""
+
+
+def apply(dest: Path, file: str, marker: str, replace: str) -> None:
+    """Replace the one line marked `# ablate: <marker>` in the scratch copy's `file` by
+    `replace` (at the line's indentation, the marker kept as `# ABLATED`)."""
     path = dest / file
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise StaleMutation(f"{file}: no such file") from None
-    count = text.count(find)
-    if count != 1:
-        raise StaleMutation(f"{file}: find text matches {count} times (expected exactly 1)")
-    text = text.replace(find, replace, 1)
+    lines = text.splitlines(keepends=True)
+    hits = [n for n, line in enumerate(lines) if (m := MARKER.search(line)) and m.group(1) == marker]
+    if len(hits) != 1:
+        raise StaleMutation(f"{file}: marker '# ablate: {marker}' found {len(hits)} times (expected exactly 1)")
+    line = lines[hits[0]]
+    indent = line[: len(line) - len(line.lstrip())]
+    lines[hits[0]] = f"{indent}{replace}  # ABLATED {marker}\n"
+    text = "".join(lines)
     if file.endswith(".py"):
         try:
             compile(text, file, "exec", dont_inherit=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +13,8 @@ from pathlib import Path
 DEFAULT_PYTEST_ARGS = ("-p", "no:cacheprovider", "-p", "no:xdist", "--stop-latency")
 DEFAULT_TIMEOUT = 240.0
 
-_MUTATION_KEYS = {"id", "path", "why", "file", "find", "replace", "killers", "survivors", "timeout"}
-_REQUIRED = ("id", "path", "why", "file", "find", "replace", "killers")
+_MUTATION_KEYS = {"id", "path", "why", "file", "marker", "replace", "killers", "survivors", "timeout"}
+_REQUIRED = ("id", "path", "why", "file", "replace", "killers")
 _SETTINGS_KEYS = {"pytest_args", "timeout"}
 
 
@@ -27,7 +28,8 @@ class Mutation:
     path: str
     why: str
     file: str
-    find: str
+    marker: str
+    """The site: the one line of `file` ending in `# ablate: <marker>` (default: the id)."""
     replace: str
     killers: tuple[str, ...]
     survivors: tuple[str, ...] = ()
@@ -67,19 +69,21 @@ def _mutation(src: str, index: int, raw: dict, default_timeout: float) -> Mutati
         raise SpecError(f"{where}: must be a table")
     if "id" in raw and isinstance(raw["id"], str):
         where = f"{src}: mutation {raw['id']!r}"
+    if "find" in raw:
+        raise SpecError(f"{where}: find is gone: mark the line in the code with "
+                        f"'# ablate: {raw.get('id', 'ID')}' instead")
     unknown = set(raw) - _MUTATION_KEYS
     if unknown:
         raise SpecError(f"{where}: unknown key(s) {sorted(unknown)}")
     for key in _REQUIRED:
         if key not in raw:
             raise SpecError(f"{where}: missing key {key!r}")
-    for key in ("id", "path", "why", "file", "find"):
-        if not isinstance(raw[key], str) or not raw[key]:
+    for key in ("id", "path", "why", "file", "replace"):
+        if not isinstance(raw[key], str) or not raw[key].strip():
             raise SpecError(f"{where}: {key} must be a non-empty string")
-    if not isinstance(raw["replace"], str):
-        raise SpecError(f"{where}: replace must be a string (empty to delete)")
-    if raw["find"] == raw["replace"]:
-        raise SpecError(f"{where}: replace equals find (the mutation changes nothing)")
+    marker = raw.get("marker", raw["id"])
+    if not isinstance(marker, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", marker):
+        raise SpecError(f"{where}: marker must be letters, digits, '_', '.' or '-'")
     timeout = raw.get("timeout", default_timeout)
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
         raise SpecError(f"{where}: timeout must be a positive number of seconds")
@@ -88,7 +92,7 @@ def _mutation(src: str, index: int, raw: dict, default_timeout: float) -> Mutati
         path=raw["path"],
         why=raw["why"],
         file=raw["file"],
-        find=raw["find"],
+        marker=marker,
         replace=raw["replace"],
         killers=_str_list(where, "killers", raw["killers"], nonempty=True),
         survivors=_str_list(where, "survivors", raw.get("survivors", []), nonempty=False),

@@ -43,7 +43,7 @@ def kill_lineage(tokens, extras=()) -> tuple[list[dict], list[dict]]:
             if _procs.dying(pid, ticks) or _procs.dying(pid, ticks):
                 continue
             leaked.setdefault((pid, ticks), describe(pid))
-            _procs.signal_identified(pid, ticks, signal.SIGKILL)  # stoplatency: per-test cleanup SIGKILL
+            _procs.signal_identified(pid, ticks, signal.SIGKILL)  # ablate: plugin-cleanup-sigkill
         # Exiting members no longer show their token: keep them watched by (pid, ticks).
         extras = sorted(set(extras) | set(living))
         living = _procs.wait_gone(tokens, extras, timeout=SETTLE)

@@ -99,6 +99,13 @@ def _own_cgroup() -> Path | None:
     return root
 
 
+def run_cgroup_path(run_id) -> Path | None:
+    """The one cgroup a run may have: <cgroup2 root>/runner/<run id>. A path read back
+    from a run directory is used only if it is this one (run_view.py)."""
+    root = cgroup2_root()
+    return None if root is None else root / "runner" / run_id
+
+
 class RunCgroup:
     def __init__(self, path):
         self.path = Path(path)
@@ -106,10 +113,9 @@ class RunCgroup:
 
     @classmethod
     def create(cls, run_id) -> "RunCgroup":
-        root = cgroup2_root()
-        if root is None:
+        path = run_cgroup_path(run_id)
+        if path is None:
             raise BadInput("no writable cgroup v2 hierarchy")
-        path = root / "runner" / run_id
         for sub in (path / "engine", path / "work"):
             sub.mkdir(parents=True, exist_ok=True)
         return cls(path)
@@ -117,7 +123,7 @@ class RunCgroup:
     @classmethod
     def open(cls, path) -> "RunCgroup":
         path = Path(path)
-        if not (path / "cgroup.procs").exists():
+        if path.is_symlink() or not (path / "cgroup.procs").exists():
             raise FileNotFoundError(f"{path}: not a cgroup")
         return cls(path)
 
@@ -175,8 +181,10 @@ class RunCgroup:
         protected = signals.protected_pids()
         if protected & set(self.members(which)):
             log.warning("%s holds this process or an ancestor: killing its other members one by one", base)
+            from .membership import Membership, run_cgroup_relative
+            members = Membership(cgroup=run_cgroup_relative(self.path))
             for ident in self.member_identities(which):
-                signals.signal_process(ident, signal.SIGKILL)
+                signals.signal_process(ident, signal.SIGKILL, members)
         else:
             try:
                 (base / "cgroup.kill").write_text("1\n")

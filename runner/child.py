@@ -163,8 +163,10 @@ def run_child(argv, *, registry: Registry, name, timeout, idle_timeout, env, out
 
 def _kill_tree(registry, entry) -> ReapReport:
     """The call's group, then descendants seen now or in earlier snapshots (those that
-    left the group). No tag sweep here: other calls of the run carry the same tag."""
+    left the group). No tag sweep and no cgroup kill here: other calls of the run carry
+    the same tag and share the cgroup; the tag and cgroup only prove membership."""
     registry.snapshot(entry)
     escaped = [i for i in entry.snapshots.values() if i.pid != entry.pid]
-    return reaper.kill_everything(groups=[(entry.pgid, entry.members())], pids=escaped, run_id=None,
-                                  kill_grace=registry.kill_grace)
+    return reaper.kill_everything(groups=[(entry.pgid, entry.members())], pids=escaped,
+                                  run_id=registry.run_id, tag_sweep=False, cgroup=registry.cgroup,
+                                  cgroup_scope=None, known=entry.members(), kill_grace=registry.kill_grace)

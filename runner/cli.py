@@ -10,10 +10,11 @@ import subprocess
 import sys
 import time
 
-from . import control, identity, rundir as rundirmod, signals, stopper
-from .errors import BadInput, IdentityError, RunLocked, RunnerError
+from . import control, identity, run_view, rundir as rundirmod, signals, stopper
+from .errors import BadInput, Damaged, IdentityError, RunLocked, RunnerError
 from .exitcodes import Exit
-from .spec import load as load_spec, load_bytes as load_spec_bytes
+from .membership import Membership
+from .spec import load_bytes as load_spec_bytes, load_frozen
 from .state import StateStore
 
 ENGINE_START_TIMEOUT = 30.0
@@ -129,7 +130,7 @@ def _resume(args):
     rd = rundirmod.resolve(args.run_dir, want=_resumable, what="resumable")
     if rd.is_live():
         raise RunLocked(f"{rd.path}: an engine of this run is alive; stop it first")
-    spec = load_spec(rd.spec)
+    spec = load_frozen(rd.spec)
     store = StateStore(rd.state)
     state = store.load()
     if state.status in ("completed", "failed") and not state.stopped:
@@ -138,10 +139,16 @@ def _resume(args):
     journal = Journal(rd.journal)
     for name in control.archive_pending(rd):
         journal.append("control-file-archived", file=name, reason="resume")
-    left = stopper.kill_leftovers(rd, spec.stop.kill_grace)
+    left, view = stopper.kill_leftovers(rd, spec.stop.kill_grace)
     if left.died_at_term or left.needed_kill or left.unkillable:
         journal.append("leftovers-killed", died_at_term=left.died_at_term,
                        needed_kill=left.needed_kill, unkillable=left.unkillable)
+    if left.refused:
+        journal.append("signal-refused", by="resume", refused=left.refused)
+        print("runner: refused to signal (not proven the run's): " + "; ".join(left.refused), file=sys.stderr)
+    if view.damaged:
+        raise Damaged(rd.path, "; ".join(view.damaged) + " (leftovers were killed; repair or remove "
+                      "these files, then resume again)")
     # The previous attempt's identities name dead processes (or, later, someone else's):
     # a stopper must only ever find the new engine's, once it has written it.
     for stale in [rd.engine_identity, *rd.children.glob("*.json")]:
@@ -207,6 +214,7 @@ def _foreground(rd, spec, proc, engine):
     session and never sees them. Ctrl-C is a hard stop (lodged first, then SIGINT);
     a second Ctrl-C is `--now`. SIGHUP and SIGTERM are forwarded as they are."""
     received = []
+    tagged = Membership(run_id=rd.run_id)  # the engine carries the run's tag from its first instruction
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(signum, lambda s, f: received.append(s))
     interrupts = 0
@@ -223,13 +231,14 @@ def _foreground(rd, spec, proc, engine):
                 if interrupts == 1:
                     print("runner: stopping (Ctrl-C again to kill now)", file=sys.stderr)
                     control.lodge(rd, control.Mode.HARD, "ctrl-c")
-                    signals.signal_process(engine, signal.SIGINT)
+                    signals.signal_process(engine, signal.SIGINT, tagged)
                 else:
                     result = stopper.force(rd, spec.stop.kill_grace, fallback=False)
-                    print(f"runner: {result.message}", file=sys.stderr)
+                    for line in result.lines():
+                        print(f"runner: {line}", file=sys.stderr)
             else:
                 control.lodge(rd, control.Mode.HARD, "signal")
-                signals.signal_process(engine, signum)
+                signals.signal_process(engine, signum, tagged)
     if code < 0:  # killed by a signal: the state says what the run was
         state = StateStore(rd.state).load()
         if state.exit_code is not None:
@@ -244,18 +253,17 @@ def _stop(args):
     if args.wait and not args.graceful:
         raise BadInput("runner stop: --wait: expected together with --graceful")
     rd = rundirmod.resolve(args.run_dir)
-    spec = load_spec(rd.spec)
     if args.now:
-        result = stopper.force(rd, spec.stop.kill_grace, fallback=False)
+        result = stopper.force(rd, fallback=False)
     elif args.graceful:
         result = stopper.stop_graceful(rd)
         print(f"runner: {result.message}")
         return stopper.wait_run(rd) if args.wait else result.code
     else:
-        result = stopper.stop_hard(rd, channel=spec.stop.channel, grace=spec.stop.grace,
-                                   kill_grace=spec.stop.kill_grace)
+        result = stopper.stop_hard(rd)
     stream = sys.stdout if result.code == Exit.OK else sys.stderr
-    print(f"runner: {result.message}", file=stream)
+    for line in result.lines():
+        print(f"runner: {line}", file=stream)
     return result.code
 
 
@@ -272,35 +280,39 @@ def _status(args):
             print(f"  item {info['current_item']!r}, phase {info['phase']}")
         for child in info["children"]:
             print(f"  child pid {child['pid']} ({child.get('name', '?')})")
-    return Exit.OK
+        if info["damaged"]:
+            print("runner: damaged run directory: " + "; ".join(info["damaged"]), file=sys.stderr)
+    return Exit.DAMAGED if info["damaged"] else Exit.OK
 
 
 def status_of(rd):
-    state = StateStore(rd.state).load() if rd.state.exists() else None
-    live = rd.is_live()
-    engine_pid = None
-    if rd.engine_identity.exists():
-        try:
-            engine_pid = identity.read(rd.engine_identity).pid
-        except IdentityError:
-            engine_pid = None
+    """What `runner status` shows. Each file is read on its own (run_view.py): a damaged
+    one is listed under "damaged" and the others are still shown."""
+    view = run_view.view(rd, wait_for_engine=False)
+    try:
+        state = StateStore(rd.state).load_or_none()
+    except Damaged as exc:
+        view.note(exc)
+        state = None
     children = []
-    if rd.children.is_dir():
-        for path in sorted(rd.children.glob("*.json")):
+    for ident in view.children:
+        if identity.is_running(ident):
             try:
-                ident = identity.read(path)
-            except (IdentityError, FileNotFoundError):
-                continue
-            if identity.is_running(ident):
-                extra = identity.read_extra(path)
-                children.append({"pid": ident.pid, "pgid": ident.pgid, "name": extra.get("name")})
+                name = identity.read_extra(rd.children / f"{ident.pid}.json").get("name")
+            except (Damaged, FileNotFoundError):
+                name = None
+            children.append({"pid": ident.pid, "pgid": ident.pgid, "name": name})
+    live = view.live
     return {
-        "run_id": rd.run_id, "run_dir": str(rd.path), "live": live, "engine_pid": engine_pid,
-        "status": state.status if state else "starting", "attempt": state.attempt if state else None,
+        "run_id": view.run_id, "run_dir": str(rd.path), "live": live,
+        "engine_pid": view.engine.pid if view.engine else None,
+        "status": state.status if state else ("unknown" if view.damaged else "starting"),
+        "attempt": state.attempt if state else None,
         "current_item": state.current_item if state else None, "phase": state.phase if state else None,
         "stopped": state.stopped if state else False, "stop_origin": state.stop_origin if state else None,
         "items": {k: v.status for k, v in state.items.items()} if state else {},
         "provider_calls": state.provider_calls if state else 0, "children": children,
+        "damaged": list(view.damaged),
     }
 
 

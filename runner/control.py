@@ -12,15 +12,15 @@ a graceful one.
 """
 
 import fcntl
-import json
 import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
 
+from . import untrusted
 from .atomic import atomic_write_json
-from .errors import ControlFileError
+from .errors import ControlFileError, Damaged
 
 UNKNOWN_ORIGIN = "unknown"
 
@@ -60,9 +60,9 @@ before it writes. A test parks one stopper there to race a second one determinis
 @contextmanager
 def _locked(run_dir):
     try:
-        fd = os.open(run_dir.stop_request_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as e:
-        raise ControlFileError(f"{run_dir.stop_request_lock}: cannot open ({e.strerror or e})") from None
+        fd = untrusted.open_regular(run_dir.stop_request_lock, flags=os.O_RDWR | os.O_CREAT)
+    except FileNotFoundError:
+        raise ControlFileError(f"{run_dir.stop_request_lock}: cannot open (no run directory)") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -71,19 +71,19 @@ def _locked(run_dir):
 
 
 def _read(path) -> StopRequest | None:
+    # Untrusted: a FIFO, a link to /dev/zero or a JSON bomb here reads as unreadable
+    # (graceful) at once; it never hangs the watchdog or a stopper.
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        data = untrusted.read_json(path)
     except FileNotFoundError:
         return None
-    except OSError:
+    except Damaged:
         return _unreadable(path)
     try:
-        data = json.loads(raw)
         mode = data["mode"]
         if mode not in ("graceful", "hard"):
             return _unreadable(path)
-    except (ValueError, UnicodeDecodeError, TypeError, KeyError):
+    except (TypeError, KeyError, IndexError):
         return _unreadable(path)
     origin = data.get("origin")
     t = data.get("t")
@@ -94,7 +94,7 @@ def _read(path) -> StopRequest | None:
 
 def _mtime(path):
     try:
-        return os.stat(path).st_mtime
+        return os.lstat(path).st_mtime
     except OSError:
         return time.time()
 
@@ -116,8 +116,8 @@ def lodge(run_dir, mode, origin) -> StopRequest:
         old = _read(run_dir.stop_request)
         if _after_read is not None:
             _after_read(old)
-        winner = new
-        winner = max(old, new, key=_rank) if old is not None else new  # NEVER DOWNGRADE: max(old, new)
+        # Never downgrade: the stronger of the pending request and the new one wins.
+        winner = max(old, new, key=_rank) if old is not None else new  # ablate: no-downgrade
         if winner is not old:
             try:
                 atomic_write_json(run_dir.stop_request, winner.to_dict())

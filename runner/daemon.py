@@ -20,7 +20,7 @@ from .exitcodes import Exit
 from .journal import Journal
 from .registry import Registry
 from .rundir import RunDir
-from .spec import load as load_spec
+from .spec import load_frozen
 from .state import State, StateStore
 from .stopctl import StopController
 
@@ -45,7 +45,7 @@ def main(run_dir):
 
 
 def _run_locked(rd):
-    spec = load_spec(rd.spec)
+    spec = load_frozen(rd.spec)
     store = StateStore(rd.state)
     state = store.load() if rd.state.exists() else State.new(rd.run_id, spec.items)
     journal = Journal(rd.journal)

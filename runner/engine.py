@@ -20,7 +20,7 @@ import os
 import time
 import traceback
 
-from . import control, defaults, spec as specmod, sweep
+from . import control, defaults, reaper, spec as specmod
 from .child import run_child
 from .errors import RunStopped
 from .stopctl import ORIGINS
@@ -33,7 +33,8 @@ PASSED, FAILED, TIMEOUT, STOPPED = "passed", "failed", "timeout", "stopped"
 def outcome(result):
     """Classify a finished command. Stop-aware: the registry's record that the stop
     killed it wins over whatever its return code says."""
-    if result.stopped: return STOPPED  # stop-awareness: a command killed by the stop is not a failure
+    if result.stopped:  # ablate: stop-aware-classification
+        return STOPPED  # a command killed by the stop is not a failure
     if result.timed_out:
         return TIMEOUT
     return PASSED if result.returncode == 0 else FAILED
@@ -250,7 +251,8 @@ class Engine:
         self._phase("backoff", self.state.current_item)
         deadline = time.monotonic() + seconds
         while True:
-            if self.ctl.graceful_pending(): raise self._graceful_stop("backoff")
+            if self.ctl.graceful_pending():  # ablate: backoff-stop-check
+                raise self._graceful_stop("backoff")
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -263,7 +265,7 @@ class Engine:
         late_origin = self.ctl.finishing()
         self._phase("cleanup", None)
         self._cleanup()
-        late = self._consume()  # the late consume: received late, not discarded
+        late = self._consume()  # ablate: late-consume
         self._journal_late(late_origin, late)
         failed = [i for i, st in self.state.items.items() if st.status == "failed"]
         self.state.status = "failed" if failed else "completed"
@@ -294,7 +296,7 @@ class Engine:
         if self._cleaned:
             return
         self._cleaned = True
-        steps = [lambda: sweep.kill_tagged(self.state.run_id, self.spec.stop.kill_grace),
+        steps = [lambda: reaper.kill_tagged(self.state.run_id, self.spec.stop.kill_grace, cgroup=self.cgroup),
                  self.registry.reap_orphans]
         if self.ctl.stopping:
             steps.insert(0, lambda: self.registry.stop_all(self.ctl.origin))
@@ -312,6 +314,8 @@ class Engine:
                 continue
             if getattr(result, "unkillable", None):
                 self.journal.append("unkillable", pids=sorted(result.unkillable))
+            if getattr(result, "refused", None):
+                self.journal.append("signal-refused", by="cleanup", refused=result.refused)
 
     # -- check points -------------------------------------------------------------
 
@@ -320,7 +324,8 @@ class Engine:
         graceful one (STOP file, graceful request) raises once the phase in flight is
         done; a PAUSE file holds the run here."""
         self.ctl.checkpoint()
-        if self.ctl.graceful_pending(): raise self._graceful_stop("between-phases")
+        if self.ctl.graceful_pending():
+            raise self._graceful_stop("between-phases")
         if control.pause_file(self.rd):
             self._pause()
 
@@ -328,7 +333,8 @@ class Engine:
         self.journal.append("paused", item=self.state.current_item, phase=self.state.phase)
         while control.pause_file(self.rd):
             self.ctl.sleep(defaults.PAUSE_POLL)
-            if self.ctl.graceful_pending(): raise self._graceful_stop("paused")
+            if self.ctl.graceful_pending():  # ablate: pause-stop-check
+                raise self._graceful_stop("paused")
         self.journal.append("unpaused")
 
     def _graceful_stop(self, where):
@@ -363,6 +369,8 @@ class Engine:
         if result.timed_out:
             self.journal.append(f"{result.timed_out}-timeout", name=name,
                                 duration=round(result.duration, 4))
+        if result.reap is not None and result.reap.refused:
+            self.journal.append("signal-refused", by=name, refused=result.reap.refused)
         # We are a subreaper: orphans of this call are re-parented to us. Reaped here,
         # between calls, through the registry (which never takes a live call's status).
         self.registry.reap_orphans()

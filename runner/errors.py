@@ -3,8 +3,9 @@
     RunnerError                  every error the CLI turns into a one-line message
      +-- BadInput                exit BAD_INPUT
      |    +-- SpecError          the spec: file, key, what was expected
-     |    +-- IdentityError      a malformed identity file (never read as "nothing to kill")
      |    +-- ControlFileError   a control file that cannot be acted on
+     +-- Damaged                 exit DAMAGED: a file of the run directory cannot be read
+     |    +-- IdentityError      a malformed identity file (never read as "nothing to kill")
      +-- NoLiveRun               exit NO_LIVE_RUN
      +-- RunLocked               exit REFUSED: a live engine holds the run directory
      +-- Unkillable              exit UNKILLABLE: a stop left processes it could not kill
@@ -36,7 +37,18 @@ class SpecError(BadInput):
         super().__init__(msg)
 
 
-class IdentityError(BadInput):
+class Damaged(RunnerError):
+    """A run-directory file that is not what the runner wrote: a symlink, a FIFO, a
+    directory, too large, not UTF-8, JSON too deep or of the wrong shape. The stop still
+    stops the run; the file is named in one line."""
+    exit_code = Exit.DAMAGED
+
+    def __init__(self, path, what=None):
+        self.path = str(path)
+        super().__init__(self.path if what is None else f"{self.path}: {what}")
+
+
+class IdentityError(Damaged):
     pass
 
 

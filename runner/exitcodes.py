@@ -22,5 +22,8 @@ class Exit(IntEnum):
     """The engine did not honor the stop within grace; it was force-killed (fallback)."""
     REFUSED = 9
     """The run directory is locked by a live engine (second engine, resume while alive)."""
+    DAMAGED = 10
+    """A file of the run directory is damaged (named on one line); a stop still stopped
+    every process it could prove the run's."""
     INTERNAL = 70
     """An unexpected error inside the runner (see engine.log in the run directory)."""

@@ -8,13 +8,10 @@ hands out again; pid plus start ticks plus boot id is not.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
-
-from . import atomic
-from .errors import IdentityError
+from . import atomic, untrusted
+from .errors import Damaged, IdentityError
 
 FIELDS = ("pid", "pgid", "sid", "start_ticks", "boot_id")
 FORMAT = 1
@@ -147,12 +144,15 @@ def write(path, ident: Identity, **extra) -> None:
     atomic.atomic_write_json(path, {**extra, **ident.to_json(), "format": FORMAT})
 
 
-def _load(path) -> dict:
-    text = Path(path).read_text()  # FileNotFoundError propagates: "no file" is the caller's call
+def _load(path, dir_fd=None) -> dict:
+    # FileNotFoundError propagates: "no file" is the caller's call. Anything else that is
+    # not a small regular file of sound JSON is Damaged (a link, a FIFO, a bomb).
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise IdentityError(f"{path}: not valid JSON ({exc})") from None
+        data = untrusted.read_json(path, dir_fd=dir_fd)
+    except IdentityError:
+        raise
+    except Damaged as exc:
+        raise IdentityError(str(exc)) from None
     if not isinstance(data, dict):
         raise IdentityError(f"{path}: expected a JSON object")
     if data.get("format", FORMAT) != FORMAT:
@@ -160,10 +160,10 @@ def _load(path) -> dict:
     return data
 
 
-def read(path) -> Identity:
-    return Identity.from_json(_load(path), source=str(path))
+def read(path, dir_fd=None) -> Identity:
+    return Identity.from_json(_load(path, dir_fd), source=str(path))
 
 
-def read_extra(path) -> dict:
-    data = _load(path)
+def read_extra(path, dir_fd=None) -> dict:
+    data = _load(path, dir_fd)
     return {k: v for k, v in data.items() if k not in FIELDS and k != "format"}

@@ -12,6 +12,9 @@ import os
 import threading
 import time
 
+from . import untrusted
+from .errors import Damaged
+
 
 class Journal:
     def __init__(self, path):
@@ -27,13 +30,13 @@ class Journal:
         line = (json.dumps(record, default=str) + "\n").encode("utf-8")
         with self._lock:
             if self._fd is None:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self._fd = _open_append(self.path)
             # Writers of other processes (a stopper) append too. The torn-tail check
             # must not see another writer's record half-copied into the page cache
             # (a reader can), so checks and writes are serialised by an flock.
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
-                if _ends_torn(self.path):
+                if _ends_torn(self._fd):
                     line = b"\n" + line
                 _write_all(self._fd, line)
                 os.fsync(self._fd)
@@ -63,23 +66,26 @@ def _write_all(fd, data):
         view = view[n:]
 
 
-def _ends_torn(path):
+def _open_append(path):
+    """The journal for appending: created if missing, but never through a symlink and
+    never a FIFO or a device (the run directory is untrusted; see untrusted.py)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            if f.tell() == 0:
-                return False
-            f.seek(-1, os.SEEK_END)
-            return f.read(1) != b"\n"
+        return untrusted.open_regular(path, flags=os.O_RDWR | os.O_APPEND | os.O_CREAT)
     except FileNotFoundError:
-        return False
+        raise Damaged(path, "a parent directory is missing") from None
+
+
+def _ends_torn(fd):
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 def read(path) -> list[dict]:
-    """Every record, in order. A torn line (a crash mid-append) is skipped, not fatal."""
+    """Every record, in order. A torn line (a crash mid-append) is skipped, not fatal;
+    so is a line nested deeper than any record the runner writes. A journal that is not
+    a regular file under its cap raises Damaged."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = untrusted.read_bytes(path, untrusted.JOURNAL_CAP)
     except FileNotFoundError:
         return []
     out = []
@@ -87,8 +93,8 @@ def read(path) -> list[dict]:
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+            record = untrusted.parse_json(raw, path)
+        except Damaged:
             continue
         if isinstance(record, dict) and isinstance(record.get("event"), str):
             out.append(record)

@@ -1,9 +1,16 @@
-"""Stopping processes: the group reaper, the pid route, and the combined immediate kill.
+"""Stopping processes: the one reaper every stop runs.
 
-Every wait here is event-driven (pidfd readiness), never a blind sleep: a cooperative
-group is gone in milliseconds, and the reaper returns then, not after kill_grace.
-Each route's SIGKILL escalation sits on one line of its own, so that a mutation that
-deletes it can be attributed to the test that turns red.
+`kill_everything` composes four routes: the group route (SIGTERM and SIGKILL to each
+process group proven the run's), the pid route (each recorded process, through its own
+pidfd), the tag sweep (every process carrying RUNNER_RUN_ID) and the cgroup kill. The
+tests that attribute a route drive this same function with only that route's input;
+there is no second reaper for them to measure instead.
+
+Every signal goes through a `Watch`: a pidfd opened, the start ticks compared, then
+membership proven (membership.py), and only then the signal, through that pidfd.
+Every wait is event-driven (pidfd readiness), never a blind sleep. Each route's SIGKILL
+escalation carries an `# ablate:` marker, so a mutation that deletes it is attributed
+to the test that turns red.
 """
 
 from __future__ import annotations
@@ -15,8 +22,9 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from . import defaults, identity, signals
+from . import defaults, identity, signals, sweep
 from .identity import Identity
+from .membership import Membership, Proof
 
 log = logging.getLogger("runner.reaper")
 
@@ -31,43 +39,71 @@ class ReapReport:
     needed_kill: list[int] = field(default_factory=list)
     unkillable: list[int] = field(default_factory=list)
     elapsed: float = 0.0
-
-    def merge(self, other: "ReapReport") -> "ReapReport":
-        """Both reaps, one after the other: lists united (a pid that needed SIGKILL in
-        either is not 'died at TERM'), elapsed summed."""
-        kill = _uniq(self.needed_kill + other.needed_kill)
-        unkillable = _uniq(self.unkillable + other.unkillable)
-        term = [p for p in _uniq(self.died_at_term + other.died_at_term) if p not in kill]
-        return ReapReport(term, kill, unkillable, self.elapsed + other.elapsed)
+    refused: list[str] = field(default_factory=list)
+    """What a recorded identity or group named but membership did not prove: never
+    signalled. One short reason each, for the journal and the command's output."""
 
     @property
     def clean(self) -> bool:
         return not self.unkillable
 
 
-def _uniq(pids):
-    return list(dict.fromkeys(pids))
-
-
 class Watch:
-    """A set of processes watched through verified pidfds; a zombie counts as gone."""
+    """Processes proven the run's, watched through verified pidfds; a zombie counts as gone."""
 
-    def __init__(self):
+    def __init__(self, membership: Membership):
+        self.membership = membership
         self.fds: dict[int, int] = {}       # pid -> pidfd
-        self.idents: dict[int, Identity] = {}
         self.done: set[int] = set()
+        self.proven: dict[tuple[int, int], Proof] = {}
+        self.refused: list[str] = []
+        self._protected = signals.protected_pids()
 
-    def add(self, ident: Identity) -> int | None:
-        """Start watching; returns the pidfd, or None if gone, stale or protected."""
+    def refuse(self, why: str) -> None:
+        if why not in self.refused:
+            self.refused.append(why)
+            log.warning("refusing to signal %s", why)
+
+    def proves(self, pid: int, start_ticks: int, zombie: bool = False) -> bool:
+        key = (pid, start_ticks)
+        if key in self.proven:
+            return True
+        # A zombie has no environment or cgroup left to read: only what was proven
+        # while it lived (or is known) still counts.
+        proof = None if zombie and key not in self.membership.known else self.membership.proof(pid, start_ticks)
+        if proof is not None:
+            self.proven[key] = proof
+        return proof is not None
+
+    def add(self, ident: Identity, *, named: bool = True, proof: Proof | None = None,
+            vouched: bool = False) -> int | None:
+        """Watch `ident` if it is alive, still itself and the run's; returns its pidfd.
+
+        `named`: the identity came from a record (a file, the registry), so a refusal is
+        worth reporting; a scan's candidate that fails is a pid reused in between.
+        `proof`: how the caller already proved it at these start ticks (the tag sweep).
+        `vouched`: a member of a group proven the run's, signalled with the group."""
         if ident.pid in self.fds or ident.pid in self.done:
             return self.fds.get(ident.pid)
-        if ident.pid in signals.protected_pids():
+        if ident.pid in self._protected:
+            if named:
+                self.refuse(f"pid {ident.pid}: this process or one of its ancestors")
             return None
-        fd, _ = signals.open_pidfd(ident)
+        fd, outcome = signals.open_pidfd(ident)
         if fd is None:
+            if named and outcome is signals.Outcome.STALE:
+                self.refuse(f"pid {ident.pid}: it is no longer the recorded process (pid reused)")
+            return None
+        if proof is not None:
+            self.proven[(ident.pid, ident.start_ticks)] = proof
+        # After the pidfd is open and its start ticks matched: what /proc says now is
+        # about the very process the pidfd pins (or, if it died since, harmlessly moot).
+        if not vouched and not self.proves(ident.pid, ident.start_ticks):  # ablate: membership-proof
+            os.close(fd)
+            if named:
+                self.refuse(self.membership.why_not(ident.pid))
             return None
         self.fds[ident.pid] = fd
-        self.idents[ident.pid] = ident
         return fd
 
     def send(self, pid, sig) -> bool:
@@ -82,7 +118,6 @@ class Watch:
 
     def discard(self, pid) -> None:
         fd = self.fds.pop(pid, None)
-        self.idents.pop(pid, None)
         if fd is not None:
             os.close(fd)
 
@@ -119,163 +154,153 @@ class Watch:
         self.fds.clear()
 
 
-def _living_group(pgid, stats=None) -> list[Identity]:
-    out = []
-    for st in signals.group_stats(pgid) if stats is None else stats:
-        if not st.zombie:
-            out.append(Identity(st.pid, st.pgid, st.sid, st.start_ticks, identity.boot_id()))
-    return out
+def _ident(st: identity.Stat) -> Identity:
+    return Identity(st.pid, st.pgid, st.sid, st.start_ticks, identity.boot_id())
 
 
-def _wait_group_empty(pgid, deadline, known: dict, first=None) -> list[Identity]:
-    """Wait until no living member is left in the group or the deadline passes; returns
-    the members still alive. Re-scans after each exit, since members may fork. `first`:
-    the members just seen, to spare the first scan."""
-    while True:
-        living, first = (_living_group(pgid) if first is None else first), None
-        for ident in living:
-            known.setdefault(ident.pid, ident)
-        if not living or time.monotonic() >= deadline:
-            return living
-        watch = Watch()
-        try:
-            for ident in living:
-                watch.add(ident)
-            if not watch.fds:
-                continue  # all died between scan and open: re-scan at once
-            watch._collect(deadline - time.monotonic())
-        finally:
-            watch.close()
+def group_verdict(pgid: int, members, stats, watch: Watch) -> str | None:
+    """None when process group `pgid` is proven the run's, else why not.
+
+    Proven: its leader (the recorded member whose pid is the group id) is alive, or our
+    unreaped zombie, with the recorded start time, and proven a member; it pins the
+    group id, so the group cannot be someone else's. Or, the leader gone, every living
+    member proves itself. The members a scan finds are never their own proof."""
+    why = signals.refusal(pgid)
+    if why is not None:
+        return why
+    leader = next((m for m in members if m.pid == pgid), None)
+    by_pid = {st.pid: st for st in stats}
+    if leader is not None:
+        st = by_pid.get(pgid)
+        if identity.matches(leader, st) and watch.proves(pgid, st.start_ticks, zombie=st.zombie):
+            return None
+    living = [st for st in stats if not st.zombie]
+    if not living:
+        return "it has no living member"
+    strangers = [st.pid for st in living if not watch.proves(st.pid, st.start_ticks)]
+    if not strangers:
+        return None
+    return (f"its leader is not the recorded, proven process and pids {strangers[:5]} "
+            f"are not the run's (group id reused?)")
 
 
-def reap_group(pgid, kill_grace, *, members=(), run_id=None, confirm_timeout=CONFIRM_TIMEOUT) -> ReapReport:
-    """SIGTERM the group, wait until it is empty or kill_grace passes, SIGKILL what is
-    left, confirm. Returns as soon as the group is empty."""
-    t0 = time.monotonic()
-    report = ReapReport()
-    known = {m.pid: m for m in members}
+def signal_group(pgid: int, members, sig, watch: Watch) -> bool:
+    """The group route: killpg if the group is proven the run's (its living members
+    watched first, so a fast death is still seen). Otherwise the group is refused and
+    only those of its members that prove themselves are signalled, each through its
+    own pidfd. True if the group signal was sent.
+
+    Remaining race: a group has no pidfd, so between the verdict and killpg every
+    member could exit and the group id be reused by a new leader. That needs the pid
+    space to wrap in microseconds; it is impossible while the proven leader is our
+    unreaped zombie."""
+    never = signals.refusal(pgid)
+    if never is not None:  # ours, an ancestor's, or 0/1: not even member by member
+        watch.refuse(never)
+        return False
     stats = signals.group_stats(pgid)
-    at_term = _living_group(pgid, stats)
-    for ident in at_term:
-        known.setdefault(ident.pid, ident)
-    if not at_term or not signals.signal_group(pgid, signal.SIGTERM, members=list(known.values()), run_id=run_id,
-                                               stats=stats):
-        report.elapsed = time.monotonic() - t0
-        return report
-    # Members seen at TERM time were verified as ours by the guard above, so they may
-    # vouch for the group at KILL time even after the recorded leader is gone.
-    left = _wait_group_empty(pgid, t0 + kill_grace, known, first=at_term)
-    report.died_at_term = [i.pid for i in at_term if i.pid not in {x.pid for x in left}]
-    if left:
-        report.needed_kill = [i.pid for i in left]
-        signals.signal_group(pgid, signal.SIGKILL, members=list(known.values()), run_id=run_id)  # group-reaper-sigkill
-        still = _wait_group_empty(pgid, time.monotonic() + confirm_timeout, known)
-        report.unkillable = [i.pid for i in still]
-        if still:
-            log.error("process group %d: pids %s survived SIGKILL", pgid, report.unkillable)
-    report.elapsed = time.monotonic() - t0
-    return report
+    living = [st for st in stats if not st.zombie]
+    if not living:
+        return False
+    why = group_verdict(pgid, members, stats, watch)  # ablate: group-membership
+    if why is None:
+        for st in living:
+            watch.add(_ident(st), named=False, vouched=True)
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+    watch.refuse(f"process group {pgid}: {why}")
+    for st in living:
+        if watch.add(_ident(st), named=False) is not None:
+            watch.send(st.pid, sig)
+    return False
 
 
-def reap_pid(ident: Identity, kill_grace, *, confirm_timeout=CONFIRM_TIMEOUT) -> ReapReport:
-    """The pid route: SIGTERM the one process, wait up to kill_grace, SIGKILL, confirm.
-    The pidfd opened (and verified) once is used for every signal: race-free."""
-    t0 = time.monotonic()
-    report = ReapReport()
-    watch = Watch()
-    try:
-        if watch.add(ident) is None or not watch.send(ident.pid, signal.SIGTERM):
-            report.elapsed = time.monotonic() - t0
-            return report
-        if watch.wait(t0 + kill_grace):
-            report.died_at_term = [ident.pid]
-        else:
-            report.needed_kill = [ident.pid]
-            watch.send(ident.pid, signal.SIGKILL)  # pid-route-sigkill
-            if not watch.wait(time.monotonic() + confirm_timeout):
-                report.unkillable = [ident.pid]
-                log.error("pid %d survived SIGKILL", ident.pid)
-    finally:
-        watch.close()
-    report.elapsed = time.monotonic() - t0
-    return report
+def _term_groups(watch, groups) -> dict[int, list[Identity]]:
+    signalled = {}
+    for pgid, members in groups:
+        if signal_group(pgid, members, signal.SIGTERM, watch):
+            signalled[pgid] = list(members)
+    return signalled
 
 
-def _kill_groups(group_known, run_id):
-    for pgid, known in group_known.items():
-        signals.signal_group(pgid, signal.SIGKILL, members=list(known.values()), run_id=run_id)
+def _kill_groups(watch, groups) -> None:
+    for pgid, members in groups.items():
+        signal_group(pgid, members, signal.SIGKILL, watch)
 
 
-def _kill_pids(watch, pids):
+def _signal_pids(watch, pids, sig) -> None:
     for ident in pids:
-        watch.send(ident.pid, signal.SIGKILL)
+        if watch.add(ident) is not None:
+            watch.send(ident.pid, sig)
 
 
-def _kill_tagged(watch, idents) -> list[int]:
-    """SIGKILL every tagged process; returns those it reached."""
+def _signal_tagged(watch, run_id, sig) -> list[int]:
+    """The tag sweep: every living process that carries the run's tag; returns those reached."""
     hit = []
-    for ident in idents:
-        if watch.add(ident) is not None and watch.send(ident.pid, signal.SIGKILL):
+    for ident in sweep.tagged(run_id):
+        if watch.add(ident, named=False, proof=Proof.TAG) is not None and watch.send(ident.pid, sig):
+            hit.append(ident.pid)
+    return hit
+
+
+def _signal_cgroup_members(watch, cgroup, scope, sig) -> list[int]:
+    hit = []
+    for ident in cgroup.member_identities(scope):
+        if watch.add(ident, named=False) is not None and watch.send(ident.pid, sig):
             hit.append(ident.pid)
     return hit
 
 
 def kill_everything(*, groups, pids, run_id, kill_grace, cgroup=None, cgroup_scope="all",
-                    confirm_timeout=CONFIRM_TIMEOUT) -> ReapReport:
-    """The immediate stop: SIGTERM to every group, every pid and every tagged process at
-    once; wait (event-driven) up to kill_grace; then SIGKILL the groups, the pids, the
-    tag sweep and the cgroup; confirm within confirm_timeout. Bounded by about
-    kill_grace + confirm_timeout whatever the processes do; survivors are reported as
-    unkillable, never waited for."""
-    from . import sweep  # sweep.kill_tagged uses this function
+                    tag_sweep=None, known=(), confirm_timeout=CONFIRM_TIMEOUT) -> ReapReport:
+    """The stop: SIGTERM every route at once; wait (event-driven) up to kill_grace; then
+    SIGKILL what is left by the same routes and the cgroup kill; confirm within
+    confirm_timeout. Bounded by about kill_grace + confirm_timeout whatever the
+    processes do; survivors are reported as unkillable, never waited for.
+
+    groups: (pgid, recorded identities) pairs; pids: recorded identities.
+    run_id: the run's tag, for membership and (unless tag_sweep=False) the tag sweep.
+    cgroup: the run's validated RunCgroup, for membership and (unless cgroup_scope is
+    None) the cgroup kill of that scope. known: identities the caller itself saw become
+    the run's (the engine's registry). Nothing is signalled that membership does not
+    prove; what a record named but was refused is in the report's `refused`."""
+    from .membership import run_cgroup_relative
 
     t0 = time.monotonic()
-    watch = Watch()
-    group_known: dict[int, dict[int, Identity]] = {}
+    membership = Membership(run_id, run_cgroup_relative(cgroup.path) if cgroup is not None else None,
+                            frozenset((i.pid, i.start_ticks) for i in known))
+    sweep_tag = bool(run_id) if tag_sweep is None else (tag_sweep and bool(run_id))
+    kill_cgroup = cgroup is not None and cgroup_scope is not None
+    watch = Watch(membership)
     try:
-        for pgid, members in groups:
-            known = {m.pid: m for m in members}
-            living = _living_group(pgid)
-            for ident in living:
-                known.setdefault(ident.pid, ident)
-            if not living:
-                continue
-            # Watch first, signal second: a cooperative member can die before a pidfd
-            # opened after the signal would find it, and its death would go unreported.
-            added = [i.pid for i in living if i.pid not in watch.fds and watch.add(i) is not None]
-            if signals.signal_group(pgid, signal.SIGTERM, members=list(known.values()), run_id=run_id):
-                group_known[pgid] = known
-            else:
-                for pid in added:
-                    watch.discard(pid)
-        for ident in pids:
-            if watch.add(ident) is not None:
-                watch.send(ident.pid, signal.SIGTERM)
-        for ident in sweep.tagged(run_id) if run_id else ():
-            if watch.add(ident) is not None:
-                watch.send(ident.pid, signal.SIGTERM)
-        if cgroup is not None:
-            for ident in cgroup.member_identities(cgroup_scope):
-                if watch.add(ident) is not None:
-                    watch.send(ident.pid, signal.SIGTERM)
+        signalled = _term_groups(watch, groups)
+        _signal_pids(watch, pids, signal.SIGTERM)
+        if sweep_tag:
+            _signal_tagged(watch, run_id, signal.SIGTERM)
+        if kill_cgroup:
+            _signal_cgroup_members(watch, cgroup, cgroup_scope, signal.SIGTERM)
         at_term = set(watch.fds)
 
         watch.wait(t0 + kill_grace)
-        for pgid, known in group_known.items():
-            for ident in _living_group(pgid):  # forked after the TERM snapshot
-                known.setdefault(ident.pid, ident)
-                watch.add(ident)
+        for pgid in signalled:  # forked after the TERM snapshot: watched, vouched by the group
+            for st in signals.group_stats(pgid):
+                if not st.zombie:
+                    watch.add(_ident(st), named=False, vouched=True)
         left = set(watch.alive())
 
         if left:
-            _kill_groups(group_known, run_id)  # kill-everything-group-sigkill
-            _kill_pids(watch, pids)  # kill-everything-pid-sigkill
-        left.update(_kill_tagged(watch, sweep.tagged(run_id) if run_id else []))  # tag-sweep-sigkill
-        if cgroup is not None:
+            _kill_groups(watch, signalled)  # ablate: kill-everything-group-sigkill
+            _signal_pids(watch, pids, signal.SIGKILL)  # ablate: kill-everything-pid-sigkill
+        if sweep_tag:
+            left.update(_signal_tagged(watch, run_id, signal.SIGKILL))  # ablate: tag-sweep-sigkill
+        if kill_cgroup:
             for ident in cgroup.member_identities(cgroup_scope):
-                if watch.add(ident) is not None:
+                if watch.add(ident, named=False) is not None:
                     left.add(ident.pid)
-            cgroup.kill(cgroup_scope, timeout=confirm_timeout)  # cgroup-kill
+            cgroup.kill(cgroup_scope, timeout=confirm_timeout)  # ablate: cgroup-kill
 
         watch.wait(time.monotonic() + confirm_timeout)
         survivors = watch.alive()
@@ -283,6 +308,7 @@ def kill_everything(*, groups, pids, run_id, kill_grace, cgroup=None, cgroup_sco
             died_at_term=sorted(at_term - left),
             needed_kill=sorted(left),
             unkillable=sorted(survivors),
+            refused=list(watch.refused),
         )
         if survivors:
             log.error("stop left pids %s alive after SIGKILL", survivors)
@@ -290,3 +316,10 @@ def kill_everything(*, groups, pids, run_id, kill_grace, cgroup=None, cgroup_sco
         watch.close()
     report.elapsed = time.monotonic() - t0
     return report
+
+
+def kill_tagged(run_id, kill_grace, *, cgroup=None) -> ReapReport:
+    """The tag sweep alone: TERM every tagged process, wait up to kill_grace, SIGKILL
+    the rest, confirm (the engine's last clean-up, and test teardowns)."""
+    return kill_everything(groups=[], pids=[], run_id=run_id, kill_grace=kill_grace, cgroup=cgroup,
+                           cgroup_scope=None)

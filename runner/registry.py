@@ -129,6 +129,9 @@ class Registry:
                 self.snapshot(entry)
             except OSError:
                 pass
+        # The engine saw each of these become the run's (it spawned the leaders, its
+        # snapshots followed their parent links): `known` proves them even after one
+        # scrubbed its environment, where no cgroup holds it.
         return reaper.kill_everything(
             groups=[(e.pgid, e.members()) for e in entries],
             pids=[i for e in entries for i in e.snapshots.values()],
@@ -136,6 +139,7 @@ class Registry:
             kill_grace=self.kill_grace,
             cgroup=self.cgroup,
             cgroup_scope="work",
+            known=[i for e in entries for i in e.members()],
         )
 
     def reap_orphans(self) -> list[int]:

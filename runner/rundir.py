@@ -14,8 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import untrusted
 from .atomic import atomic_write_text, fsync_dir
-from .errors import BadInput, NoLiveRun, RunLocked
+from .errors import BadInput, Damaged, NoLiveRun, RunLocked
 
 
 LOCK_PROBE_RETRY = 0.1
@@ -79,15 +80,20 @@ class RunDir:
     def run_id(self) -> str:
         """The run's id: unique on this machine, so that RUNNER_RUN_ID tags and cgroup
         names of two runs never collide, even when both run directories are called
-        `run` (a --run-dir is the caller's choice; the id is not)."""
+        `run` (a --run-dir is the caller's choice; the id is not). Damaged if the file
+        is not a small regular file holding an id of the documented shape."""
         try:
-            return self.run_id_file.read_text().strip() or self.path.name
+            text = untrusted.read_text(self.run_id_file).strip()
         except FileNotFoundError:
             return self.path.name
+        if not RUN_ID_SHAPE.fullmatch(text):
+            raise Damaged(self.run_id_file, "not a run id (letters, digits, '.', '_', '-'; at most 128)")
+        return text
 
     def exists(self) -> bool:
-        """The directory holds a run (its frozen spec is there)."""
-        return self.spec.is_file()
+        """The directory holds a run (its frozen spec is there, whatever shape it is in:
+        a damaged run is still a run, and still stoppable)."""
+        return os.path.lexists(self.spec)
 
     @classmethod
     def create(cls, path, spec_path, data=None) -> "RunDir":
@@ -136,7 +142,7 @@ class RunDir:
         The descriptor is non-inheritable (O_CLOEXEC; Popen closes fds anyway), so a child
         that outlives the engine cannot keep the run looking alive.
         """
-        fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = untrusted.open_regular(self.lock, flags=os.O_RDWR | os.O_CREAT)
         # is_live() probes with a shared lock for an instant: a `runner status` at the
         # moment an engine starts must not make that engine exit REFUSED.
         deadline = time.monotonic() + LOCK_PROBE_RETRY
@@ -159,10 +165,11 @@ class RunDir:
 
     def is_live(self) -> bool:
         """A live engine holds the lock. Probed on a separate descriptor with LOCK_SH|LOCK_NB,
-        so the probe never blocks and never creates a lock file."""
+        so the probe never blocks and never creates a lock file. Damaged if `lock` is
+        not a regular file (a FIFO there would otherwise block the probe forever)."""
         try:
-            fd = os.open(self.lock, os.O_RDONLY | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):
+            fd = untrusted.open_regular(self.lock)
+        except FileNotFoundError:
             return False
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -176,6 +183,9 @@ class RunDir:
 
 
 _RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+RUN_ID_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""What a run id read back from `run-id` may look like: it names a cgroup directory and
+is matched in environments, so no '/', no '=', no control character."""
 
 
 def new_run_id() -> str:
@@ -193,7 +203,7 @@ def list_runs(base) -> list[RunDir]:
         entries = sorted(Path(base).iterdir())
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return [RunDir(e) for e in entries if e.is_dir() and (e / "spec.toml").is_file()]
+    return [RunDir(e) for e in entries if e.is_dir() and os.path.lexists(e / "spec.toml")]
 
 
 def resolve(run_dir, base=None, *, want=None, what="live") -> RunDir:

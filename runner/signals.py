@@ -1,11 +1,10 @@
 """Identity-guarded signals.
 
-One process: open a pidfd, compare start ticks, signal through the pidfd. The pidfd
-pins the process it was opened on, so once the start ticks read after opening it
-match, the signal cannot land on a newcomer that took the pid over.
-
-A group has no pidfd form, so `signal_group` signals only while a member still
-matches a recorded identity or carries the run's RUNNER_RUN_ID.
+One process: open a pidfd, compare start ticks, prove membership of the run
+(membership.py), signal through the pidfd. The pidfd pins the process it was opened on,
+so once the start ticks read after opening it match, the signal cannot land on a
+newcomer that took the pid over. Groups are the reaper's (reaper.signal_group): a group
+has no pidfd, so it is signalled only once its leader or every member is proven.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ class Outcome(enum.Enum):
     GONE = "gone"            # already dead (or a zombie): nothing to do
     STALE = "stale"          # the pid now belongs to another process (or another boot): refused
     PROTECTED = "protected"  # ourselves or an ancestor: refused
+    NOT_MEMBER = "not-member"  # alive and itself, but not proven the run's: refused
 
 
 def protected_pids() -> set[int]:
@@ -92,7 +92,8 @@ def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
     if st is None or st.zombie:
         os.close(fd)
         return None, Outcome.GONE
-    if st.start_ticks != ident.start_ticks: return _refuse_stale(fd, ident, st)  # identity-check
+    if st.start_ticks != ident.start_ticks:  # ablate: identity-check
+        return _refuse_stale(fd, ident, st)
     return fd, Outcome.SENT
 
 
@@ -103,15 +104,23 @@ def _refuse_stale(fd, ident, st):
     return None, Outcome.STALE
 
 
-def signal_process(ident: Identity, sig) -> Outcome:
+def signal_process(ident: Identity, sig, membership) -> Outcome:
+    """Signal one recorded process, if it is still itself and proven the run's."""
     if ident.pid in protected_pids():
         log.warning("refusing to signal pid %d: it is this process or one of its ancestors", ident.pid)
         return Outcome.PROTECTED
     if not HAVE_PIDFD:
+        if membership.proof(ident.pid, ident.start_ticks) is None:
+            log.warning("refusing to signal %s", membership.why_not(ident.pid))
+            return Outcome.NOT_MEMBER
         return _signal_process_psutil(ident, sig)
     fd, outcome = open_pidfd(ident)
     if fd is None:
         return outcome
+    if membership.proof(ident.pid, ident.start_ticks) is None:
+        os.close(fd)
+        log.warning("refusing to signal %s", membership.why_not(ident.pid))
+        return Outcome.NOT_MEMBER
     try:
         signal.pidfd_send_signal(fd, sig)
     except ProcessLookupError:
@@ -171,20 +180,6 @@ def group_stats(pgid) -> list[identity.Stat]:
     return out
 
 
-def group_is_ours(pgid, members=(), run_id=None, stats=None) -> bool:
-    """True while some member of the group matches a recorded identity (a zombie counts:
-    an unreaped zombie pins its pid, so the pgid cannot be handed out again) or carries
-    the run's tag."""
-    known = {m.pid: m for m in members}
-    for st in group_stats(pgid) if stats is None else stats:
-        ident = known.get(st.pid)
-        if ident is not None and identity.matches(ident, st):
-            return True
-        if not st.zombie and has_tag(st.pid, run_id):
-            return True
-    return False
-
-
 def refusal(pgid) -> str | None:
     """Why a group may never be signalled, or None."""
     if pgid <= 1:
@@ -198,28 +193,3 @@ def refusal(pgid) -> str | None:
         if st is not None and st.pgid == pgid:
             return f"process group {pgid} holds pid {pid}, this process or one of its ancestors"
     return None
-
-
-def signal_group(pgid, sig, *, members=(), run_id=None, stats=None) -> bool:
-    """killpg(pgid, sig) if the group is still ours; True if sent.
-
-    Remaining race: a group has no pidfd, so between the membership check below and
-    killpg every member could exit and the pgid be reused by a new group leader. That
-    needs the whole pid space to wrap in microseconds; it is impossible outright while
-    a matched member is our unreaped zombie (the group reaper's usual case)."""
-    why = refusal(pgid)
-    if why is not None:
-        log.warning("refusing to signal: %s", why)
-        return False
-    # `stats`: a scan the caller has just made (one /proc scan costs milliseconds).
-    stats = group_stats(pgid) if stats is None else stats
-    if not group_is_ours(pgid, members, run_id, stats=stats):
-        if stats:
-            log.warning("refusing to signal process group %d: no member matches a recorded identity "
-                        "or carries %s=%s (group id reused?)", pgid, TAG, run_id)
-        return False
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    return True

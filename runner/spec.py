@@ -259,6 +259,18 @@ def load_bytes(path) -> tuple[Spec, bytes]:
     return loads(text, str(path)), raw
 
 
+FROZEN_CAP = 1024 * 1024
+"""The frozen spec.toml in a run directory: far larger than any spec, small enough to read."""
+
+
+def load_frozen(path) -> Spec:
+    """The spec frozen into a run directory, which is untrusted input: no link followed,
+    no FIFO waited on, capped (Damaged); then validated like any spec (SpecError)."""
+    from . import untrusted
+    text = untrusted.read_text(path, FROZEN_CAP)
+    return loads(text, str(path))
+
+
 def _one_line(exc):
     return " ".join(str(exc).split())
 

@@ -8,12 +8,13 @@ keeps an in-memory State that may predate the stop; saving it must not clobber t
 """
 
 import copy
-import json
+import os
 import time
 from dataclasses import asdict, dataclass, field, fields
 
 from .atomic import atomic_write_json
-from .errors import BadInput
+from . import untrusted
+from .errors import Damaged
 
 ITEM_STATUSES = ("pending", "done", "failed", "stopped")
 RUN_STATUSES = ("running", "completed", "failed", "stopped", "crashed")
@@ -55,7 +56,7 @@ class State:
         """Strict: a malformed state is refused with one line, never half-read."""
 
         def bad(what):
-            raise BadInput(f"{source}: malformed state: {what}")
+            raise Damaged(source, f"malformed state: {what}")
 
         if not isinstance(data, dict):
             bad("not a JSON object")
@@ -119,25 +120,20 @@ class StateStore:
         self._saved_stop = None  # (attempt, origin) of a stop this store itself saved
 
     def load(self) -> State:
+        # The run directory is untrusted: no link followed, no FIFO waited on, a size
+        # and depth cap (untrusted.py); every failure is Damaged, one line.
         try:
-            with open(self.path, "rb") as f:
-                raw = f.read()
+            data = untrusted.read_json(self.path, untrusted.STATE_CAP)
         except FileNotFoundError:
-            raise BadInput(f"{self.path}: no state file") from None
-        except OSError as e:
-            raise BadInput(f"{self.path}: unreadable state ({e.strerror or e})") from None
+            raise Damaged(self.path, "no state file") from None
         try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise BadInput(f"{self.path}: malformed state: {' '.join(str(e).split())}") from None
-        return State.from_dict(data, self.path)
+            return State.from_dict(data, self.path)
+        except TypeError as e:  # a field of the right type but a shape from_dict cannot take
+            raise Damaged(self.path, f"malformed state: {' '.join(str(e).split())}") from None
 
     def load_or_none(self) -> State | None:
         """None when no state has been written yet (an engine that has only just started)."""
-        try:
-            with open(self.path, "rb"):
-                pass
-        except FileNotFoundError:
+        if not os.path.lexists(self.path):
             return None
         return self.load()
 
@@ -145,7 +141,7 @@ class StateStore:
         """(origin,) if a stop is recorded for `attempt`, on disk or by this store's last save."""
         try:
             disk = self.load()
-        except BadInput:
+        except Damaged:
             disk = None  # unreadable on disk: this store's own memory still guards
         if disk is not None and disk.attempt == attempt and disk.stopped:
             return (disk.stop_origin,)
@@ -159,7 +155,8 @@ class StateStore:
         The read-then-write below is not atomic against another writer; it does not need to
         be, because of the single-writer rule (a stopper writes only once the engine is dead).
         """
-        _keep_recorded_stop(state, self._recorded_stop(state.attempt))  # STOPPED GUARD: never un-stop an attempt
+        # The stopped guard: a save never un-stops an attempt.
+        _keep_recorded_stop(state, self._recorded_stop(state.attempt))  # ablate: stopped-guard
         state.updated = time.time()
         atomic_write_json(self.path, state.to_dict())
         if state.stopped:

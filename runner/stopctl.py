@@ -123,7 +123,7 @@ class StopController:
     def _read_control_file(self):
         request = control.peek(self._rundir)
         if request is not None and request.mode == control.Mode.HARD and not request.unreadable:
-            self.request("file")
+            self.request("file")  # ablate: watchdog-reads-hard-request
 
     # -- the single stop path ------------------------------------------------------
 
@@ -149,11 +149,13 @@ class StopController:
     def _kill(self):
         """Kill every registered child tree; retried on the next tick if it failed."""
         try:
-            self._registry.stop_all(self.origin)
+            report = self._registry.stop_all(self.origin)  # ablate: stop-kills-registered-children
             self._kill_failed = False
         except Exception:
             self._kill_failed = True
             raise
+        if report is not None and report.refused:
+            self._journal_quietly("signal-refused", by="stop", refused=report.refused)
 
     def _consume(self):
         """Consume a pending request; return its origin when it is the hard request

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import control, identity, journal as journalmod, reaper, signals
-from .cgroup import RunCgroup
-from .errors import NoLiveRun, RunLocked
+from . import control, identity, journal as journalmod, reaper, run_view, signals
+from .errors import ControlFileError, Damaged, NoLiveRun, RunLocked
 from .exitcodes import Exit
+from .membership import Membership, run_cgroup_relative
 from .state import StateStore
 
 
@@ -27,6 +27,18 @@ class StopResult:
     elapsed: float
     unkillable: list = field(default_factory=list)
     recorded_by: str | None = None
+    refused: list = field(default_factory=list)
+    damaged: list = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """What the command prints: the result, then (each on one line) what was refused
+        and what in the run directory is damaged."""
+        out = [self.message]
+        if self.refused:
+            out.append("refused to signal (not proven the run's): " + "; ".join(self.refused))
+        if self.damaged:
+            out.append("damaged run directory: " + "; ".join(self.damaged))
+        return out
 
 
 def wait_engine_gone(engine, timeout):
@@ -59,35 +71,12 @@ def wait_engine_gone(engine, timeout):
             os.close(fd)
 
 
-IDENTITY_WAIT = 5.0
-"""How long a stopper waits for a starting engine to write its identity: the engine
-takes its lock first and writes engine.json last, once a SIGTERM is a clean stop."""
 LOCK_WAIT = 5.0
 """How long a stopper waits for another stopper that is recording its stop."""
 
 
-def _engine(rd):
-    deadline = time.monotonic() + IDENTITY_WAIT
-    while True:
-        try:
-            return identity.read(rd.engine_identity)
-        except FileNotFoundError:
-            if not rd.is_live() or time.monotonic() > deadline:
-                raise NoLiveRun(f"{rd.engine_identity}: no engine identity (the engine never "
-                                f"started, or is starting)") from None
-            time.sleep(0.01)
-
-
-def _children(rd):
-    """Identities of the live calls. The engine removes a call's file when the call
-    ends, so a file may vanish between the listing and the read: it is skipped."""
-    found = []
-    for path in sorted(rd.children.glob("*.json")) if rd.children.is_dir() else ():
-        try:
-            found.append(identity.read(path))
-        except FileNotFoundError:
-            continue
-    return found
+def _membership(view) -> Membership:
+    return Membership(view.run_id, run_cgroup_relative(view.cgroup.path) if view.cgroup else None)
 
 
 def _attempt_records(rd):
@@ -102,23 +91,17 @@ def _attempt_records(rd):
     return records
 
 
-def _open_cgroup(rd):
-    if not rd.cgroup_file.exists():
-        return None
-    try:
-        return RunCgroup.open(Path(rd.cgroup_file.read_text().strip()))
-    except FileNotFoundError:
-        return None  # the engine removed it on its way out
-
-
 def kill_leftovers(rd, kill_grace):
     """Kill what a dead engine's attempt left running: its calls (recorded in
     children/), whatever carries the run's tag, and its cgroup's work members. Resume
-    runs this first, so an orphaned call never works on an item beside its replay."""
-    children = _children(rd)
-    return reaper.kill_everything(groups=[(child.pgid, [child]) for child in children],
-                                  pids=children, run_id=rd.run_id, kill_grace=kill_grace,
-                                  cgroup=_open_cgroup(rd), cgroup_scope="work")
+    runs this first, so an orphaned call never works on an item beside its replay.
+    Returns the reaper's report and the run's view (what was damaged)."""
+    view = run_view.view(rd, wait_for_engine=False)
+    children = view.children
+    report = reaper.kill_everything(groups=[(child.pgid, [child]) for child in children],
+                                    pids=children, run_id=view.run_id, kill_grace=kill_grace,
+                                    cgroup=view.cgroup, cgroup_scope="work")
+    return report, view
 
 
 def _recording_lock(rd):
@@ -134,39 +117,70 @@ def _recording_lock(rd):
             time.sleep(0.01)
 
 
-def force(rd, kill_grace, *, fallback):
+def force(rd, kill_grace=None, *, fallback, view=None):
     """The immediate stop: every group of the run and the engine's pid at once, SIGKILL
     after kill_grace, then the tag sweep and the cgroup kill (reaper.kill_everything).
-    Records the stop only once the engine is proven dead, and only if it did not."""
+    Total: whatever the run directory holds, every process proven the run's (by its tag
+    or its cgroup) is stopped; damaged files are named, not obeyed. Records the stop
+    only once the engine is proven dead, and only if it did not."""
     started = time.monotonic()
-    engine = _engine(rd)
-    children = _children(rd)
-    groups = [(engine.pgid, [engine])] + [(child.pgid, [child]) for child in children]
-    cgroup = _open_cgroup(rd)
-    report = reaper.kill_everything(groups=groups, pids=[engine, *children], run_id=rd.run_id,
-                                    kill_grace=kill_grace, cgroup=cgroup)
+    view = view or run_view.view(rd)
+    kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
+    engine, children = view.engine, view.children
+    engine_ours = (engine is not None and identity.is_running(engine)
+                   and _membership(view).proof(engine.pid, engine.start_ticks) is not None)
+    recorded = [engine] if engine is not None else []
+    groups = [(i.pgid, [i]) for i in recorded + children]
+    report = reaper.kill_everything(groups=groups, pids=recorded + children, run_id=view.run_id,
+                                    kill_grace=kill_grace, cgroup=view.cgroup)
     unkillable = sorted(set(report.unkillable))
-    recorded = None
-    if identity.is_running(engine):
+    if report.refused:
+        try:
+            with journalmod.Journal(rd.journal) as journal:
+                journal.append("signal-refused", by="stop", refused=report.refused)
+        except (Damaged, OSError) as exc:
+            view.note(exc)
+    recorded_by = None
+    if engine_ours and identity.is_running(engine):
         unkillable = sorted(set(unkillable) | {engine.pid})
-    else:
-        recorded = _record_forced_stop(rd, report, fallback)
-        if cgroup is not None and not unkillable:
-            cgroup.remove()
+    elif _engine_gone(rd, view):
+        try:
+            recorded_by = _record_forced_stop(rd, report, fallback)
+        except (Damaged, RunLocked) as exc:
+            view.note(exc)
+        if view.cgroup is not None and not unkillable:
+            try:
+                view.cgroup.remove()
+            except OSError:
+                pass  # still populated (an unkillable member) or removed by the engine
     elapsed = time.monotonic() - started
+    extra = dict(refused=report.refused, damaged=view.damaged)
     if unkillable:
         return StopResult(Exit.UNKILLABLE, f"stop could not kill pids {unkillable} "
-                          f"(uninterruptible sleep?); they are named in the journal", elapsed, unkillable)
+                          f"(uninterruptible sleep?); they are named in the journal", elapsed, unkillable,
+                          **extra)
     killed = (f"{len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL, "
               f"in {elapsed:.3f}s")
-    if recorded == "finished":
-        return StopResult(Exit.OK, f"run {rd.run_id} had already finished; nothing to record ({killed})",
-                          elapsed, recorded_by=recorded)
-    if recorded == "engine":
-        return StopResult(Exit.OK, f"run {rd.run_id} stopped by its engine ({killed})", elapsed,
-                          recorded_by=recorded)
-    return StopResult(Exit.STOP_FORCED if fallback else Exit.OK, f"run {rd.run_id} killed ({killed})",
-                      elapsed, recorded_by=recorded)
+    code = Exit.DAMAGED if view.damaged else Exit.OK
+    if recorded_by == "finished":
+        return StopResult(code, f"run {view.run_id} had already finished; nothing to record ({killed})",
+                          elapsed, recorded_by=recorded_by, **extra)
+    if recorded_by == "engine":
+        return StopResult(code, f"run {view.run_id} stopped by its engine ({killed})", elapsed,
+                          recorded_by=recorded_by, **extra)
+    if fallback and code == Exit.OK:
+        code = Exit.STOP_FORCED
+    return StopResult(code, f"run {view.run_id} killed ({killed})", elapsed, recorded_by=recorded_by, **extra)
+
+
+def _engine_gone(rd, view) -> bool:
+    """No engine of this run is left: the lock is free (or, with the lock damaged, no
+    process carries the run's tag)."""
+    try:
+        return not rd.is_live()
+    except Damaged:
+        from . import sweep
+        return not (view.run_id and sweep.tagged(view.run_id))
 
 
 def _record_forced_stop(rd, report, fallback):
@@ -197,29 +211,49 @@ def _record_forced_stop(rd, report, fallback):
         return "stopper"
 
 
-def stop_hard(rd, *, channel, grace, kill_grace):
+def stop_hard(rd, *, channel=None, grace=None, kill_grace=None):
     """`runner stop`: lodge, signal (signal channel), wait up to grace for the engine's
-    own teardown, and only then fall back to the force-kill."""
+    own teardown, and only then fall back to the force-kill. With a damaged run
+    directory (no engine to signal, no request file to write) it goes straight on to
+    the force-kill, which needs neither."""
     started = time.monotonic()
-    if not rd.is_live():
+    view = run_view.view(rd)
+    channel = view.stop.channel if channel is None else channel
+    grace = view.stop.grace if grace is None else grace
+    if view.live is False:
         raise NoLiveRun(f"{rd.path}: no live engine (see `runner status`; `runner stop --now` "
                         f"kills what a dead engine left)")
-    engine = _engine(rd)
+    engine = view.engine
     use_signal = channel in ("signal", "auto") and os.name == "posix"
-    control.lodge(rd, control.Mode.HARD, "signal" if use_signal else "file")
-    if use_signal:
-        signals.signal_process(engine, signal.SIGTERM)
-    gone = wait_engine_gone(engine, grace)
-    if gone:
-        state = StateStore(rd.state).load()
+    try:
+        control.lodge(rd, control.Mode.HARD, "signal" if use_signal else "file")
+    except (ControlFileError, Damaged) as exc:
+        view.note(exc)
+        use_signal = os.name == "posix"  # no file channel left: the signal is all there is
+    members = _membership(view)
+    if engine is not None and members.proof(engine.pid, engine.start_ticks) is None:
+        engine = None  # not proven the run's: never signalled, never waited for; force decides
+    gone = engine is None
+    if engine is not None:
+        if use_signal:
+            signals.signal_process(engine, signal.SIGTERM, members)
+        gone = wait_engine_gone(engine, grace)
+    if gone and engine is not None:
+        try:
+            state = StateStore(rd.state).load()
+        except Damaged as exc:
+            view.note(exc)
+            state = None
         elapsed = time.monotonic() - started
-        if state.stopped:
-            return StopResult(Exit.OK, f"run {rd.run_id} stopped by its engine "
-                              f"(origin {state.stop_origin}) in {elapsed:.3f}s", elapsed)
-        if state.status in ("completed", "failed"):
-            return StopResult(Exit.OK, f"run {rd.run_id} had already {state.status}; "
-                              f"the stop arrived late", elapsed)
-    result = force(rd, kill_grace, fallback=True)
+        if state is not None and state.stopped:
+            return StopResult(Exit.DAMAGED if view.damaged else Exit.OK,
+                              f"run {view.run_id} stopped by its engine "
+                              f"(origin {state.stop_origin}) in {elapsed:.3f}s", elapsed, damaged=view.damaged)
+        if state is not None and state.status in ("completed", "failed"):
+            return StopResult(Exit.DAMAGED if view.damaged else Exit.OK,
+                              f"run {view.run_id} had already {state.status}; "
+                              f"the stop arrived late", elapsed, damaged=view.damaged)
+    result = force(rd, view.stop.kill_grace if kill_grace is None else kill_grace, fallback=True, view=view)
     result.elapsed = time.monotonic() - started
     if result.recorded_by == "engine":
         # The engine recorded its own stop while the fallback ran: it honored it, late.
@@ -243,7 +277,7 @@ def stop_graceful(rd):
 
 def wait_run(rd, timeout=None):
     """Block until the run's engine is gone; return the run's own exit code."""
-    engine = _engine(rd)
+    engine = run_view.require_engine(run_view.view(rd))
     while not wait_engine_gone(engine, 3600.0 if timeout is None else timeout):
         if timeout is not None:
             raise NoLiveRun(f"{rd.path}: still running after {timeout}s")

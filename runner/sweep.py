@@ -1,5 +1,6 @@
-"""Finding what left the group: the RUNNER_RUN_ID tag sweep, descendant snapshots, and
-orphan reaping for a child subreaper."""
+"""Finding the run's processes that left its groups: the RUNNER_RUN_ID tag sweep,
+descendant snapshots, and orphan reaping for a child subreaper. This module finds;
+reaper.py signals (it imports this module, never the other way round)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ def tagged(run_id) -> list[Identity]:
     protected = signals.protected_pids()
     out = []
     for pid in identity.all_pids():
-        if pid in protected or not signals.has_tag(pid, run_id):
+        if pid in protected:
             continue
+        # Start ticks first, the tag second: the reaper re-checks the ticks after it
+        # opens a pidfd, so a tag read in between belongs to the very process it signals.
         ident = identity.current(pid)
-        if ident is not None:
+        if ident is not None and signals.has_tag(pid, run_id):
             out.append(ident)
     return out
 
@@ -54,12 +57,6 @@ def descendants(pid) -> list[Identity]:
             if not st.zombie:
                 out.append(Identity(st.pid, st.pgid, st.sid, st.start_ticks, identity.boot_id()))
     return out
-
-
-def kill_tagged(run_id, kill_grace):
-    """TERM every tagged process, wait up to kill_grace, SIGKILL the rest, confirm."""
-    from .reaper import kill_everything
-    return kill_everything(groups=[], pids=[], run_id=run_id, kill_grace=kill_grace)
 
 
 def make_subreaper() -> bool:

@@ -8,11 +8,11 @@ import pytest
 
 CALC = '''\
 def add(a, b):
-    return a + b  # ADD
+    return a + b  # ablate: add
 
 
 def double(x):
-    return x * 2  # DOUBLE
+    return x * 2  # ablate: double
 '''
 
 TESTS = '''\

@@ -18,8 +18,8 @@ id = "add-sub"
 path = "addition"
 why = "add must add"
 file = "calc.py"
-find = "return a + b  # ADD"
-replace = "return a - b  # ADD"
+marker = "add"
+replace = "return a - b"
 killers = ["tests/test_calc.py::test_add"]
 survivors = ["tests/test_calc.py::test_unrelated"]
 '''
@@ -39,7 +39,7 @@ def one(outcome):
 
 
 def test_killed_mutation_and_working_tree_untouched(fake_tree, campaign, tmp_path):
-    """Path: find/replace in a scratch copy, killer fails -> killed; the working tree keeps its text.
+    """Path: the marked line replaced in a scratch copy, killer fails -> killed; the working tree keeps its text.
     Ablation: applying the edit in the working tree, or not at all, turns it red."""
     tree = fake_tree()
     before = (tree / "calc.py").read_text()
@@ -76,8 +76,8 @@ def test_survived(fake_tree, campaign, tmp_path):
     path = "doubling"
     why = "only a weak test runs it"
     file = "calc.py"
-    find = "return x * 2  # DOUBLE"
-    replace = "return x * 3  # DOUBLE"
+    marker = "double"
+    replace = "return x * 3"
     killers = ["tests/test_calc.py::test_double_runs"]
     '''
     out = campaign(tree, body)
@@ -85,14 +85,17 @@ def test_survived(fake_tree, campaign, tmp_path):
     assert not out.ok
 
 
-@pytest.mark.parametrize("find", ["return a * b", "# "], ids=["no-match", "two-matches"])
-def test_stale(fake_tree, campaign, tmp_path, find):
-    """Path: a find text matching 0 or 2 times -> stale, nothing run."""
+@pytest.mark.parametrize("marker", ["mul", "twice"], ids=["no-marker", "two-markers"])
+def test_stale(fake_tree, campaign, tmp_path, marker):
+    """Path: an `# ablate:` marker found 0 or 2 times -> stale, nothing run (reformatting
+    the code can never make a mutation apply elsewhere, or nowhere, silently)."""
     tree = fake_tree()
-    body = ADD_TO_SUB.replace('find = "return a + b  # ADD"', f'find = "{find}"')
+    with open(tree / "calc.py", "a") as f:  # uncommitted: the scratch copy takes the working tree
+        f.write("\n\ndef twice():  # ablate: twice\n    pass  # ablate: twice\n")
+    body = ADD_TO_SUB.replace('marker = "add"', f'marker = "{marker}"')
     out = campaign(tree, body)
     v = one(out)
-    assert v.verdict == STALE and "matches" in v.detail
+    assert v.verdict == STALE and "found" in v.detail and marker in v.detail
     assert not out.ok
 
 
@@ -100,7 +103,7 @@ def test_killer_not_collected_is_invalid_not_killed(fake_tree, campaign, tmp_pat
     """Path: a killer that exists on the baseline but is gone in the mutated copy (the
     mutation breaks its collection) is invalid, never a kill."""
     tree = fake_tree("\n\nif calc.add(0, 0) == 0:\n    def test_zero():\n        assert calc.add(0, 0) == 0\n")
-    body = ADD_TO_SUB.replace('replace = "return a - b  # ADD"', 'replace = "return a + b + 1  # ADD"') \
+    body = ADD_TO_SUB.replace('replace = "return a - b"', 'replace = "return a + b + 1"') \
                      .replace('killers = ["tests/test_calc.py::test_add"]',
                               'killers = ["tests/test_calc.py::test_zero", "tests/test_calc.py::test_add"]')
     out = campaign(tree, body)
@@ -112,8 +115,8 @@ def test_collection_error_is_invalid(fake_tree, campaign, tmp_path):
     """Path: a mutation that compiles but breaks import (a module-level import of nothing)
     -> invalid (an import error is not a kill)."""
     tree = fake_tree()
-    body = ADD_TO_SUB.replace('replace = "return a - b  # ADD"',
-                              'replace = "return a + b\\nimport no_such_module_anywhere  # ADD"')
+    body = ADD_TO_SUB.replace('replace = "return a - b"',
+                              'replace = "return a + b\\nimport no_such_module_anywhere"')
     v = one(campaign(tree, body))
     assert v.verdict == INVALID and "collection error" in v.detail, v
 
@@ -129,7 +132,7 @@ def test_mutation_that_does_not_compile_is_invalid(fake_tree, campaign, tmp_path
     # copy is made from the working tree as it is, uncommitted edits included).
     test_file = tree / "tests" / "test_calc.py"
     test_file.write_text(test_file.read_text().replace("import calc\n", "", 1))
-    body = ADD_TO_SUB.replace('replace = "return a - b  # ADD"', 'replace = "return a +  # ADD"') \
+    body = ADD_TO_SUB.replace('replace = "return a - b"', 'replace = "return a +"') \
                      .replace("::test_add\"]", "::test_add_late_import\"]") \
                      .replace('survivors = ["tests/test_calc.py::test_unrelated"]', "")
     out = campaign(tree, body)
@@ -182,8 +185,8 @@ def test_pytest_timeout_in_the_killer_is_timeout_not_killed(fake_tree, campaign,
     -> verdict timeout, not killed.
     Ablation: drop the probe's timeout record (or the verdict's use of it) and this reads "killed"."""
     tree = fake_tree(ini="timeout = 2\ntimeout_method = \"signal\"\n")
-    body = ADD_TO_SUB.replace('replace = "return a - b  # ADD"',
-                              'replace = "__import__(\'time\').sleep(3600)  # ADD"')
+    body = ADD_TO_SUB.replace('replace = "return a - b"',
+                              'replace = "__import__(\'time\').sleep(3600)"')
     out = campaign(tree, body, timeout=60)
     v = one(out)
     assert v.verdict == TIMEOUT and "pytest-timeout" in v.detail, v
@@ -195,8 +198,8 @@ def test_pytest_timeout_in_the_killer_is_timeout_not_killed(fake_tree, campaign,
 def test_timeout(fake_tree, campaign, tmp_path):
     """Path: a mutation that hangs the killer -> its own verdict, timeout, within the limit."""
     tree = fake_tree()
-    body = ADD_TO_SUB.replace('replace = "return a - b  # ADD"',
-                              'replace = "__import__(\'time\').sleep(3600)  # ADD"')
+    body = ADD_TO_SUB.replace('replace = "return a - b"',
+                              'replace = "__import__(\'time\').sleep(3600)"')
     out = campaign(tree, body, timeout=3)
     v = one(out)
     assert v.verdict == TIMEOUT, v
@@ -261,8 +264,8 @@ def test_cli_writes_json_and_table_and_exits_nonzero_on_survivor(fake_tree, writ
     """Path: `python -m mutation`: table on stdout, JSON written, exit 1 when one survived."""
     tree = fake_tree()
     body = ADD_TO_SUB + ADD_TO_SUB.replace('id = "add-sub"', 'id = "double-weak"') \
-        .replace('find = "return a + b  # ADD"', 'find = "return x * 2  # DOUBLE"') \
-        .replace('replace = "return a - b  # ADD"', 'replace = "return x * 5  # DOUBLE"') \
+        .replace('marker = "add"', 'marker = "double"') \
+        .replace('replace = "return a - b"', 'replace = "return x * 5"') \
         .replace("::test_add\"]", "::test_double_runs\"]")
     cfg = write_config(tree, body)
     out_json = tmp_path / "mutate.json"
@@ -285,8 +288,8 @@ id = "hang-{n}"
 path = "addition"
 why = "a mutation that hangs its killer"
 file = "calc.py"
-find = "return a + b  # ADD"
-replace = "__import__('pathlib').Path(__import__('os').environ['HANG_DIR'], str(__import__('os').getpid())).touch(); __import__('time').sleep(3600)  # ADD"
+marker = "add"
+replace = "__import__('pathlib').Path(__import__('os').environ['HANG_DIR'], str(__import__('os').getpid())).touch(); __import__('time').sleep(3600)"
 killers = ["tests/test_calc.py::test_add_in_subprocess"]
 '''
 

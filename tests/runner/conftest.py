@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import runs as runs_helpers
-from runner import stopper, sweep
+from runner import reaper, stopper
 from runner.registry import Registry
 from runner.rundir import RunDir
 
@@ -35,7 +35,7 @@ def spawn(victim):
 
     yield start
     for run_id in run_ids:
-        sweep.kill_tagged(run_id, 0.0)
+        reaper.kill_tagged(run_id, 0.0)
     for proc in popens:
         if proc.poll() is None:
             proc.kill()
@@ -66,7 +66,7 @@ def reg(tmp_path):
     run_id = runs_helpers.new_run_id()
     registry = Registry(tmp_path / "children", run_id=run_id, kill_grace=REGISTRY_KILL_GRACE)
     yield registry
-    sweep.kill_tagged(run_id, 0.0)
+    reaper.kill_tagged(run_id, 0.0)
 
 
 class Runs:
@@ -107,7 +107,7 @@ def runs(tmp_path):
             leaked[rd.run_id] = runs_helpers.tagged(rd.run_id)
             if rd.engine_identity.exists():
                 stopper.force(rd, 0.2, fallback=False)
-            sweep.kill_tagged(rd.run_id, 0.2)
+            reaper.kill_tagged(rd.run_id, 0.2)
         if rd.cgroup_file.exists() and not rd.is_live():
             path = Path(rd.cgroup_file.read_text().strip())
             if path.exists():

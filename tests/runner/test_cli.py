@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import runs as R
-from runner import identity
+from runner import identity, stopper
 from runner.exitcodes import Exit
 from runner.rundir import RunDir
 
@@ -347,25 +347,22 @@ def test_output_captured_with_a_size_cap(runs, tmp_path):
     lambda text: json.dumps({**json.loads(text), "pid": "12x"}),           # wrong type
     lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "start_ticks"}),
 ], ids=["torn", "wrong-type", "missing-field"])
-def test_stop_now_refuses_a_malformed_engine_identity(runs, tmp_path, corrupt):
+def test_stop_now_stops_a_run_whose_engine_identity_is_malformed(runs, tmp_path, corrupt):
     """Path: engine.json written by a real run, corrupted by the test: `runner stop --now`
-    exits BAD_INPUT with one line naming engine.json, and signals nothing (the engine
-    lives). A malformed identity is never read as "nothing to kill"."""
+    is total. It never reads the file as "nothing to kill": it finds the engine as the
+    holder of the run's lock (/proc/locks), proves it by the run's tag, and kills it and
+    its provider. It exits DAMAGED with a line naming engine.json."""
     spec, gate = gated_spec(runs, tmp_path)
     rd = runs.start(spec)
     R.wait_event(rd, "session-start", item="a")
-    original = rd.engine_identity.read_text()
     engine = identity.read(rd.engine_identity)
-    rd.engine_identity.write_text(corrupt(original))
-    try:
-        proc = cli("stop", "--now", "--run-dir", rd.path)
-        assert proc.returncode == Exit.BAD_INPUT, (proc.returncode, proc.stderr)
-        assert "engine.json" in one_line(proc.stderr)
-        assert identity.is_running(engine) and rd.is_live()
-        assert not R.events(rd, "run-stop")
-    finally:
-        rd.engine_identity.write_text(original)
-    assert cli("stop", "--run-dir", rd.path).returncode == Exit.OK
+    rd.engine_identity.write_text(corrupt(rd.engine_identity.read_text()))
+    proc = cli("stop", "--now", "--run-dir", rd.path)
+    assert proc.returncode == Exit.DAMAGED, (proc.returncode, proc.stderr)
+    assert "engine.json" in proc.stderr and "Traceback" not in proc.stderr
+    assert all(line.startswith("runner: ") for line in proc.stderr.splitlines()), proc.stderr
+    assert stopper.wait_engine_gone(engine, 5.0) and not rd.is_live()
+    assert R.tagged(rd.run_id) == []
 
 
 # -- the foreground run and Ctrl-C ----------------------------------------------------

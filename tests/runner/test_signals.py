@@ -13,10 +13,25 @@ import time
 
 import pytest
 
-from runner import identity, signals
+from runner import identity, reaper, signals
 from runner.identity import Identity
+from runner.membership import Membership
 from runner.signals import Outcome
 from runs import spawn_at_pid
+
+
+def vouch(*idents):
+    """Membership that proves exactly these identities (as the engine's own children)."""
+    return Membership(known=frozenset((i.pid, i.start_ticks) for i in idents))
+
+
+def group_signal(pgid, sig, *, members=(), run_id=None):
+    """reaper.signal_group, the group route every stop runs, with a fresh Watch."""
+    watch = reaper.Watch(Membership(run_id))
+    try:
+        return reaper.signal_group(pgid, members, sig, watch), watch.refused
+    finally:
+        watch.close()
 
 
 
@@ -40,7 +55,7 @@ def test_stale_identity_with_reused_pid_is_refused_and_the_newcomer_lives(procs,
     newcomer = spawn_at_pid(procs, old.pid)
     assert identity.start_ticks(newcomer.pid) != old.start_ticks
     with caplog.at_level(logging.WARNING, logger="runner.signals"):
-        assert signals.signal_process(old, signal.SIGKILL) is Outcome.STALE
+        assert signals.signal_process(old, signal.SIGKILL, vouch(old)) is Outcome.STALE
     assert "pid reused" in caplog.text and str(old.pid) in caplog.text
     assert newcomer.poll() is None
     assert identity.current(newcomer.pid) is not None
@@ -48,20 +63,22 @@ def test_stale_identity_with_reused_pid_is_refused_and_the_newcomer_lives(procs,
 
 def test_reused_group_id_is_refused_and_the_group_lives(procs, caplog):
     """A recorded group leader's pgid taken over by a new group (real reuse) is not
-    signalled: no member matches the identity, none carries the tag. Ablation: drop
-    the group_is_ours check and the new group is killed (red)."""
+    signalled: the leader is not the recorded process, no member carries the tag.
+    Ablation: `group-membership` (the verdict always proves) and the new group is killed
+    (red)."""
     old = dead_identity(procs, process_group=0)
     newcomer = spawn_at_pid(procs, old.pid, process_group=0)
     assert os.getpgid(newcomer.pid) == old.pgid
-    with caplog.at_level(logging.WARNING, logger="runner.signals"):
-        assert signals.signal_group(old.pgid, signal.SIGKILL, members=[old], run_id="some-run") is False
-    assert "reused" in caplog.text
+    sent, refused = group_signal(old.pgid, signal.SIGKILL, members=[old], run_id="some-run")
+    assert sent is False
+    assert any("reused" in r for r in refused), refused
     assert newcomer.poll() is None
 
 
 def test_matching_identity_is_signalled_through_the_pidfd(procs):
     p = procs()
-    assert signals.signal_process(identity.current(p.pid), signal.SIGKILL) is Outcome.SENT
+    ident = identity.current(p.pid)
+    assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Outcome.SENT
     assert p.wait(5) == -signal.SIGKILL
 
 
@@ -69,16 +86,16 @@ def test_gone_and_zombie_read_as_gone(procs):
     p = procs(["true"])
     ident = identity.current_or_zombie(p.pid)
     os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # a zombie now
-    assert signals.signal_process(ident, signal.SIGKILL) is Outcome.GONE
+    assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Outcome.GONE
     p.wait()
-    assert signals.signal_process(ident, signal.SIGKILL) is Outcome.GONE
+    assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Outcome.GONE
 
 
 def test_identity_from_another_boot_is_refused(procs):
     p = procs()
     ident = identity.current(p.pid)
     other = Identity(ident.pid, ident.pgid, ident.sid, ident.start_ticks, "another-boot")
-    assert signals.signal_process(other, signal.SIGKILL) is Outcome.STALE
+    assert signals.signal_process(other, signal.SIGKILL, vouch(ident)) is Outcome.STALE
     assert p.poll() is None
 
 
@@ -89,7 +106,7 @@ def test_protected_pids_are_self_and_ancestors():
 
 def test_self_is_never_signalled():
     me = identity.current(os.getpid())
-    assert signals.signal_process(me, signal.SIGKILL) is Outcome.PROTECTED
+    assert signals.signal_process(me, signal.SIGKILL, vouch(me)) is Outcome.PROTECTED
 
 
 @pytest.fixture
@@ -103,7 +120,7 @@ def usr2_counter():
 @pytest.mark.parametrize("pgid", [0, 1, -1])
 def test_pgid_0_and_1_are_refused(pgid):
     assert signals.refusal(pgid) is not None
-    assert signals.signal_group(pgid, 0, run_id="x") is False
+    assert reaper.group_verdict(pgid, [], [], reaper.Watch(Membership("x"))) is not None
 
 
 def test_own_group_is_refused_even_when_tagged(usr2_counter, monkeypatch):
@@ -112,7 +129,7 @@ def test_own_group_is_refused_even_when_tagged(usr2_counter, monkeypatch):
     lands in this process (red)."""
     monkeypatch.setattr(signals, "has_tag", lambda pid, run_id: True)
     monkeypatch.setattr(signals, "protected_pids", lambda: {0, 1})  # only the own-group rule left
-    assert signals.signal_group(os.getpgrp(), signal.SIGUSR2, run_id="x") is False
+    assert group_signal(os.getpgrp(), signal.SIGUSR2, run_id="x")[0] is False
     signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a syscall: pending handlers run
     assert usr2_counter == []
 
@@ -136,11 +153,11 @@ def test_an_ancestors_group_is_refused():
 
 
 def test_tagged_group_passes_the_guard_and_untagged_does_not(procs):
-    """With no recorded member, only the run tag vouches for a group."""
+    """With no recorded member, only the run tag of every member vouches for a group."""
     tagged = procs(process_group=0, env=dict(os.environ, RUNNER_RUN_ID="run-a"))
     untagged = procs(process_group=0, env=dict(os.environ, RUNNER_RUN_ID="run-b"))
-    assert signals.signal_group(untagged.pid, signal.SIGKILL, run_id="run-a") is False
-    assert signals.signal_group(tagged.pid, signal.SIGKILL, run_id="run-a") is True
+    assert group_signal(untagged.pid, signal.SIGKILL, run_id="run-a")[0] is False
+    assert group_signal(tagged.pid, signal.SIGKILL, run_id="run-a")[0] is True
     assert tagged.wait(5) == -signal.SIGKILL
     assert untagged.poll() is None
 
@@ -184,6 +201,6 @@ def test_pidfd_enoent_while_our_process_lives_is_retried_and_the_signal_lands(pr
     p = procs()
     ident = identity.current(p.pid)
     calls = _pidfd_open_failing(monkeypatch, times=2)
-    assert signals.signal_process(ident, signal.SIGKILL) is Outcome.SENT
+    assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Outcome.SENT
     assert p.wait(timeout=5) == -signal.SIGKILL
     assert len(calls) == 3

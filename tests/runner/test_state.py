@@ -9,7 +9,7 @@ import time
 import pytest
 
 from runner import atomic
-from runner.errors import BadInput
+from runner.errors import Damaged
 from runner.state import ItemState, State, StateStore
 
 
@@ -138,7 +138,7 @@ def test_state_loadable_after_sigkill_at_any_moment(tmp_path):
 
 
 MALFORMED = [
-    ("not json", "{", "malformed state"),
+    ("not json", "{", "not valid JSON"),
     ("not an object", "[1]", "not a JSON object"),
     ("no run_id", '{"attempt": 1}', "run_id"),
     ("bool counter", '{"run_id": "r", "provider_calls": true}', "provider_calls"),
@@ -150,9 +150,9 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize("text,needle", [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
-def test_malformed_state_is_one_line_bad_input(store, text, needle):
+def test_malformed_state_is_one_line_damaged(store, text, needle):
     store.path.write_text(text)
-    with pytest.raises(BadInput) as info:
+    with pytest.raises(Damaged) as info:
         store.load()
     assert "\n" not in str(info.value) and needle in str(info.value)
     assert str(store.path) in str(info.value)
@@ -160,5 +160,5 @@ def test_malformed_state_is_one_line_bad_input(store, text, needle):
 
 def test_missing_state(store):
     assert store.load_or_none() is None
-    with pytest.raises(BadInput, match="no state file"):
+    with pytest.raises(Damaged, match="no state file"):
         store.load()

@@ -40,7 +40,7 @@ def test_kill_tagged_kills_trapping_escapees(spawn):
     rid = new_run_id()
     v = spawn("escapee", run_id=rid)
     d = spawn("double-fork", run_id=rid)
-    report = sweep.kill_tagged(rid, 0.3)
+    report = reaper.kill_tagged(rid, 0.3)
     assert len(report.needed_kill) == 4 and report.unkillable == []
     assert v.wait_gone(2) and d.wait_gone(2)
     assert sweep.tagged(rid) == []
@@ -55,9 +55,10 @@ def test_descendants_snapshot_includes_a_setsid_child(spawn):
     assert set(snap) == tree and len(tree) == 1
     child = snap[tree.pop()]
     assert child.sid != v.sid and identity.is_running(child)
-    # The snapshot is what reaches it: the pid route over the snapshot kills it.
-    report = reaper.kill_everything(groups=[], pids=[identity.current(v.pid), *snap.values()], run_id=None,
-                                    kill_grace=0.1)
+    # The snapshot is what reaches it: the pid route over the snapshot kills it, the
+    # snapshot being what the engine itself saw (`known`, as the registry passes it).
+    seen = [identity.current(v.pid), *snap.values()]
+    report = reaper.kill_everything(groups=[], pids=seen, run_id=None, known=seen, kill_grace=0.1)
     assert child.pid in report.needed_kill
     assert v.wait_gone(2)
 

@@ -1,0 +1,116 @@
+"""Proof that a process belongs to a run, asked before every signal.
+
+A pid, a group id or a file in the run directory names a number; the kernel hands
+numbers out again, and the run directory is anybody's to write. So no signal is sent on
+their word alone. A process is the run's only when, read live from /proc after its
+pidfd was opened and its start time checked:
+
+- TAG: its environment holds RUNNER_RUN_ID=<run id> (the engine starts with it, and
+  every process the run starts inherits it), or
+- CGROUP: it sits in the run's cgroup (validated: inside the runner's subtree, named
+  for this run), which also holds what scrubbed its environment, or
+- KNOWN: the caller itself saw it become the run's: the engine's own children and the
+  descendants its snapshots followed by parent links, kept in memory, never read back
+  from disk.
+
+A process group is the run's only when its leader is alive (or our unreaped zombie) with
+the recorded start time and proven, or, with the leader gone, every living member is
+proven. A lookup of the group's current members proves nothing by itself.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import identity, signals
+
+_CGROUP_LINE = re.compile(r"0::(/.*)")
+
+
+class Proof(enum.Enum):
+    TAG = "tag"
+    CGROUP = "cgroup"
+    KNOWN = "known"
+
+
+def cgroup_of(pid: int) -> str | None:
+    """The cgroup v2 path of a process, relative to the hierarchy's root ("/runner/ID/work")."""
+    try:
+        with open(f"/proc/{int(pid)}/cgroup", "rb") as f:
+            raw = f.read(64 * 1024)
+    except OSError:
+        return None
+    for line in raw.decode("utf-8", "replace").splitlines():
+        match = _CGROUP_LINE.fullmatch(line)
+        if match:
+            return match.group(1)
+    return None
+
+
+@dataclass(frozen=True)
+class Membership:
+    """What makes a process this run's. `run_id` for the tag; `cgroup`, the run's cgroup
+    path relative to the cgroup2 root (only ever a validated one); `known`, the
+    (pid, start ticks) pairs the caller vouches for itself."""
+
+    run_id: str | None = None
+    cgroup: str | None = None
+    known: frozenset[tuple[int, int]] = field(default_factory=frozenset)
+
+    def with_known(self, idents) -> Membership:
+        return Membership(self.run_id, self.cgroup,
+                          self.known | {(i.pid, i.start_ticks) for i in idents})
+
+    def proof(self, pid: int, start_ticks: int) -> Proof | None:
+        """How `pid` (whose start ticks the caller has just verified) is the run's, or None."""
+        if (pid, start_ticks) in self.known:
+            return Proof.KNOWN
+        if self.run_id and signals.has_tag(pid, self.run_id):
+            return Proof.TAG
+        if self.cgroup:
+            where = cgroup_of(pid)
+            if where is not None and (where == self.cgroup or where.startswith(self.cgroup + "/")):
+                return Proof.CGROUP
+        return None
+
+    def why_not(self, pid: int) -> str:
+        parts = []
+        if self.run_id:
+            parts.append(f"no {signals.TAG}={self.run_id} tag")
+        if self.cgroup:
+            parts.append(f"not in cgroup {self.cgroup}")
+        return f"pid {pid}: " + (" and ".join(parts) if parts else "no run id or cgroup to prove it by")
+
+
+NOBODY = Membership()
+"""Proves nothing: a caller with no run to prove membership of signals nobody."""
+
+
+def run_cgroup_relative(path: str | os.PathLike[str] | None) -> str | None:
+    """A RunCgroup path as /proc/PID/cgroup spells it (relative to the cgroup2 root)."""
+    if path is None:
+        return None
+    from .cgroup import cgroup2_root  # cgroup imports signals, not this module
+    root = cgroup2_root()
+    if root is None:
+        return None
+    try:
+        rel = Path(path).relative_to(root)
+    except ValueError:
+        return None
+    return "/" + str(rel)
+
+
+def own_pids() -> set[int]:
+    """This process and its ancestors: never signalled, whatever proves them (a
+    `runner stop` started from a run's hook carries the run's tag)."""
+    return signals.protected_pids()
+
+
+def verified_stat(ident: identity.Identity) -> identity.Stat | None:
+    st = identity.stat(ident.pid)
+    return st if identity.matches(ident, st) else None

@@ -1,0 +1,227 @@
+"""What a stopper (or `status`, or `resume`) can learn of a run, trusting no one file.
+
+Each file of the run directory is read on its own through untrusted.py; a damaged one
+is named in `damaged` and the rest still count. Where a file says nothing, the kernel
+is asked instead: the holder of the run's lock (/proc/locks) is its engine, the run's
+cgroup is at the one path the runner creates for the run's id, and every process of
+the run carries its tag. Nothing learnt here is a licence to signal: the reaper still
+proves each process a member of the run (membership.py) before it signals it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+
+from . import cgroup as cgroups
+from . import defaults, identity, signals, untrusted
+from .errors import Damaged, NoLiveRun, RunnerError
+from .identity import Identity
+from .rundir import RUN_ID_SHAPE, RunDir
+from .spec import Spec, load_frozen
+
+IDENTITY_WAIT = 5.0
+"""How long a stopper waits for a starting engine to write its identity: the engine
+takes its lock first and writes engine.json last, once a SIGTERM is a clean stop."""
+
+
+@dataclass
+class StopSettings:
+    """The [stop] values a stopper needs; the code's defaults when the spec is damaged."""
+    grace: float = defaults.STOP_GRACE
+    kill_grace: float = defaults.KILL_GRACE
+    channel: str = defaults.STOP_CHANNEL
+
+
+@dataclass
+class RunView:
+    rd: RunDir
+    run_id: str | None = None
+    engine: Identity | None = None
+    engine_source: str | None = None          # "engine.json" or "lock holder"
+    children: list[Identity] = field(default_factory=list)
+    cgroup: cgroups.RunCgroup | None = None
+    live: bool | None = None                  # None: the lock itself is damaged
+    stop: StopSettings = field(default_factory=StopSettings)
+    spec: Spec | None = None
+    damaged: list[str] = field(default_factory=list)
+
+    def note(self, exc: Exception) -> None:
+        line = " ".join(str(exc).split())
+        if line not in self.damaged:
+            self.damaged.append(line)
+
+    def damage_line(self) -> str | None:
+        if not self.damaged:
+            return None
+        return "damaged run directory: " + "; ".join(self.damaged)
+
+
+def lock_holders(rd: RunDir) -> list[int]:
+    """Pids that hold a lock on the run's lock file, from the kernel's lock table."""
+    try:
+        st = os.stat(rd.lock, follow_symlinks=False)
+    except OSError:
+        return []
+    if not stat.S_ISREG(st.st_mode):
+        return []
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = []
+    try:
+        with open("/proc/locks", "rb") as f:
+            lines = f.read(4 << 20).decode("ascii", "replace").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4550 fe:00:2146417 0 EOF"; waiters carry "->".
+        if len(fields) >= 6 and fields[1] != "->" and fields[5] == key and fields[4].isdigit():
+            pids.append(int(fields[4]))
+    return pids
+
+
+def _environ_run_id(pid: int) -> str | None:
+    for entry in signals._environ(pid).split(b"\0"):
+        if entry.startswith(signals.TAG.encode() + b"="):
+            value = entry.split(b"=", 1)[1].decode("utf-8", "replace")
+            return value if RUN_ID_SHAPE.fullmatch(value) else None
+    return None
+
+
+def _run_id(view: RunView) -> str | None:
+    """run-id, else state.json's run_id, else the lock holder's tag."""
+    rd = view.rd
+    try:
+        return rd.run_id
+    except Damaged as exc:
+        view.note(exc)
+    try:
+        data = untrusted.read_json(rd.state, untrusted.STATE_CAP)
+        value = data.get("run_id") if isinstance(data, dict) else None
+        if isinstance(value, str) and RUN_ID_SHAPE.fullmatch(value):
+            return value
+    except (FileNotFoundError, Damaged):
+        pass
+    for pid in lock_holders(rd):
+        found = _environ_run_id(pid)
+        if found:
+            return found
+    return None
+
+
+def _engine(view: RunView, wait: bool) -> None:
+    rd = view.rd
+    deadline = time.monotonic() + (IDENTITY_WAIT if wait else 0.0)
+    # Only a holder carrying the run's tag is an engine: a stopper recording a stop
+    # takes the lock too, once the engine is dead.
+    holders = [pid for pid in lock_holders(rd) if view.run_id and signals.has_tag(pid, view.run_id)]
+    while True:
+        try:
+            recorded = identity.read(rd.engine_identity)
+            if not holders or recorded.pid in holders:
+                view.engine, view.engine_source = recorded, "engine.json"
+                return
+            # The kernel says another process holds the run's lock: engine.json is stale
+            # or forged. The lock holder is the engine (still proven by its tag before
+            # any signal); the named pid is never signalled on this file's word.
+            view.note(Damaged(rd.engine_identity, f"names pid {recorded.pid}, which does not hold "
+                                                  f"the run's lock (pid {holders[0]} does)"))
+            break
+        except FileNotFoundError:
+            if view.live and time.monotonic() < deadline:
+                time.sleep(0.01)
+                continue
+        except Damaged as exc:
+            view.note(exc)
+        break
+    # engine.json says nothing: the kernel knows who holds the run's lock.
+    for pid in holders:
+        ident = identity.current(pid)
+        if ident is not None:
+            view.engine, view.engine_source = ident, "lock holder"
+            return
+
+
+def _children(view: RunView) -> None:
+    """Identities of the live calls. The engine removes a call's file when the call
+    ends, so a file may vanish between the listing and the read: it is skipped."""
+    rd = view.rd
+    try:
+        names = untrusted.list_dir(rd.children)
+    except Damaged as exc:
+        view.note(exc)
+        return
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        try:
+            view.children.append(identity.read(rd.children / name))
+        except FileNotFoundError:
+            continue
+        except Damaged as exc:
+            view.note(exc)
+
+
+def _cgroup(view: RunView) -> None:
+    """The run's cgroup: only ever the path the runner creates for this run's id. The
+    `cgroup` file must name that path; anything else is refused and never touched."""
+    rd = view.rd
+    expected = cgroups.run_cgroup_path(view.run_id) if view.run_id else None
+    try:
+        named = untrusted.read_text(rd.cgroup_file).strip()
+    except FileNotFoundError:
+        named = None
+    except Damaged as exc:
+        view.note(exc)
+        named = None
+    if named is not None and (expected is None or os.path.normpath(named) != str(expected)):
+        view.note(Damaged(rd.cgroup_file, f"names {named[:200]!r}, not this run's cgroup "
+                                          f"({expected}); it is never signalled or removed"))
+    if expected is not None:
+        try:
+            view.cgroup = cgroups.RunCgroup.open(expected)  # ablate: cgroup-path-check
+        except (FileNotFoundError, NotADirectoryError):
+            view.cgroup = None
+
+
+def _stop_settings(view: RunView) -> None:
+    try:
+        view.spec = load_frozen(view.rd.spec)
+    except RunnerError as exc:
+        view.note(exc)
+        return
+    s = view.spec.stop
+    view.stop = StopSettings(grace=s.grace, kill_grace=s.kill_grace, channel=s.channel)
+
+
+def view(rd: RunDir, *, wait_for_engine: bool = True) -> RunView:
+    """Everything a stopper can learn of `rd`; never raises for a damaged file."""
+    v = RunView(rd)
+    try:
+        v.live = rd.is_live()
+    except Damaged as exc:
+        v.note(exc)
+        v.live = None
+    _stop_settings(v)
+    v.run_id = _run_id(v)
+    _engine(v, wait_for_engine)
+    if v.live is not True and v.engine is not None and v.run_id and identity.is_running(v.engine) \
+            and signals.has_tag(v.engine.pid, v.run_id):
+        # A run-tagged engine runs, yet nobody holds `lock`: the file was replaced (the
+        # engine's flock is on the old inode). The run is live all the same.
+        if v.live is False:
+            v.note(Damaged(rd.lock, f"not held by the run's engine (pid {v.engine.pid}): replaced?"))
+        v.live = True
+    _children(v)
+    _cgroup(v)
+    return v
+
+
+def require_engine(v: RunView) -> Identity:
+    if v.engine is None:
+        raise NoLiveRun(f"{v.rd.engine_identity}: no engine identity and no holder of the run's lock "
+                        f"(the engine never started, or is gone)")
+    return v.engine
+

@@ -1,0 +1,152 @@
+"""Reading files of the run directory, which is untrusted input.
+
+Anything with write access to a run directory can put a FIFO, a directory, a symlink
+loop, a link to /dev/zero, binary bytes or JSON nested 100,000 deep where the runner
+expects one of its own files. Every read of a run-directory file goes through here:
+
+- opened with O_NOFOLLOW (a symlink is refused, never followed) and O_NONBLOCK (a FIFO
+  is refused at once instead of hanging the reader);
+- it must be a regular file, no larger than its cap;
+- text must be UTF-8; JSON is parsed only after a depth check (the C parser would
+  raise RecursionError, or worse, deep inside).
+
+A failure is `Damaged`: one line naming the file and what is wrong with it. Callers
+that stop a run treat it as "this file says nothing" and stop the run anyway.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+from typing import Any
+
+from .errors import Damaged
+
+SMALL_CAP = 64 * 1024
+"""Identity files, run-id, cgroup, stop requests: a few hundred bytes when sound."""
+STATE_CAP = 16 * 1024 * 1024
+"""state.json: grows with the number of items."""
+JOURNAL_CAP = 256 * 1024 * 1024
+"""journal.jsonl: grows with the run; read whole by the stopper and resume."""
+MAX_DEPTH = 32
+"""The runner's own JSON nests at most 3 deep; 32 leaves room and refuses bombs."""
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKET = re.compile(rb"[\[\]{}]")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None, flags: int = os.O_RDONLY) -> int:
+    """A descriptor on `path` if it is a regular file (no link followed, never blocks).
+    FileNotFoundError propagates: a missing file is the caller's call, not damage."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Damaged(path, "a symlink (never followed)") from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):
+            raise Damaged(path, "not a regular file") from None
+        if exc.errno == errno.ENOTDIR:
+            raise Damaged(path, "a parent is not a directory") from None
+        raise Damaged(path, f"cannot open ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise Damaged(path, f"cannot stat ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise Damaged(path, _kind(st.st_mode))
+    return fd
+
+
+def read_bytes(path: str | os.PathLike[str], cap: int = SMALL_CAP, *, dir_fd: int | None = None) -> bytes:
+    fd = open_regular(path, dir_fd=dir_fd)
+    try:
+        if os.fstat(fd).st_size > cap:
+            raise Damaged(path, f"larger than its cap of {cap} bytes")
+        chunks, total = [], 0
+        while True:
+            try:
+                chunk = os.read(fd, min(1 << 20, cap + 1 - total))
+            except OSError as exc:
+                raise Damaged(path, f"cannot read ({exc.strerror or exc})") from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:  # grew while we read it
+                raise Damaged(path, f"larger than its cap of {cap} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | os.PathLike[str], cap: int = SMALL_CAP, *, dir_fd: int | None = None) -> str:
+    raw = read_bytes(path, cap, dir_fd=dir_fd)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Damaged(path, f"not UTF-8 text (byte {exc.start})") from None
+
+
+def depth(raw: bytes) -> int:
+    """How deep the brackets of a JSON text nest (strings skipped). Runs in the regex
+    engine, so a 16 MiB file costs milliseconds, not a Python loop over every byte."""
+    level = deepest = 0
+    for match in _BRACKET.finditer(_STRING.sub(b'""', raw)):
+        if match.group() in (b"[", b"{"):
+            level += 1
+            deepest = max(deepest, level)
+        else:
+            level -= 1
+    return deepest
+
+
+def parse_json(raw: bytes, source: str | os.PathLike[str], max_depth: int = MAX_DEPTH) -> Any:
+    """JSON from bytes read off disk: depth-checked, strict UTF-8, one-line errors."""
+    if depth(raw) > max_depth:
+        raise Damaged(source, f"JSON nested deeper than {max_depth} levels")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise Damaged(source, f"not UTF-8 text (byte {exc.start})") from None
+    except (ValueError, RecursionError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise Damaged(source, f"not valid JSON ({first[:120]})") from None
+
+
+def read_json(path: str | os.PathLike[str], cap: int = SMALL_CAP, *, dir_fd: int | None = None,
+              max_depth: int = MAX_DEPTH) -> Any:
+    return parse_json(read_bytes(path, cap, dir_fd=dir_fd), path, max_depth)
+
+
+def list_dir(path: str | os.PathLike[str]) -> list[str]:
+    """Names in a run-directory subdirectory (children/), which must be a real
+    directory, not a link to one. Missing: an empty list."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+            raise Damaged(path, "not a directory (or a symlink, never followed)") from None
+        raise Damaged(path, f"cannot open ({exc.strerror or exc})") from None
+    try:
+        return sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
+
