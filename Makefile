@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv test measure mutate docs docs-check
+.PHONY: venv test measure mutate docs docs-check bench
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
@@ -45,3 +45,8 @@ docs: $(STAMP)
 
 docs-check: $(STAMP)
 	$(PY) docs/render_stop_latency.py --check
+
+# Benchmarks: exact speeds, never asserted by the suite. Results go to $(ARTIFACTS)/bench-*.json.
+bench: $(STAMP)
+	mkdir -p $(ARTIFACTS)
+	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json

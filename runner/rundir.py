@@ -56,7 +56,6 @@ class RunDir:
         self.engine_identity = p / "engine.json"
         self.lock = p / "lock"
         self.children = p / "children"
-        self.snapshots = p / "snapshots.jsonl"
         self.cgroup_file = p / "cgroup"
         self.output = p / "output"
         self.stop_request = p / "stop-request.json"

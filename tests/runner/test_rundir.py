@@ -60,7 +60,7 @@ def test_layout_and_run_id(tmp_path):
     assert rd.path.is_absolute()
     names = {
         "spec": "spec.toml", "state": "state.json", "journal": "journal.jsonl", "engine_identity": "engine.json",
-        "lock": "lock", "children": "children", "snapshots": "snapshots.jsonl", "cgroup_file": "cgroup",
+        "lock": "lock", "children": "children", "cgroup_file": "cgroup",
         "output": "output", "stop_request": "stop-request.json", "stop_file": "STOP", "pause_file": "PAUSE",
         "archive": "archive", "engine_log": "engine.log", "run_id_file": "run-id",
     }
