@@ -5,12 +5,13 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
-from . import control, identity, run_view, rundir as rundirmod, signals, stopper
+from . import control, identity, run_view, rundir as rundirmod, signals, stopper, untrusted
 from .errors import BadInput, Damaged, IdentityError, RunLocked, RunnerError
 from .exitcodes import Exit
 from .membership import Membership
@@ -146,13 +147,21 @@ def _resume(args):
     if left.refused:
         journal.append("signal-refused", by="resume", refused=left.refused)
         print("runner: refused to signal (not proven the run's): " + "; ".join(left.refused), file=sys.stderr)
-    if view.damaged:
-        raise Damaged(rd.path, "; ".join(view.damaged) + " (leftovers were killed; repair or remove "
+    # engine.json and the files in children/ are the dead attempt's: resume removes them
+    # below, so their damage does not hold it up (nothing was signalled on their word).
+    stale_idents = (f"{rd.engine_identity}:", f"{rd.children}/")
+    blocking = [d for d in view.damaged if not d.startswith(stale_idents)]
+    if blocking:
+        raise Damaged(rd.path, "; ".join(blocking) + " (leftovers were killed; repair or remove "
                       "these files, then resume again)")
     # The previous attempt's identities name dead processes (or, later, someone else's):
-    # a stopper must only ever find the new engine's, once it has written it.
-    for stale in [rd.engine_identity, *rd.children.glob("*.json")]:
-        stale.unlink(missing_ok=True)
+    # a stopper must only ever find the new engine's, once it has written it. Removed by
+    # name inside children/ (never through a link), whatever each one is.
+    for stale in [rd.engine_identity, *(rd.children / n for n in untrusted.list_dir(rd.children))]:
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale)
+        elif os.path.lexists(stale):
+            stale.unlink()
     store.save(store.new_attempt(state))
     journal.append("resume", attempt=state.attempt + 1)
     journal.close()

@@ -184,3 +184,32 @@ def test_damaged_files_are_named_in_the_stop_output(runs, victim):
         for p, data in saved.items():
             undamage(p, data)
 
+
+
+@pytest.mark.parametrize("kind", ["fifo", "deep-json", "directory", "dev-zero", "binary"])
+@pytest.mark.parametrize("name", ["engine.json", "child", "state.json", "cgroup", "run-id"])
+def test_resume_of_a_damaged_run_never_hangs_and_never_crashes(runs, victim, name, kind):
+    """Path: `runner resume` on a stopped run with one file damaged. The dead attempt's
+    identity files (engine.json, children/) are removed, whatever they are, and the run
+    resumes; any other damaged file is named on one line with exit DAMAGED and no
+    engine is started. Never a hang, never exit 70, nothing of the run left alive."""
+    rd, v = start(runs, victim)
+    run_id = rd.run_id
+    assert R.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+    assert v.wait_gone(5.0)
+    path = rd.children / "4194000.json" if name == "child" else target(rd, name)
+    original = path.read_bytes() if path.is_file() else None
+    damage(path, name, kind)
+    try:
+        proc = runner("resume", "--run-dir", rd.path, "--detach")
+        if name in ("engine.json", "child"):
+            assert proc.returncode == Exit.OK, proc.stderr
+            assert R.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+        else:
+            assert proc.returncode == Exit.DAMAGED, proc.stderr
+            assert name in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+            assert not rd.is_live()
+    finally:
+        undamage(path, original)
+    R.wait_engine_exit(rd)
+    assert R.tagged(run_id) == []
