@@ -26,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runner import cgroup as cgroups, identity, reaper  # noqa: E402
+from runner import cgroup as cgroups  # noqa: E402
+from runner import identity, reaper
 from runner.membership import Membership, run_cgroup_relative  # noqa: E402
 
 
@@ -51,8 +52,12 @@ def time_adds(procs, membership):
 
 def summary(costs):
     costs = sorted(costs)
-    return {"n": len(costs), "median_us": statistics.median(costs) / 1000,
-            "p95_us": costs[int(0.95 * (len(costs) - 1))] / 1000, "max_us": costs[-1] / 1000}
+    return {
+        "n": len(costs),
+        "median_us": statistics.median(costs) / 1000,
+        "p95_us": costs[int(0.95 * (len(costs) - 1))] / 1000,
+        "max_us": costs[-1] / 1000,
+    }
 
 
 def main(argv=None):
@@ -87,13 +92,24 @@ def main(argv=None):
             cg.wait_empty("all", 5.0)
             cg.remove()
     for way, r in results.items():
-        print(f"membership proof by {way:8} n={r['n']:5}  median {r['median_us']:7.1f} us  "
-              f"p95 {r['p95_us']:7.1f} us  max {r['max_us']:8.1f} us  proven {r['proven']}")
+        print(
+            f"membership proof by {way:8} n={r['n']:5}  median {r['median_us']:7.1f} us  "
+            f"p95 {r['p95_us']:7.1f} us  max {r['max_us']:8.1f} us  proven {r['proven']}"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"machine": os.uname().nodename, "cpus": os.cpu_count(),
-                                         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                         "results": results}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": os.uname().nodename,
+                    "cpus": os.cpu_count(),
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "results": results,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -44,11 +44,13 @@ class RenderError(ValueError):
 
 def _defaults():
     import runner.defaults  # imported at render time so a monkeypatched default is seen
+
     return runner.defaults
 
 
 def _exitcodes():
     import runner.exitcodes
+
     return runner.exitcodes.Exit
 
 
@@ -92,8 +94,13 @@ def _load(path: Path | None) -> dict | None:
 
 
 class Context:
-    def __init__(self, measure: dict | None, mutate: dict | None,
-                 measure_name: str = "docs/measure.json", mutate_name: str = "docs/mutate.json"):
+    def __init__(
+        self,
+        measure: dict | None,
+        mutate: dict | None,
+        measure_name: str = "docs/measure.json",
+        mutate_name: str = "docs/mutate.json",
+    ):
         self.measure, self.mutate = measure, mutate
         self.measure_name, self.mutate_name = measure_name, mutate_name
 
@@ -101,8 +108,10 @@ class Context:
     def _run_tag(self) -> str:
         m = self.measure or {}
         mach = m.get("machine", {})
-        return (f"{mach.get('hostname', '?')}, Linux {mach.get('kernel', '?')}, "
-                f"{mach.get('cpus', '?')} CPUs, Python {mach.get('python', '?')}; {m.get('time', '?')}")
+        return (
+            f"{mach.get('hostname', '?')}, Linux {mach.get('kernel', '?')}, "
+            f"{mach.get('cpus', '?')} CPUs, Python {mach.get('python', '?')}; {m.get('time', '?')}"
+        )
 
     def _nodeids(self, label: str) -> list[str]:
         """The tests behind a label, once each: the repeats of one test
@@ -117,12 +126,14 @@ class Context:
         stats = (self.measure or {}).get("labels", {}).get(label)
         if not stats:
             where = self.measure_name if self.measure else f"{self.measure_name} (absent)"
-            return f"*not measured in the recorded run: no label \"{label}\" in `{where}`*"
+            return f'*not measured in the recorded run: no label "{label}" in `{where}`*'
         tests = ", ".join(f"`{n}`" for n in self._nodeids(label)) or "test not recorded"
         bound = f", asserted bound {_seconds(stats['bound'])}" if stats.get("bound") is not None else ""
-        return (f"**median {_measured(stats['median'])}, p95 {_measured(stats['p95'])}, "
-                f"max {_measured(stats['max'])}** (MEASURED: \"{label}\" by {tests}; "
-                f"n={stats['n']}{bound}; {self._run_tag()})")
+        return (
+            f"**median {_measured(stats['median'])}, p95 {_measured(stats['p95'])}, "
+            f'max {_measured(stats["max"])}** (MEASURED: "{label}" by {tests}; '
+            f"n={stats['n']}{bound}; {self._run_tag()})"
+        )
 
     def measured_table(self) -> str:
         labels = (self.measure or {}).get("labels", {})
@@ -133,8 +144,10 @@ class Context:
             s = labels[label]
             tests = "<br>".join(f"`{n}`" for n in self._nodeids(label)) or "-"
             bound = _seconds(s["bound"]) if s.get("bound") is not None else "-"
-            rows.append(f"| {label} | {tests} | {s['n']} | {_measured(s['median'])} | {_measured(s['p95'])} "
-                        f"| {_measured(s['max'])} | {bound} | {s.get('verdict', '-')} |")
+            rows.append(
+                f"| {label} | {tests} | {s['n']} | {_measured(s['median'])} | {_measured(s['p95'])} "
+                f"| {_measured(s['max'])} | {bound} | {s.get('verdict', '-')} |"
+            )
         return "\n".join(rows)
 
     # -- DERIVED --------------------------------------------------------------------
@@ -162,8 +175,7 @@ class Context:
         """The graceful worst case for one hook and one verify command, in a phrase."""
         one = sum(float(self._default(n)) for n in ("CALL_TIMEOUT", "HOOK_TIMEOUT", "VERIFY_TIMEOUT"))
         shown = _seconds(one) + (f" ({_human(one)})" if one >= 120 else "")
-        return (f"{shown} (DERIVED: `{DEFAULTS_FILE}`: "
-                f"`CALL_TIMEOUT + HOOK_TIMEOUT + VERIFY_TIMEOUT`)")
+        return f"{shown} (DERIVED: `{DEFAULTS_FILE}`: `CALL_TIMEOUT + HOOK_TIMEOUT + VERIFY_TIMEOUT`)"
 
     def exitcode(self, name: str) -> str:
         Exit = _exitcodes()
@@ -174,30 +186,38 @@ class Context:
     def graceful_worst_case(self) -> str:
         call, hook, verify = (float(self._default(n)) for n in ("CALL_TIMEOUT", "HOOK_TIMEOUT", "VERIFY_TIMEOUT"))
         one = call + hook + verify
-        return "\n".join([
-            "```",
-            "graceful worst case = CALL_TIMEOUT + n_post_session_hooks * HOOK_TIMEOUT + n_verify * VERIFY_TIMEOUT",
-            f"                    = {call:g} + n_hooks * {hook:g} + n_verify * {verify:g}   (seconds)",
-            f"one hook, one verify = {call:g} + {hook:g} + {verify:g} = {one:g} s  ({_human(one)})",
-            "```",
-            f"**{_seconds(one)} ({_human(one)}) for one post-session hook and one verify command. DERIVED** from "
-            f"`{DEFAULTS_FILE}`: `CALL_TIMEOUT`, `HOOK_TIMEOUT`, `VERIFY_TIMEOUT` (each is the default of the "
-            "spec key of the same meaning; a spec that sets them changes the sum).",
-        ])
+        return "\n".join(
+            [
+                "```",
+                "graceful worst case = CALL_TIMEOUT + n_post_session_hooks * HOOK_TIMEOUT + n_verify * VERIFY_TIMEOUT",
+                f"                    = {call:g} + n_hooks * {hook:g} + n_verify * {verify:g}   (seconds)",
+                f"one hook, one verify = {call:g} + {hook:g} + {verify:g} = {one:g} s  ({_human(one)})",
+                "```",
+                f"**{_seconds(one)} ({_human(one)}) for one post-session hook and one verify command. DERIVED** from "
+                f"`{DEFAULTS_FILE}`: `CALL_TIMEOUT`, `HOOK_TIMEOUT`, `VERIFY_TIMEOUT` (each is the default of the "
+                "spec key of the same meaning; a spec that sets them changes the sum).",
+            ]
+        )
 
     # -- sources and the ablation table -----------------------------------------------
     def measurement_source(self) -> str:
         parts = []
         if self.measure:
-            parts.append(f"MEASURED figures: `{self.measure_name}`, the `make measure` run of "
-                         f"{self.measure.get('time', '?')} on {self._run_tag().split(';')[0]}, "
-                         f"commit `{self.measure.get('git_commit') or 'unknown'}`.")
+            parts.append(
+                f"MEASURED figures: `{self.measure_name}`, the `make measure` run of "
+                f"{self.measure.get('time', '?')} on {self._run_tag().split(';')[0]}, "
+                f"commit `{self.measure.get('git_commit') or 'unknown'}`."
+            )
         else:
-            parts.append(f"MEASURED figures: none (`{self.measure_name}` absent): every measured figure below "
-                         "says it was not measured.")
+            parts.append(
+                f"MEASURED figures: none (`{self.measure_name}` absent): every measured figure below "
+                "says it was not measured."
+            )
         if self.mutate:
-            parts.append(f"Ablations: `{self.mutate_name}`, the `make mutate` run of {self.mutate.get('time', '?')}, "
-                         f"commit `{self.mutate.get('git_commit') or 'unknown'}`.")
+            parts.append(
+                f"Ablations: `{self.mutate_name}`, the `make mutate` run of {self.mutate.get('time', '?')}, "
+                f"commit `{self.mutate.get('git_commit') or 'unknown'}`."
+            )
         else:
             parts.append(f"Ablations: none recorded (`{self.mutate_name}` absent).")
         parts.append("DERIVED figures: imported from `runner/defaults.py` and `runner/exitcodes.py` at render time.")
@@ -207,8 +227,10 @@ class Context:
         muts = (self.mutate or {}).get("mutations", [])
         if not muts:
             return f"*No mutate run recorded (`{self.mutate_name}` absent or empty).*"
-        rows = ["| mutation | path it removes | verdict | killed by | documented survivors (stay green) |",
-                "|---|---|---|---|---|"]
+        rows = [
+            "| mutation | path it removes | verdict | killed by | documented survivors (stay green) |",
+            "|---|---|---|---|---|",
+        ]
         for m in muts:
             killed = "<br>".join(f"`{k}`" for k in m.get("killed_by", [])) or (m.get("detail") or "-")
             surv = "<br>".join(f"`{s}`" for s in m.get("survivors", [])) or "-"
@@ -230,8 +252,13 @@ def render(template: str, ctx: Context) -> str:
             return ctx.derived(arg.strip())
         if kind == "exitcode" and arg:
             return ctx.exitcode(arg.strip())
-        if arg is None and kind in ("graceful_worst_case", "graceful_sum", "measurement_source",
-                                    "measured_table", "ablation_table"):
+        if arg is None and kind in (
+            "graceful_worst_case",
+            "graceful_sum",
+            "measurement_source",
+            "measured_table",
+            "ablation_table",
+        ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")
 
@@ -239,8 +266,7 @@ def render(template: str, ctx: Context) -> str:
 
 
 def render_files(template: Path, measure: Path | None, mutate: Path | None) -> str:
-    ctx = Context(_load(measure), _load(mutate),
-                  measure_name=_rel(measure), mutate_name=_rel(mutate))
+    ctx = Context(_load(measure), _load(mutate), measure_name=_rel(measure), mutate_name=_rel(mutate))
     return render(template.read_text(encoding="utf-8"), ctx)
 
 
@@ -259,8 +285,7 @@ def main(argv=None) -> int:
     ap.add_argument("--measure", type=Path, default=HERE / "measure.json")
     ap.add_argument("--mutate", type=Path, default=HERE / "mutate.json")
     ap.add_argument("--out", type=Path, default=HERE / "stop-latency.md")
-    ap.add_argument("--check", action="store_true",
-                    help="render to a temp file and fail with a diff if --out differs")
+    ap.add_argument("--check", action="store_true", help="render to a temp file and fail with a diff if --out differs")
     args = ap.parse_args(argv)
     try:
         text = render_files(args.template, args.measure, args.mutate)
@@ -272,8 +297,9 @@ def main(argv=None) -> int:
             tmp.write(text)
         current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
         if current != text:
-            diff = difflib.unified_diff(current.splitlines(True), text.splitlines(True),
-                                        f"{args.out} (committed)", f"{tmp.name} (rendered now)")
+            diff = difflib.unified_diff(
+                current.splitlines(True), text.splitlines(True), f"{args.out} (committed)", f"{tmp.name} (rendered now)"
+            )
             sys.stdout.writelines(diff)
             print(f"\n{args.out} is stale: run `make docs` and commit it", file=sys.stderr)
             return 1

@@ -10,9 +10,9 @@ Public API:
 `python -m mutation` is the command line (`make mutate`).
 """
 
-from .spec import Campaign, Mutation, SpecError, load
 from .campaign import BaselineFailed, Outcome, run
 from .report import render_table, to_json
+from .spec import Campaign, Mutation, SpecError, load
 
 __all__ = [
     "BaselineFailed",

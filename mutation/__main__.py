@@ -27,16 +27,17 @@ def main(argv=None) -> int:
     except SpecError as exc:
         print(f"mutate: {exc}", file=sys.stderr)
         return 2
-    progress = lambda msg: print(f"mutate: {msg}", file=sys.stderr, flush=True)
+
+    def progress(msg: str) -> None:
+        print(f"mutate: {msg}", file=sys.stderr, flush=True)
+
     try:
-        outcome = run(campaign, args.root, jobs=args.jobs, artifacts=args.artifacts,
-                      only=args.only, progress=progress)
+        outcome = run(campaign, args.root, jobs=args.jobs, artifacts=args.artifacts, only=args.only, progress=progress)
     except BaselineFailed as exc:
         print(f"mutate: {exc}", file=sys.stderr)
         return 3
     except Interrupted as exc:
-        print(f"mutate: {exc}: inner runs killed, scratch copies removed, no verdicts written",
-              file=sys.stderr)
+        print(f"mutate: {exc}: inner runs killed, scratch copies removed, no verdicts written", file=sys.stderr)
         return 128 + exc.signum
     except ValueError as exc:
         print(f"mutate: {exc}", file=sys.stderr)

@@ -23,12 +23,17 @@ def _install():
     log = os.path.join(out, "imports.jsonl")
 
     def record(origin):
-        line = json.dumps({
-            "pid": os.getpid(),
-            "module": target,
-            "file": origin,
-            "argv": list(getattr(sys, "argv", []))[:4],
-        }) + "\n"
+        line = (
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "module": target,
+                    "file": origin,
+                    "argv": list(getattr(sys, "argv", []))[:4],
+                }
+            )
+            + "\n"
+        )
         # One O_APPEND write per line: concurrent processes never interleave.
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

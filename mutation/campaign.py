@@ -62,8 +62,10 @@ def _git_commit(root: Path) -> str | None:
     """HEAD, marked "+dirty" when the copied tree differs from it (the copy includes
     uncommitted edits and untracked files, so HEAD alone would overstate provenance)."""
     try:
-        git = lambda *a: subprocess.run(["git", *a], cwd=root, check=True,
-                                        capture_output=True, text=True).stdout.strip()
+
+        def git(*a: str) -> str:
+            return subprocess.run(["git", *a], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
+
         head = git("rev-parse", "HEAD")
         return head + ("+dirty" if git("status", "--porcelain") else "") if head else None
     except (OSError, subprocess.CalledProcessError):
@@ -71,8 +73,12 @@ def _git_commit(root: Path) -> str | None:
 
 
 def _machine() -> dict:
-    return {"kernel": platform.release(), "python": platform.python_version(),
-            "cpus": os.cpu_count(), "hostname": platform.node()}
+    return {
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "hostname": platform.node(),
+    }
 
 
 def _shards(node_ids: list[str], n: int) -> list[list[str]]:
@@ -91,11 +97,20 @@ def _baseline(campaign: Campaign, mutations, root: Path, jobs: int, artifacts: P
     copy = scratch.make(root, "baseline")
     try:
         shards = _shards(campaign.node_ids(mutations), jobs)
+
         def one(i_ids):
             i, ids = i_ids
-            r = inner.run(copy, ids, campaign.pytest_args, artifacts / f"baseline-{i}",
-                          artifacts / f"baseline-{i}.log", campaign.timeout, None)
+            r = inner.run(
+                copy,
+                ids,
+                campaign.pytest_args,
+                artifacts / f"baseline-{i}",
+                artifacts / f"baseline-{i}.log",
+                campaign.timeout,
+                None,
+            )
             return ids, r
+
         runs = _gather(one, list(enumerate(shards)), len(shards))
     finally:
         scratch.remove(copy)
@@ -124,11 +139,20 @@ def _one(campaign: Campaign, m: Mutation, root: Path, artifacts: Path) -> Result
         except scratch.DoesNotCompile as exc:
             return Result(m, Verdict(INVALID, str(exc)), time.monotonic() - t0)
         target = scratch.module_name(m.file)
-        r = inner.run(copy, list(m.node_ids), campaign.pytest_args, artifacts / m.id,
-                      artifacts / f"{m.id}.log", m.timeout, target)
-        v = judge(killers=m.killers, survivors=m.survivors, scratch=str(copy), target=target,
-                  timed_out=r.timed_out, returncode=r.returncode, probe=r.probe, imports=r.imports,
-                  not_found=r.not_found)
+        r = inner.run(
+            copy, list(m.node_ids), campaign.pytest_args, artifacts / m.id, artifacts / f"{m.id}.log", m.timeout, target
+        )
+        v = judge(
+            killers=m.killers,
+            survivors=m.survivors,
+            scratch=str(copy),
+            target=target,
+            timed_out=r.timed_out,
+            returncode=r.returncode,
+            probe=r.probe,
+            imports=r.imports,
+            not_found=r.not_found,
+        )
         return Result(m, v, r.duration, r.log, r.leaked)
     except Exception as exc:  # one broken mutation must not hide the others' verdicts
         return Result(m, Verdict(INVALID, f"campaign error: {exc!r}"), time.monotonic() - t0)
@@ -180,14 +204,21 @@ def _after_interrupt() -> None:
     plugin's sweep finds through its owner records once the owner is dead."""
     scratch.remove_all()
     try:
-        from pytest_stoplatency import _cleanup
+        from pytest_stoplatency import sweep_ownerless_victims
     except ImportError:
         return
-    _cleanup.sweep_ownerless()
+    sweep_ownerless_victims()
 
 
-def run(campaign: Campaign, root: str | Path, *, jobs: int = 2, artifacts: str | Path,
-        only: list[str] | None = None, progress=None) -> Outcome:
+def run(
+    campaign: Campaign,
+    root: str | Path,
+    *,
+    jobs: int = 2,
+    artifacts: str | Path,
+    only: list[str] | None = None,
+    progress=None,
+) -> Outcome:
     root, artifacts = Path(root).resolve(), Path(artifacts).resolve()
     artifacts.mkdir(parents=True, exist_ok=True)
     mutations = [m for m in campaign.mutations if not only or m.id in only]
@@ -195,7 +226,7 @@ def run(campaign: Campaign, root: str | Path, *, jobs: int = 2, artifacts: str |
         unknown = sorted(set(only) - {m.id for m in mutations})
         raise ValueError(f"unknown mutation id(s): {unknown}")
     t0 = time.monotonic()
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
     def one(m):
         res = _one(campaign, m, root, artifacts)

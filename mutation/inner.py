@@ -79,9 +79,9 @@ class InnerResult:
     returncode: int | None
     duration: float
     log: str
-    probe: dict | None                      # pytest.json, None if pytest never wrote it
-    imports: list[dict] = field(default_factory=list)   # imports.jsonl records
-    leaked: list[int] = field(default_factory=list)     # tagged pids killed after the run
+    probe: dict | None  # pytest.json, None if pytest never wrote it
+    imports: list[dict] = field(default_factory=list)  # imports.jsonl records
+    leaked: list[int] = field(default_factory=list)  # tagged pids killed after the run
     not_found: list[str] = field(default_factory=list)  # node ids pytest refused as "not found"
 
 
@@ -92,8 +92,8 @@ def _not_found(log_path: Path, scratch: Path) -> list[str]:
     out = []
     for line in log_path.read_text(errors="replace").splitlines():
         if line.startswith(prefix):
-            nid = line[len(prefix):].strip()
-            out.append(nid[len(str(scratch)) + 1:] if nid.startswith(str(scratch) + "/") else nid)
+            nid = line[len(prefix) :].strip()
+            out.append(nid[len(str(scratch)) + 1 :] if nid.startswith(str(scratch) + "/") else nid)
     return out
 
 
@@ -179,8 +179,12 @@ def run(
             if _aborted:
                 raise Aborted("campaign interrupted: inner run not started")
             proc = subprocess.Popen(
-                argv, cwd=scratch, env=_env(scratch, probe_dir, target, tag),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                argv,
+                cwd=scratch,
+                env=_env(scratch, probe_dir, target, tag),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
             _live[proc.pid] = (proc, tag)
@@ -218,5 +222,6 @@ def run(
                 pass
     except OSError:
         pass
-    return InnerResult(timed_out, proc.returncode, duration, str(log_path), probe, imports, leaked,
-                       _not_found(log_path, scratch))
+    return InnerResult(
+        timed_out, proc.returncode, duration, str(log_path), probe, imports, leaked, _not_found(log_path, scratch)
+    )

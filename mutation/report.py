@@ -40,8 +40,11 @@ def render_table(outcome: Outcome) -> str:
     for r in outcome.results:
         v = r.verdict
         what = ", ".join(v.killed_by) if v.killed_by else v.detail
-        surv = "-" if not r.mutation.survivors else (
-            "RED: " + ", ".join(v.survivors_red) if v.survivors_red else f"{len(r.mutation.survivors)} green")
+        surv = (
+            "-"
+            if not r.mutation.survivors
+            else ("RED: " + ", ".join(v.survivors_red) if v.survivors_red else f"{len(r.mutation.survivors)} green")
+        )
         rows.append((r.mutation.id, v.verdict, f"{r.duration:.0f}", what, surv))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = []

@@ -41,7 +41,9 @@ def tree_files(root: Path) -> list[str]:
     """
     out = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=root, check=True, capture_output=True,
+        cwd=root,
+        check=True,
+        capture_output=True,
     ).stdout
     return sorted({p for p in out.decode().split("\0") if p})
 

@@ -70,8 +70,9 @@ def _mutation(src: str, index: int, raw: dict, default_timeout: float) -> Mutati
     if "id" in raw and isinstance(raw["id"], str):
         where = f"{src}: mutation {raw['id']!r}"
     if "find" in raw:
-        raise SpecError(f"{where}: find is gone: mark the line in the code with "
-                        f"'# ablate: {raw.get('id', 'ID')}' instead")
+        raise SpecError(
+            f"{where}: find is gone: mark the line in the code with '# ablate: {raw.get('id', 'ID')}' instead"
+        )
     unknown = set(raw) - _MUTATION_KEYS
     if unknown:
         raise SpecError(f"{where}: unknown key(s) {sorted(unknown)}")

@@ -32,8 +32,18 @@ def _inside(path: str | None, root: str) -> bool:
     return real == base or real.startswith(base + os.sep)
 
 
-def judge(*, killers, survivors, scratch: str, target: str | None, timed_out: bool,
-          returncode, probe: dict | None, imports: list[dict], not_found=()) -> Verdict:
+def judge(
+    *,
+    killers,
+    survivors,
+    scratch: str,
+    target: str | None,
+    timed_out: bool,
+    returncode,
+    probe: dict | None,
+    imports: list[dict],
+    not_found=(),
+) -> Verdict:
     if timed_out:
         return Verdict(TIMEOUT, "inner pytest run exceeded its time limit")
     if not_found:
@@ -59,7 +69,10 @@ def judge(*, killers, survivors, scratch: str, target: str | None, timed_out: bo
             return Verdict(INVALID, f"not the scratch copy: pid {r.get('pid')} imported {target} from {r.get('file')}")
         if not records:
             return Verdict(INVALID, f"no probed process imported {target}: the killers never ran the mutated code")
-    failed = lambda sel: [n for n in _matching(sel, collected) if outcomes.get(n, "").startswith("failed")]
+
+    def failed(sel: str) -> list[str]:
+        return [n for n in _matching(sel, collected) if outcomes.get(n, "").startswith("failed")]
+
     timeouts = set(probe.get("timeouts", []))
     killer_failures = [n for k in killers for n in failed(k)]
     # A kill is an assertion in the killer's own body: a hang (pytest-timeout) is a timeout, and a
@@ -70,13 +83,17 @@ def judge(*, killers, survivors, scratch: str, target: str | None, timed_out: bo
         return Verdict(KILLED, "", killed_by, survivors_red)
     hung = [n for n in killer_failures if n in timeouts]
     if hung:
-        return Verdict(TIMEOUT, "killer ended by pytest-timeout (a hang, not a kill): " + ", ".join(hung),
-                       [], survivors_red)
+        return Verdict(
+            TIMEOUT, "killer ended by pytest-timeout (a hang, not a kill): " + ", ".join(hung), [], survivors_red
+        )
     if killer_failures:
         where = ", ".join(f"{n} ({outcomes[n].split(':', 1)[1]})" for n in killer_failures)
         return Verdict(INVALID, f"killer failed outside its test body, not a kill: {where}", [], survivors_red)
-    detail = "every killer passed" if all(outcomes.get(n) == "passed" for k in killers for n in _matching(k, collected)) \
+    detail = (
+        "every killer passed"
+        if all(outcomes.get(n) == "passed" for k in killers for n in _matching(k, collected))
         else "no killer failed (some skipped)"
+    )
     return Verdict(SURVIVED, detail, [], survivors_red)
 
 
@@ -85,8 +102,9 @@ def baseline_problems(node_ids, probe: dict | None, timed_out: bool, returncode,
     if timed_out:
         return ["baseline run exceeded its time limit"]
     if not_found:
-        return [f"not found (removed from the suite?): {n}" for n in not_found] + \
-               ["pytest ran nothing of this shard because of the missing node id(s)"]
+        return [f"not found (removed from the suite?): {n}" for n in not_found] + [
+            "pytest ran nothing of this shard because of the missing node id(s)"
+        ]
     if probe is None:
         return [f"pytest wrote no probe report (exit code {returncode})"]
     problems = []

@@ -1,11 +1,21 @@
 """pytest-stoplatency: prove how fast and how cleanly a stop reaches a whole process tree.
 
 Public API: ``Victim`` and ``PreparedVictim`` (the handles the ``victim`` fixture
-returns). They are imported lazily: ``python -m pytest_stoplatency.victim`` runs
-this file first, and the victim program must not pay for psutil or pytest.
+returns), and ``sweep_ownerless_victims()`` for a harness that kills pytest sessions
+itself. They are imported lazily: ``python -m pytest_stoplatency.victim`` runs this file
+first, and the victim program must not pay for psutil or pytest.
 """
 
-__all__ = ["Victim", "PreparedVictim"]
+__all__ = ["Victim", "PreparedVictim", "sweep_ownerless_victims"]
+
+
+def sweep_ownerless_victims() -> int:
+    """Kill every victim whose owning pytest session is dead (as a new session does at
+    start); never a live session's. Returns how many processes were killed. For a
+    harness that kills pytest sessions itself (the mutation campaign on SIGTERM)."""
+    from . import _cleanup
+
+    return _cleanup.sweep_ownerless()
 
 
 def __getattr__(name):

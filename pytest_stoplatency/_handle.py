@@ -92,8 +92,9 @@ class Victim:
 class PreparedVictim:
     """A victim not started yet: ``argv`` is self-contained (token and ready path set by env)."""
 
-    def __init__(self, kind: str, *, lang: str = "python", sleep: float = 7200, children: int = 2,
-                 cleanup: float = 1.0):
+    def __init__(
+        self, kind: str, *, lang: str = "python", sleep: float = 7200, children: int = 2, cleanup: float = 1.0
+    ):
         if kind not in KINDS:
             raise ValueError(f"unknown victim kind {kind!r}; one of {', '.join(KINDS)}")
         if lang not in LANGS:
@@ -103,11 +104,27 @@ class PreparedVictim:
         self.ready_path = _records.ready_path(self.token)
         env = ["/usr/bin/env", f"{_token.TOKEN_ENV}={self.token}", f"{_token.READY_ENV}={self.ready_path}"]
         if lang == "python":
-            prog = [sys.executable, "-m", "pytest_stoplatency.victim", kind, "--sleep", str(sleep),
-                    "--children", str(children), "--cleanup", str(cleanup)]
+            prog = [
+                sys.executable,
+                "-m",
+                "pytest_stoplatency.victim",
+                kind,
+                "--sleep",
+                str(sleep),
+                "--children",
+                str(children),
+                "--cleanup",
+                str(cleanup),
+            ]
         else:
-            prog = [shutil.which("bash") or "/bin/bash", str(VICTIMS_SH), kind, str(int(sleep)),
-                    str(children), str(cleanup)]
+            prog = [
+                shutil.which("bash") or "/bin/bash",
+                str(VICTIMS_SH),
+                kind,
+                str(int(sleep)),
+                str(children),
+                str(cleanup),
+            ]
         self.argv = env + prog
 
     def __repr__(self):
@@ -138,8 +155,16 @@ class PreparedVictim:
         pid = int(info["pid"])
         if _procs.token_of(pid) != str(self.token):
             raise VictimNotReady(f"{self!r}: pid {pid} from the ready file does not carry the token")
-        v = Victim(pid=pid, start_ticks=int(info["start_ticks"]), token=self.token, kind=self.kind,
-                   lang=self.lang, extras=info.get("extras", []), ready_path=self.ready_path, process=process)
+        v = Victim(
+            pid=pid,
+            start_ticks=int(info["start_ticks"]),
+            token=self.token,
+            kind=self.kind,
+            lang=self.lang,
+            extras=info.get("extras", []),
+            ready_path=self.ready_path,
+            process=process,
+        )
         if self.kind == "stopped":
             # The victim stops itself right after writing the file: hand it over only in state T.
             pause = 0.0002
@@ -149,7 +174,6 @@ class PreparedVictim:
                 time.sleep(pause)  # microseconds away: the victim's next call is kill(SIGSTOP)
                 pause = min(pause * 2, 0.005)
         return v
-
 
     def _wait_publisher(self, pid: int, deadline: float) -> None:
         """Wait until the process that renamed the ready file into place (bash's mv) is gone.

@@ -47,7 +47,8 @@ class Recorder:
         if bound is None:
             raise pytest.UsageError(
                 "stop_latency.measure needs a bound: pass bound=SECONDS or mark the test "
-                "@pytest.mark.stop_latency(bound=SECONDS)")
+                "@pytest.mark.stop_latency(bound=SECONDS)"
+            )
         m = Measurement(label=label, bound=float(bound))
         t0 = time.monotonic()
         yield m
@@ -57,17 +58,25 @@ class Recorder:
         m.latency = time.monotonic() - t0
         m.ok = not survivors and m.latency <= m.bound
         self.measurements.append(m)
-        self.sink.append({
-            "label": m.label, "nodeid": self.nodeid, "latency": m.latency, "returned": m.returned,
-            "bound": m.bound, "ok": m.ok, "worker": self.worker,
-        })
+        self.sink.append(
+            {
+                "label": m.label,
+                "nodeid": self.nodeid,
+                "latency": m.latency,
+                "returned": m.returned,
+                "bound": m.bound,
+                "ok": m.ok,
+                "worker": self.worker,
+            }
+        )
         if survivors:
             m.survivors = [_cleanup.describe(pid) for pid, _ in survivors]
             _cleanup.kill_lineage(tokens, extras)
             pytest.fail(
                 f"stop latency {label!r}: {len(survivors)} process(es) still alive at the bound "
                 f"({m.bound} s; the stop returned after {m.returned:.3f} s); killed them:\n"
-                + _cleanup.format_procs(m.survivors), pytrace=False)
+                + _cleanup.format_procs(m.survivors),
+                pytrace=False,
+            )
         if not m.ok:
-            pytest.fail(f"stop latency {label!r}: {m.latency:.3f} s exceeds the bound {m.bound} s",
-                        pytrace=False)
+            pytest.fail(f"stop latency {label!r}: {m.latency:.3f} s exceeds the bound {m.bound} s", pytrace=False)

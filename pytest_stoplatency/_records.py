@@ -67,7 +67,8 @@ def extras_of(info: dict | None) -> list[tuple[int, int]]:
     if not info:
         return []
     return [(int(info["pid"]), int(info["start_ticks"]))] + [
-        (int(e["pid"]), int(e["start_ticks"])) for e in info.get("extras", [])]
+        (int(e["pid"]), int(e["start_ticks"])) for e in info.get("extras", [])
+    ]
 
 
 def owner_dirs() -> list[tuple[Owner, Path]]:

@@ -9,7 +9,7 @@ import platform
 import socket
 import statistics
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 SCHEMA = 1
@@ -35,8 +35,12 @@ def summarize(samples: list[dict]) -> dict[str, dict]:
         lat = [r["latency"] for r in rows]
         bounds = [r["bound"] for r in rows if r["bound"] is not None]
         out[label] = {
-            "n": len(rows), "min": min(lat), "median": statistics.median(lat), "p95": p95(lat),
-            "max": max(lat), "bound": min(bounds) if bounds else None,
+            "n": len(rows),
+            "min": min(lat),
+            "median": statistics.median(lat),
+            "p95": p95(lat),
+            "max": max(lat),
+            "bound": min(bounds) if bounds else None,
             "verdict": "pass" if all(r["ok"] for r in rows) else "fail",
         }
     return out
@@ -46,12 +50,23 @@ def table(labels: dict[str, dict]) -> list[str]:
     head = ("label", "n", "min", "median", "p95", "max", "bound", "verdict")
     p95_cell = lambda s: f"{s['p95']:.4f}" if s["n"] >= P95_MIN_N else "-"  # noqa: E731
     rows = [head] + [
-        (label, str(s["n"]), f"{s['min']:.4f}", f"{s['median']:.4f}", p95_cell(s), f"{s['max']:.4f}",
-         "-" if s["bound"] is None else f"{s['bound']:g}", s["verdict"])
+        (
+            label,
+            str(s["n"]),
+            f"{s['min']:.4f}",
+            f"{s['median']:.4f}",
+            p95_cell(s),
+            f"{s['max']:.4f}",
+            "-" if s["bound"] is None else f"{s['bound']:g}",
+            s["verdict"],
+        )
         for label, s in labels.items()
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+
+    def fmt(r):
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+
     lines = [fmt(rows[0]), fmt(tuple("-" * w for w in widths))] + [fmt(r) for r in rows[1:]]
     if any(s["n"] < P95_MIN_N for s in labels.values()):
         lines.append(P95_FOOTNOTE)
@@ -69,8 +84,9 @@ def git_commit(cwd: Path) -> str | None:
 def git_dirty(cwd: Path) -> bool | None:
     """Whether the code differs from the commit (docs excluded: `make measure` rewrites them)."""
     try:
-        r = subprocess.run(["git", "status", "--porcelain", "--", ".", ":!docs"], cwd=cwd,
-                           capture_output=True, text=True, timeout=10)
+        r = subprocess.run(
+            ["git", "status", "--porcelain", "--", ".", ":!docs"], cwd=cwd, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return bool(r.stdout.strip()) if r.returncode == 0 else None
@@ -79,9 +95,13 @@ def git_dirty(cwd: Path) -> bool | None:
 def document(samples: list[dict], *, missing_workers: list[str], swept: int, rootdir: Path) -> dict:
     return {
         "schema": SCHEMA,
-        "machine": {"kernel": platform.release(), "python": platform.python_version(),
-                    "cpus": os.cpu_count(), "hostname": socket.gethostname()},
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "hostname": socket.gethostname(),
+        },
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "git_commit": git_commit(rootdir),
         "git_dirty": git_dirty(rootdir),
         "samples": samples,

@@ -39,8 +39,7 @@ def pytest_addoption(parser):
     g = parser.getgroup("stoplatency", "stop latency")
     g.addoption("--stop-latency", action="store_true", default=None, dest="stop_latency", help=HELP_ENABLE)
     g.addoption("--stop-latency-json", dest="stop_latency_json", metavar="PATH", default=None, help=HELP_JSON)
-    g.addoption("--stop-latency-repeat", dest="stop_latency_repeat", metavar="N", type=int, default=1,
-                help=HELP_REPEAT)
+    g.addoption("--stop-latency-repeat", dest="stop_latency_repeat", metavar="N", type=int, default=1, help=HELP_REPEAT)
     parser.addini("stop_latency", HELP_INI, type="bool", default=False)
 
 
@@ -101,16 +100,24 @@ class VictimFactory:
     def __call__(self, kind, *, sleep=7200, lang="python", children=2, cleanup=1.0, timeout=10.0) -> Victim:
         p = self.prepare(kind, lang=lang, sleep=sleep, children=children, cleanup=cleanup)
         # Session and group leader: os.killpg(v.pgid, ...) can never reach pytest.
-        proc = subprocess.Popen(p.argv, start_new_session=True, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            p.argv,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.processes.append(proc)
         return p.adopt(timeout, process=proc)
 
     def lineage(self) -> tuple[list[str], list[tuple[int, int]]]:
         tokens = [str(p.token) for p in self.prepared]
         # The extras file too: a victim killed before its handshake wrote no ready file.
-        extras = [e for p in self.prepared
-                  for e in _records.extras_of(p.ready_info()) + _records.read_extras(_records.extras_path(p.token))]
+        extras = [
+            e
+            for p in self.prepared
+            for e in _records.extras_of(p.ready_info()) + _records.read_extras(_records.extras_path(p.token))
+        ]
         return tokens, extras
 
     def close(self) -> tuple[list[dict], list[dict]]:
@@ -139,8 +146,12 @@ def victim(request):
 @pytest.fixture
 def stop_latency(request):
     st = request.config.stash[_STATE]
-    return Recorder(nodeid=request.node.nodeid, worker=st.worker,
-                    marker=request.node.get_closest_marker("stop_latency"), sink=st.samples)
+    return Recorder(
+        nodeid=request.node.nodeid,
+        worker=st.worker,
+        marker=request.node.get_closest_marker("stop_latency"),
+        sink=st.samples,
+    )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -165,8 +176,9 @@ def pytest_sessionfinish(session):
     _cleanup.drop_own_records()
     path = config.getoption("stop_latency_json")
     if path:
-        doc = _report.document(st.samples, missing_workers=st.missing_workers, swept=st.swept,
-                               rootdir=Path(config.rootpath))
+        doc = _report.document(
+            st.samples, missing_workers=st.missing_workers, swept=st.swept, rootdir=Path(config.rootpath)
+        )
         _report.write_json(Path(config.invocation_params.dir) / path, doc)
 
 

@@ -214,6 +214,7 @@ def run(kind: str, sleep: float, n_children: int, cleanup: float) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         children = [_spawn(_plain_sleeper(deadline)) for _ in range(n_children)]
     elif kind == "slow-exit":
+
         def _slow(signum, frame):
             time.sleep(cleanup)
             os._exit(0)
@@ -253,10 +254,21 @@ def run(kind: str, sleep: float, n_children: int, cleanup: float) -> None:
                 os.setsid()  # leaves the victim's group and session
                 os.set_inheritable(w, True)
                 # An empty environment, as env -i, sudo or ssh leave: no token any more.
-                os.execve(sys.executable, [
-                    sys.executable, "-S", os.path.abspath(__file__), "--role", "scrubbed",
-                    "--ready-fd", str(w), "--sleep", str(max(deadline - time.monotonic(), 0.0)),
-                ], {})
+                os.execve(
+                    sys.executable,
+                    [
+                        sys.executable,
+                        "-S",
+                        os.path.abspath(__file__),
+                        "--role",
+                        "scrubbed",
+                        "--ready-fd",
+                        str(w),
+                        "--sleep",
+                        str(max(deadline - time.monotonic(), 0.0)),
+                    ],
+                    {},
+                )
             finally:
                 os._exit(1)
         os.close(w)
@@ -270,15 +282,17 @@ def run(kind: str, sleep: float, n_children: int, cleanup: float) -> None:
     else:
         raise SystemExit(f"unknown victim kind {kind!r}; one of {', '.join(KINDS)}")
 
-    _write_ready({
-        "pid": os.getpid(),
-        "start_ticks": start_ticks(os.getpid()),
-        "kind": kind,
-        "lang": "python",
-        "token": os.environ.get(TOKEN_ENV),
-        "children": children,
-        "extras": extras,
-    })
+    _write_ready(
+        {
+            "pid": os.getpid(),
+            "start_ticks": start_ticks(os.getpid()),
+            "kind": kind,
+            "lang": "python",
+            "token": os.environ.get(TOKEN_ENV),
+            "children": children,
+            "extras": extras,
+        }
+    )
     if kind == "stopped":
         os.kill(os.getpid(), signal.SIGSTOP)  # SIGTERM now stays pending; SIGKILL still works
     if main_loop:
@@ -339,8 +353,14 @@ def _parse_argparse(argv) -> dict:
     a = p.parse_args(argv)
     if a.role is None and a.kind is None:
         p.error("KIND is required")
-    return {"kind": a.kind, "--sleep": a.sleep, "--children": a.children, "--cleanup": a.cleanup,
-            "--role": a.role, "--ready-fd": a.ready_fd}
+    return {
+        "kind": a.kind,
+        "--sleep": a.sleep,
+        "--children": a.children,
+        "--cleanup": a.cleanup,
+        "--role": a.role,
+        "--ready-fd": a.ready_fd,
+    }
 
 
 def main(argv=None) -> None:

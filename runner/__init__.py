@@ -1,0 +1,57 @@
+"""runner: run a queue of items through a provider command, and stop it fast.
+
+The public API is what this module exports; every other module is internal and may
+change. Names are imported lazily (`python -m runner` and the engine process start
+through this file, and must not pay for what they do not use).
+
+    from runner import load_spec, RunDir, resolve, stop_hard, stop_now, Exit
+
+    rd = resolve("path/to/run")            # a RunDir (NoLiveRun if there is none)
+    result = stop_now(rd)                  # kill everything proven the run's
+    print(result.code, result.lines())     # an Exit member, and what to tell the user
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    # specs and run directories
+    "load_spec": ("runner.spec", "load"),
+    "Spec": ("runner.spec", "Spec"),
+    "RunDir": ("runner.rundir", "RunDir"),
+    "resolve": ("runner.rundir", "resolve"),
+    "list_runs": ("runner.rundir", "list_runs"),
+    # the life cycle
+    "run": ("runner.lifecycle", "run"),
+    "resume": ("runner.lifecycle", "resume"),
+    "status_of": ("runner.lifecycle", "status_of"),
+    # stops
+    "stop_hard": ("runner.stop_command", "stop_hard"),
+    "stop_graceful": ("runner.stop_command", "stop_graceful"),
+    "stop_now": ("runner.stop_command", "stop_now"),
+    "wait_run": ("runner.stop_command", "wait_run"),
+    "StopResult": ("runner.stop_command", "StopResult"),
+    # outcomes and errors
+    "Exit": ("runner.exitcodes", "Exit"),
+    "RunnerError": ("runner.errors", "RunnerError"),
+    "BadInput": ("runner.errors", "BadInput"),
+    "Damaged": ("runner.errors", "Damaged"),
+    "NoLiveRun": ("runner.errors", "NoLiveRun"),
+    "RunLocked": ("runner.errors", "RunLocked"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'runner' has no attribute {name!r}") from None
+    return getattr(import_module(module), attr)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -28,7 +28,8 @@ def fsync_dir(directory):
 def atomic_write_bytes(path, data: bytes) -> None:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)  # ablate: atomic-write
+    prefix = "." + os.path.basename(path) + "."
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)  # ablate: atomic-write
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -67,7 +67,7 @@ def _probe() -> bool:
 
 
 def resolve_containment(mode: str) -> str:
-    """"cgroup" or "group". "auto" falls back to group with one message; "cgroup"
+    """ "cgroup" or "group". "auto" falls back to group with one message; "cgroup"
     where it is unavailable refuses to start."""
     global _fallback_said
     if mode == "group":
@@ -112,7 +112,7 @@ class RunCgroup:
         self._home = None  # where enter_engine() moved the caller from
 
     @classmethod
-    def create(cls, run_id) -> "RunCgroup":
+    def create(cls, run_id) -> RunCgroup:
         path = run_cgroup_path(run_id)
         if path is None:
             raise BadInput("no writable cgroup v2 hierarchy")
@@ -121,7 +121,7 @@ class RunCgroup:
         return cls(path)
 
     @classmethod
-    def open(cls, path) -> "RunCgroup":
+    def open(cls, path) -> RunCgroup:
         path = Path(path)
         if path.is_symlink() or not (path / "cgroup.procs").exists():
             raise FileNotFoundError(f"{path}: not a cgroup")
@@ -182,6 +182,7 @@ class RunCgroup:
         if protected & set(self.members(which)):
             log.warning("%s holds this process or an ancestor: killing its other members one by one", base)
             from .membership import Membership, run_cgroup_relative
+
             members = Membership(cgroup=run_cgroup_relative(self.path))
             for ident in self.member_identities(which):
                 signals.signal_process(ident, signal.SIGKILL, members)

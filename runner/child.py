@@ -34,15 +34,11 @@ _CHUNK = 65536
 class Result:
     argv: list[str]
     returncode: int | None
-    timed_out: str | None            # None | "call" | "idle"
-    stopped: bool                    # the registry's record that the stop killed it
+    timed_out: str | None  # None | "call" | "idle"
+    stopped: bool  # the registry's record that the stop killed it
     duration: float
     output_path: Path
     reap: ReapReport | None
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out and not self.stopped
 
 
 class _Capture:
@@ -63,7 +59,9 @@ class _Capture:
 
     def close(self):
         if self.dropped:
-            self.file.write(f"\n[runner: output capped at {self.cap} bytes; {self.dropped} more bytes dropped]\n".encode())
+            self.file.write(
+                f"\n[runner: output capped at {self.cap} bytes; {self.dropped} more bytes dropped]\n".encode()
+            )
         self.file.close()
 
 
@@ -79,8 +77,9 @@ def _drain(fd, capture) -> bool:
         capture.add(data)
 
 
-def run_child(argv, *, registry: Registry, name, timeout, idle_timeout, env, output_path, cap_bytes,
-              cwd=None) -> Result:
+def run_child(
+    argv, *, registry: Registry, name, timeout, idle_timeout, env, output_path, cap_bytes, cwd=None
+) -> Result:
     argv = [str(a) for a in argv]
     spawn_argv = registry.cgroup.wrap_argv(argv) if registry.cgroup is not None else argv
     capture = _Capture(output_path, cap_bytes)
@@ -92,8 +91,15 @@ def run_child(argv, *, registry: Registry, name, timeout, idle_timeout, env, out
         with registry.spawn_lock:
             # process_group=0, never preexec_fn: the engine has threads (watchdog), and
             # code run between fork and exec in a threaded parent can deadlock.
-            popen = subprocess.Popen(spawn_argv, process_group=0, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+            popen = subprocess.Popen(
+                spawn_argv,
+                process_group=0,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+            )
             # Our own unreaped child: nobody else can reap it, so this pidfd is exact.
             pidfd = os.pidfd_open(popen.pid)
             entry = registry.register(popen, name)
@@ -157,8 +163,15 @@ def run_child(argv, *, registry: Registry, name, timeout, idle_timeout, env, out
             registry.unregister(entry)
         capture.close()
     stopped = registry.killed_by_stop(entry)
-    return Result(argv=argv, returncode=returncode, timed_out=None if stopped else timed_out, stopped=stopped,
-                  duration=time.monotonic() - t0, output_path=Path(output_path), reap=reap)
+    return Result(
+        argv=argv,
+        returncode=returncode,
+        timed_out=None if stopped else timed_out,
+        stopped=stopped,
+        duration=time.monotonic() - t0,
+        output_path=Path(output_path),
+        reap=reap,
+    )
 
 
 def _kill_tree(registry, entry) -> ReapReport:
@@ -167,6 +180,13 @@ def _kill_tree(registry, entry) -> ReapReport:
     the same tag and share the cgroup; the tag and cgroup only prove membership."""
     registry.snapshot(entry)
     escaped = [i for i in entry.snapshots.values() if i.pid != entry.pid]
-    return reaper.kill_everything(groups=[(entry.pgid, entry.members())], pids=escaped,
-                                  run_id=registry.run_id, tag_sweep=False, cgroup=registry.cgroup,
-                                  cgroup_scope=None, known=entry.members(), kill_grace=registry.kill_grace)
+    return reaper.kill_everything(
+        groups=[(entry.pgid, entry.members())],
+        pids=escaped,
+        run_id=registry.run_id,
+        tag_sweep=False,
+        cgroup=registry.cgroup,
+        cgroup_scope=None,
+        known=entry.members(),
+        kill_grace=registry.kill_grace,
+    )

@@ -50,3 +50,24 @@ unkillable (uninterruptible sleep)."""
 SNAPSHOT_EVERY = 0.5
 """A running child's descendants are snapshotted this often, so an escapee that left the
 group is still known when the call ends."""
+
+# Waits of the commands and the engine (not spec keys).
+ENGINE_START_TIMEOUT = 30.0
+"""How long `runner run` and `runner resume` wait for a new engine to write its identity."""
+IDENTITY_WAIT = 5.0
+"""How long a stopper waits for a starting engine to write its identity: the engine
+takes its lock first and writes engine.json last, once a SIGTERM is a clean stop."""
+LOCK_WAIT = 5.0
+"""How long a stopper waits for another stopper that is recording its stop."""
+LOCK_PROBE_RETRY = 0.1
+"""How long acquire_lock retries a lock that is held: long enough to outlast a
+liveness probe, far too short to wait out an engine."""
+WATCHDOG_JOIN = 2.0
+"""How long the engine waits for its watchdog thread at exit (it wakes at once)."""
+WAIT_SLICE = 3600.0
+"""`runner wait` with no timeout waits in slices of this long (an endless wait is a loop
+of bounded ones, so no single call can overflow a timeout)."""
+ENGINE_START_POLL = 0.005
+"""How often `runner run` looks for the new engine's identity file while it starts."""
+FOREGROUND_POLL = 0.05
+"""How often a foreground `runner run` forwards the terminal's signals to the engine."""

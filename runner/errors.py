@@ -8,7 +8,6 @@
      |    +-- IdentityError      a malformed identity file (never read as "nothing to kill")
      +-- NoLiveRun               exit NO_LIVE_RUN
      +-- RunLocked               exit REFUSED: a live engine holds the run directory
-     +-- Unkillable              exit UNKILLABLE: a stop left processes it could not kill
 
     RunStopped (BaseException)   the stop, raised at the engine's next check point
 
@@ -17,7 +16,14 @@ RunStopped derives from BaseException, as trio's Cancelled does, so that an
 `finally` to the engine's top.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .exitcodes import Exit
+
+if TYPE_CHECKING:
+    from .stop_request import Mode, Origin
 
 
 class RunnerError(Exception):
@@ -41,6 +47,7 @@ class Damaged(RunnerError):
     """A run-directory file that is not what the runner wrote: a symlink, a FIFO, a
     directory, too large, not UTF-8, JSON too deep or of the wrong shape. The stop still
     stops the run; the file is named in one line."""
+
     exit_code = Exit.DAMAGED
 
     def __init__(self, path, what=None):
@@ -64,18 +71,11 @@ class RunLocked(RunnerError):
     exit_code = Exit.REFUSED
 
 
-class Unkillable(RunnerError):
-    exit_code = Exit.UNKILLABLE
-
-    def __init__(self, pids, message=None):
-        self.pids = sorted(pids)
-        super().__init__(message or f"could not kill pids {self.pids}")
-
-
 class RunStopped(BaseException):
-    """A stop delivered at a check point. `origin` says where it came from
-    (signal, file, ctrl-c, forced); `mode` is "hard" or "graceful"."""
+    """A stop delivered at a check point. `origin` (a stop_request.Origin) says where it
+    came from; `mode` (a stop_request.Mode) is HARD or GRACEFUL. Built only by the
+    stop controller (stop_controller.py), which owns every stop request."""
 
-    def __init__(self, origin, mode="hard"):
+    def __init__(self, origin: Origin, mode: Mode):
         self.origin, self.mode = origin, mode
-        super().__init__(f"run stopped ({mode}, origin {origin})")
+        super().__init__(f"run stopped ({mode.label}, origin {origin.value})")

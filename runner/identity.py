@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
 from . import atomic, untrusted
 from .errors import Damaged, IdentityError
 
@@ -35,7 +36,7 @@ class Identity:
         return {name: getattr(self, name) for name in FIELDS}
 
     @classmethod
-    def from_json(cls, data, source="<identity>") -> "Identity":
+    def from_json(cls, data, source="<identity>") -> Identity:
         if not isinstance(data, dict):
             raise IdentityError(f"{source}: expected a JSON object, got {type(data).__name__}")
         values = {}
@@ -57,6 +58,7 @@ class Identity:
 @dataclass(frozen=True)
 class Stat:
     """The few fields of /proc/PID/stat the runner needs."""
+
     pid: int
     state: str
     ppid: int
@@ -91,10 +93,16 @@ def stat(pid) -> Stat | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     # comm (field 2) may hold spaces and parentheses: split after the LAST ')'.
-    rest = raw[raw.rindex(b")") + 2:].split()
+    rest = raw[raw.rindex(b")") + 2 :].split()
     # rest[0] is field 3 (state), so field n is rest[n - 3].
-    return Stat(pid=int(pid), state=rest[0].decode(), ppid=int(rest[1]), pgid=int(rest[2]),
-                sid=int(rest[3]), start_ticks=int(rest[19]))
+    return Stat(
+        pid=int(pid),
+        state=rest[0].decode(),
+        ppid=int(rest[1]),
+        pgid=int(rest[2]),
+        sid=int(rest[3]),
+        start_ticks=int(rest[19]),
+    )
 
 
 def all_pids() -> list[int]:

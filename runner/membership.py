@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import identity, signals
+from . import signals
 
 _CGROUP_LINE = re.compile(r"0::(/.*)")
 
@@ -61,10 +61,6 @@ class Membership:
     cgroup: str | None = None
     known: frozenset[tuple[int, int]] = field(default_factory=frozenset)
 
-    def with_known(self, idents) -> Membership:
-        return Membership(self.run_id, self.cgroup,
-                          self.known | {(i.pid, i.start_ticks) for i in idents})
-
     def proof(self, pid: int, start_ticks: int) -> Proof | None:
         """How `pid` (whose start ticks the caller has just verified) is the run's, or None."""
         if (pid, start_ticks) in self.known:
@@ -86,15 +82,12 @@ class Membership:
         return f"pid {pid}: " + (" and ".join(parts) if parts else "no run id or cgroup to prove it by")
 
 
-NOBODY = Membership()
-"""Proves nothing: a caller with no run to prove membership of signals nobody."""
-
-
 def run_cgroup_relative(path: str | os.PathLike[str] | None) -> str | None:
     """A RunCgroup path as /proc/PID/cgroup spells it (relative to the cgroup2 root)."""
     if path is None:
         return None
     from .cgroup import cgroup2_root  # cgroup imports signals, not this module
+
     root = cgroup2_root()
     if root is None:
         return None
@@ -103,14 +96,3 @@ def run_cgroup_relative(path: str | os.PathLike[str] | None) -> str | None:
     except ValueError:
         return None
     return "/" + str(rel)
-
-
-def own_pids() -> set[int]:
-    """This process and its ancestors: never signalled, whatever proves them (a
-    `runner stop` started from a run's hook carries the run's tag)."""
-    return signals.protected_pids()
-
-
-def verified_stat(ident: identity.Identity) -> identity.Stat | None:
-    st = identity.stat(ident.pid)
-    return st if identity.matches(ident, st) else None

@@ -43,17 +43,13 @@ class ReapReport:
     """What a recorded identity or group named but membership did not prove: never
     signalled. One short reason each, for the journal and the command's output."""
 
-    @property
-    def clean(self) -> bool:
-        return not self.unkillable
-
 
 class Watch:
     """Processes proven the run's, watched through verified pidfds; a zombie counts as gone."""
 
     def __init__(self, membership: Membership):
         self.membership = membership
-        self.fds: dict[int, int] = {}       # pid -> pidfd
+        self.fds: dict[int, int] = {}  # pid -> pidfd
         self.done: set[int] = set()
         self.proven: dict[tuple[int, int], Proof] = {}
         self.refused: list[str] = []
@@ -75,8 +71,9 @@ class Watch:
             self.proven[key] = proof
         return proof is not None
 
-    def add(self, ident: Identity, *, named: bool = True, proof: Proof | None = None,
-            vouched: bool = False) -> int | None:
+    def add(
+        self, ident: Identity, *, named: bool = True, proof: Proof | None = None, vouched: bool = False
+    ) -> int | None:
         """Watch `ident` if it is alive, still itself and the run's; returns its pidfd.
 
         `named`: the identity came from a record (a file, the registry), so a refusal is
@@ -180,8 +177,9 @@ def group_verdict(pgid: int, members, stats, watch: Watch) -> str | None:
     strangers = [st.pid for st in living if not watch.proves(st.pid, st.start_ticks)]
     if not strangers:
         return None
-    return (f"its leader is not the recorded, proven process and pids {strangers[:5]} "
-            f"are not the run's (group id reused?)")
+    return (
+        f"its leader is not the recorded, proven process and pids {strangers[:5]} are not the run's (group id reused?)"
+    )
 
 
 def signal_group(pgid: int, members, sig, watch: Watch) -> bool:
@@ -254,8 +252,18 @@ def _signal_cgroup_members(watch, cgroup, scope, sig) -> list[int]:
     return hit
 
 
-def kill_everything(*, groups, pids, run_id, kill_grace, cgroup=None, cgroup_scope="all",
-                    tag_sweep=None, known=(), confirm_timeout=CONFIRM_TIMEOUT) -> ReapReport:
+def kill_everything(
+    *,
+    groups,
+    pids,
+    run_id,
+    kill_grace,
+    cgroup=None,
+    cgroup_scope="all",
+    tag_sweep=None,
+    known=(),
+    confirm_timeout=CONFIRM_TIMEOUT,
+) -> ReapReport:
     """The stop: SIGTERM every route at once; wait (event-driven) up to kill_grace; then
     SIGKILL what is left by the same routes and the cgroup kill; confirm within
     confirm_timeout. Bounded by about kill_grace + confirm_timeout whatever the
@@ -270,8 +278,11 @@ def kill_everything(*, groups, pids, run_id, kill_grace, cgroup=None, cgroup_sco
     from .membership import run_cgroup_relative
 
     t0 = time.monotonic()
-    membership = Membership(run_id, run_cgroup_relative(cgroup.path) if cgroup is not None else None,
-                            frozenset((i.pid, i.start_ticks) for i in known))
+    membership = Membership(
+        run_id,
+        run_cgroup_relative(cgroup.path) if cgroup is not None else None,
+        frozenset((i.pid, i.start_ticks) for i in known),
+    )
     sweep_tag = bool(run_id) if tag_sweep is None else (tag_sweep and bool(run_id))
     kill_cgroup = cgroup is not None and cgroup_scope is not None
     watch = Watch(membership)
@@ -321,5 +332,4 @@ def kill_everything(*, groups, pids, run_id, kill_grace, cgroup=None, cgroup_sco
 def kill_tagged(run_id, kill_grace, *, cgroup=None) -> ReapReport:
     """The tag sweep alone: TERM every tagged process, wait up to kill_grace, SIGKILL
     the rest, confirm (the engine's last clean-up, and test teardowns)."""
-    return kill_everything(groups=[], pids=[], run_id=run_id, kill_grace=kill_grace, cgroup=cgroup,
-                           cgroup_scope=None)
+    return kill_everything(groups=[], pids=[], run_id=run_id, kill_grace=kill_grace, cgroup=cgroup, cgroup_scope=None)

@@ -24,7 +24,7 @@ class Entry:
     ident: Identity
     popen: object
     path: Path
-    snapshots: dict = field(default_factory=dict)   # pid -> Identity of descendants seen
+    snapshots: dict = field(default_factory=dict)  # pid -> Identity of descendants seen
 
     @property
     def pid(self) -> int:
@@ -52,7 +52,7 @@ class Registry:
         child must never be reaped by the orphan reaper (its status belongs to Popen)."""
         self._lock = threading.Lock()
         self._entries: dict[int, Entry] = {}
-        self._killed: set[int] = set()          # id(entry) of entries the stop killed
+        self._killed: set[int] = set()  # id(entry) of entries the stop killed
         self._stop_done = threading.Event()
         self._stop_report: ReapReport | None = None
 
@@ -62,7 +62,12 @@ class Registry:
             raise RuntimeError(f"child {popen.pid} vanished before it was registered")
         path = self.children_dir / f"{ident.pid}.json"
         entry = Entry(name=name, ident=ident, popen=popen, path=path)
-        identity.write(path, ident, name=name, argv=list(map(str, popen.args)) if isinstance(popen.args, (list, tuple)) else str(popen.args))
+        identity.write(
+            path,
+            ident,
+            name=name,
+            argv=list(map(str, popen.args)) if isinstance(popen.args, (list, tuple)) else str(popen.args),
+        )
         with self._lock:
             self._entries[id(entry)] = entry
             late = self.stopping

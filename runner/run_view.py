@@ -15,21 +15,18 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-from . import cgroup as cgroups
 from . import defaults, identity, signals, untrusted
+from .cgroup import RunCgroup, run_cgroup_path
 from .errors import Damaged, NoLiveRun, RunnerError
 from .identity import Identity
 from .rundir import RUN_ID_SHAPE, RunDir
 from .spec import Spec, load_frozen
 
-IDENTITY_WAIT = 5.0
-"""How long a stopper waits for a starting engine to write its identity: the engine
-takes its lock first and writes engine.json last, once a SIGTERM is a clean stop."""
-
 
 @dataclass
 class StopSettings:
     """The [stop] values a stopper needs; the code's defaults when the spec is damaged."""
+
     grace: float = defaults.STOP_GRACE
     kill_grace: float = defaults.KILL_GRACE
     channel: str = defaults.STOP_CHANNEL
@@ -40,10 +37,9 @@ class RunView:
     rd: RunDir
     run_id: str | None = None
     engine: Identity | None = None
-    engine_source: str | None = None          # "engine.json" or "lock holder"
     children: list[Identity] = field(default_factory=list)
-    cgroup: cgroups.RunCgroup | None = None
-    live: bool | None = None                  # None: the lock itself is damaged
+    cgroup: RunCgroup | None = None
+    live: bool | None = None  # None: the lock itself is damaged
     stop: StopSettings = field(default_factory=StopSettings)
     spec: Spec | None = None
     damaged: list[str] = field(default_factory=list)
@@ -52,11 +48,6 @@ class RunView:
         line = " ".join(str(exc).split())
         if line not in self.damaged:
             self.damaged.append(line)
-
-    def damage_line(self) -> str | None:
-        if not self.damaged:
-            return None
-        return "damaged run directory: " + "; ".join(self.damaged)
 
 
 def lock_holders(rd: RunDir) -> list[int]:
@@ -113,7 +104,7 @@ def _run_id(view: RunView) -> str | None:
 
 def _engine(view: RunView, wait: bool) -> None:
     rd = view.rd
-    deadline = time.monotonic() + (IDENTITY_WAIT if wait else 0.0)
+    deadline = time.monotonic() + (defaults.IDENTITY_WAIT if wait else 0.0)
     # Only a holder carrying the run's tag is an engine: a stopper recording a stop
     # takes the lock too, once the engine is dead.
     holders = [pid for pid in lock_holders(rd) if view.run_id and signals.has_tag(pid, view.run_id)]
@@ -121,13 +112,17 @@ def _engine(view: RunView, wait: bool) -> None:
         try:
             recorded = identity.read(rd.engine_identity)
             if not holders or recorded.pid in holders:
-                view.engine, view.engine_source = recorded, "engine.json"
+                view.engine = recorded
                 return
             # The kernel says another process holds the run's lock: engine.json is stale
             # or forged. The lock holder is the engine (still proven by its tag before
             # any signal); the named pid is never signalled on this file's word.
-            view.note(Damaged(rd.engine_identity, f"names pid {recorded.pid}, which does not hold "
-                                                  f"the run's lock (pid {holders[0]} does)"))
+            view.note(
+                Damaged(
+                    rd.engine_identity,
+                    f"names pid {recorded.pid}, which does not hold the run's lock (pid {holders[0]} does)",
+                )
+            )
             break
         except FileNotFoundError:
             if view.live and time.monotonic() < deadline:
@@ -140,7 +135,7 @@ def _engine(view: RunView, wait: bool) -> None:
     for pid in holders:
         ident = identity.current(pid)
         if ident is not None:
-            view.engine, view.engine_source = ident, "lock holder"
+            view.engine = ident
             return
 
 
@@ -168,7 +163,7 @@ def _cgroup(view: RunView) -> None:
     """The run's cgroup: only ever the path the runner creates for this run's id. The
     `cgroup` file must name that path; anything else is refused and never touched."""
     rd = view.rd
-    expected = cgroups.run_cgroup_path(view.run_id) if view.run_id else None
+    expected = run_cgroup_path(view.run_id) if view.run_id else None
     try:
         named = untrusted.read_text(rd.cgroup_file).strip()
     except FileNotFoundError:
@@ -177,11 +172,15 @@ def _cgroup(view: RunView) -> None:
         view.note(exc)
         named = None
     if named is not None and (expected is None or os.path.normpath(named) != str(expected)):
-        view.note(Damaged(rd.cgroup_file, f"names {named[:200]!r}, not this run's cgroup "
-                                          f"({expected}); it is never signalled or removed"))
+        view.note(
+            Damaged(
+                rd.cgroup_file,
+                f"names {named[:200]!r}, not this run's cgroup ({expected}); it is never signalled or removed",
+            )
+        )
     if expected is not None:
         try:
-            view.cgroup = cgroups.RunCgroup.open(expected)  # ablate: cgroup-path-check
+            view.cgroup = RunCgroup.open(expected)  # ablate: cgroup-path-check
         except (FileNotFoundError, NotADirectoryError):
             view.cgroup = None
 
@@ -207,8 +206,13 @@ def view(rd: RunDir, *, wait_for_engine: bool = True) -> RunView:
     _stop_settings(v)
     v.run_id = _run_id(v)
     _engine(v, wait_for_engine)
-    if v.live is not True and v.engine is not None and v.run_id and identity.is_running(v.engine) \
-            and signals.has_tag(v.engine.pid, v.run_id):
+    if (
+        v.live is not True
+        and v.engine is not None
+        and v.run_id
+        and identity.is_running(v.engine)
+        and signals.has_tag(v.engine.pid, v.run_id)
+    ):
         # A run-tagged engine runs, yet nobody holds `lock`: the file was replaced (the
         # engine's flock is on the old inode). The run is live all the same.
         if v.live is False:
@@ -221,7 +225,8 @@ def view(rd: RunDir, *, wait_for_engine: bool = True) -> RunView:
 
 def require_engine(v: RunView) -> Identity:
     if v.engine is None:
-        raise NoLiveRun(f"{v.rd.engine_identity}: no engine identity and no holder of the run's lock "
-                        f"(the engine never started, or is gone)")
+        raise NoLiveRun(
+            f"{v.rd.engine_identity}: no engine identity and no holder of the run's lock "
+            f"(the engine never started, or is gone)"
+        )
     return v.engine
-

@@ -14,14 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import untrusted
+from . import defaults, untrusted
 from .atomic import atomic_write_text, fsync_dir
 from .errors import BadInput, Damaged, NoLiveRun, RunLocked
-
-
-LOCK_PROBE_RETRY = 0.1
-"""How long acquire_lock retries a lock that is held: long enough to outlast a
-liveness probe, far too short to wait out an engine."""
 
 
 class EngineLock:
@@ -29,10 +24,6 @@ class EngineLock:
 
     def __init__(self, path, fd):
         self.path, self.fd = path, fd
-
-    @property
-    def held(self) -> bool:
-        return self.fd is not None
 
     def release(self) -> None:
         if self.fd is not None:
@@ -144,7 +135,7 @@ class RunDir:
         fd = untrusted.open_regular(self.lock, flags=os.O_RDWR | os.O_CREAT)
         # is_live() probes with a shared lock for an instant: a `runner status` at the
         # moment an engine starts must not make that engine exit REFUSED.
-        deadline = time.monotonic() + LOCK_PROBE_RETRY
+        deadline = time.monotonic() + defaults.LOCK_PROBE_RETRY
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -29,8 +29,8 @@ _ENOENT_RETRIES = 20
 
 class Outcome(enum.Enum):
     SENT = "sent"
-    GONE = "gone"            # already dead (or a zombie): nothing to do
-    STALE = "stale"          # the pid now belongs to another process (or another boot): refused
+    GONE = "gone"  # already dead (or a zombie): nothing to do
+    STALE = "stale"  # the pid now belongs to another process (or another boot): refused
     PROTECTED = "protected"  # ourselves or an ancestor: refused
     NOT_MEMBER = "not-member"  # alive and itself, but not proven the run's: refused
 
@@ -99,8 +99,12 @@ def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
 
 def _refuse_stale(fd, ident, st):
     os.close(fd)
-    log.warning("refusing to signal pid %d: start ticks %d, expected %d (pid reused by another process)",
-                ident.pid, st.start_ticks, ident.start_ticks)
+    log.warning(
+        "refusing to signal pid %d: start ticks %d, expected %d (pid reused by another process)",
+        ident.pid,
+        st.start_ticks,
+        ident.start_ticks,
+    )
     return None, Outcome.STALE
 
 
@@ -134,6 +138,7 @@ def _signal_process_psutil(ident: Identity, sig) -> Outcome:
     # Elsewhere (no pidfd): psutil compares the create time before sending; a window
     # between its check and the kill remains, which pidfd closes on Linux.
     import psutil
+
     try:
         proc = psutil.Process(ident.pid)
         if proc.status() == psutil.STATUS_ZOMBIE:

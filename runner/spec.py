@@ -267,6 +267,7 @@ def load_frozen(path) -> Spec:
     """The spec frozen into a run directory, which is untrusted input: no link followed,
     no FIFO waited on, capped (Damaged); then validated like any spec (SpecError)."""
     from . import untrusted
+
     text = untrusted.read_text(path, FROZEN_CAP)
     return loads(text, str(path))
 

@@ -12,8 +12,8 @@ import os
 import time
 from dataclasses import asdict, dataclass, field, fields
 
-from .atomic import atomic_write_json
 from . import untrusted
+from .atomic import atomic_write_json
 from .errors import Damaged
 
 ITEM_STATUSES = ("pending", "done", "failed", "stopped")
@@ -82,13 +82,23 @@ class State:
 
 
 _STATE_TYPES = {
-    "attempt": (int,), "status": (str,), "stopped": (bool,), "stop_origin": (str, type(None)),
-    "current_item": (str, type(None)), "phase": (str, type(None)), "provider_calls": (int,),
-    "exit_code": (int, type(None)), "updated": (int, float),
+    "attempt": (int,),
+    "status": (str,),
+    "stopped": (bool,),
+    "stop_origin": (str, type(None)),
+    "current_item": (str, type(None)),
+    "phase": (str, type(None)),
+    "provider_calls": (int,),
+    "exit_code": (int, type(None)),
+    "updated": (int, float),
 }
 _ITEM_TYPES = {
-    "status": (str,), "session_done": (bool,), "post_session_done": (bool,), "verify_passed": (bool,),
-    "repairs": (int,), "calls": (int,),
+    "status": (str,),
+    "session_done": (bool,),
+    "post_session_done": (bool,),
+    "verify_passed": (bool,),
+    "repairs": (int,),
+    "calls": (int,),
 }
 
 

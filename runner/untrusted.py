@@ -39,9 +39,14 @@ _BRACKET = re.compile(rb"[\[\]{}]")
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symlink"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -129,8 +134,9 @@ def parse_json(raw: bytes, source: str | os.PathLike[str], max_depth: int = MAX_
         raise Damaged(source, f"not valid JSON ({first[:120]})") from None
 
 
-def read_json(path: str | os.PathLike[str], cap: int = SMALL_CAP, *, dir_fd: int | None = None,
-              max_depth: int = MAX_DEPTH) -> Any:
+def read_json(
+    path: str | os.PathLike[str], cap: int = SMALL_CAP, *, dir_fd: int | None = None, max_depth: int = MAX_DEPTH
+) -> Any:
     return parse_json(read_bytes(path, cap, dir_fd=dir_fd), path, max_depth)
 
 
@@ -149,4 +155,3 @@ def list_dir(path: str | os.PathLike[str]) -> list[str]:
         return sorted(os.listdir(fd))
     finally:
         os.close(fd)
-

@@ -24,9 +24,17 @@ def render(render_mod, measure=None, mutate=None, template=TEMPLATE):
 def test_measured_label_printed_with_its_provenance(render_mod, measure_json):
     """Path: a label present in measure.json is printed with test, n, median, p95, max, machine, date."""
     doc = render(render_mod, measure_json)
-    line = next(l for l in doc.splitlines() if "group reaper, trapping group" in l)
-    for part in ("median 1.013 s", "p95 1.031 s", "max 1.047 s", "MEASURED", "n=20",
-                 "tests/runner/test_reaper.py::test_group_trap_term", "ci-box", "2025-01-02T03:04:05"):
+    line = next(l for l in doc.splitlines() if "group route, trapping group" in l)
+    for part in (
+        "median 1.013 s",
+        "p95 1.031 s",
+        "max 1.047 s",
+        "MEASURED",
+        "n=20",
+        "tests/runner/test_reaper.py::test_group_trap_term",
+        "ci-box",
+        "2025-01-02T03:04:05",
+    ):
         assert part in line, part
     # The plugin's own label has no slot in the prose: the generic table carries it.
     assert "| plugin / own label |" in doc
@@ -70,8 +78,11 @@ def test_changed_default_changes_the_output(render_mod, monkeypatch):
 
 def test_unknown_constant_or_placeholder_is_refused(render_mod, tmp_path):
     """Path: a template naming a constant the code lacks fails instead of printing a guess."""
-    for text, msg in (("{{derived:NO_SUCH}}", "does not define"), ("{{mystery}}", "unknown placeholder"),
-                      ("{{exitcode:NOPE}}", "does not define")):
+    for text, msg in (
+        ("{{derived:NO_SUCH}}", "does not define"),
+        ("{{mystery}}", "unknown placeholder"),
+        ("{{exitcode:NOPE}}", "does not define"),
+    ):
         t = tmp_path / "t.md"
         t.write_text(text)
         with pytest.raises(render_mod.RenderError, match=msg):
@@ -114,8 +125,16 @@ def test_docs_check_fails_on_a_stale_doc(render_mod, measure_json, tmp_path, mon
 def test_cli_check_in_a_subprocess(tmp_path):
     """Path: the script as make runs it; exit 0 fresh, 1 stale."""
     out = tmp_path / "doc.md"
-    cmd = [sys.executable, str(ROOT / "docs" / "render_stop_latency.py"),
-           "--measure", str(tmp_path / "none.json"), "--mutate", str(tmp_path / "none2.json"), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "docs" / "render_stop_latency.py"),
+        "--measure",
+        str(tmp_path / "none.json"),
+        "--mutate",
+        str(tmp_path / "none2.json"),
+        "--out",
+        str(out),
+    ]
     subprocess.run(cmd, check=True, timeout=60)
     assert subprocess.run(cmd + ["--check"], capture_output=True, timeout=60).returncode == 0
     out.write_text(out.read_text() + "hand edit\n")
@@ -141,8 +160,9 @@ def test_renders_a_json_the_plugin_itself_wrote(render_mod, pytester, tmp_path):
     as MEASURED with n=3, and its repeats name one test, not three."""
     pytester.makepyfile(test_inner=INNER_STOP_TEST)
     out = tmp_path / "measure.json"
-    result = pytester.runpytest_subprocess("--stop-latency", "--stop-latency-repeat", "3",
-                                           "-p", "no:xdist", f"--stop-latency-json={out}")
+    result = pytester.runpytest_subprocess(
+        "--stop-latency", "--stop-latency-repeat", "3", "-p", "no:xdist", f"--stop-latency-json={out}"
+    )
     result.assert_outcomes(passed=3)
     template = tmp_path / "t.md"
     template.write_text("{{measured:inner killpg / trap-term}}\n")
@@ -156,8 +176,9 @@ def test_derived_figures_carry_their_unit_and_follow_the_defaults(render_mod, tm
     own unit (seconds, bytes, a count), and the short version's graceful sum follows a
     changed default instead of staying "hours"."""
     template = tmp_path / "t.md"
-    template.write_text("{{derived:OUTPUT_CAP_BYTES}}|{{derived:REPAIR_MAX_ATTEMPTS}}|"
-                        "{{derived:KILL_GRACE}}|{{graceful_sum}}\n")
+    template.write_text(
+        "{{derived:OUTPUT_CAP_BYTES}}|{{derived:REPAIR_MAX_ATTEMPTS}}|{{derived:KILL_GRACE}}|{{graceful_sum}}\n"
+    )
     monkeypatch.setattr(runner.defaults, "CALL_TIMEOUT", 60.0)
     monkeypatch.setattr(runner.defaults, "HOOK_TIMEOUT", 10.0)
     monkeypatch.setattr(runner.defaults, "VERIFY_TIMEOUT", 30.0)

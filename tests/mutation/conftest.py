@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-CALC = '''\
+CALC = """\
 def add(a, b):
     return a + b  # ablate: add
 
 
 def double(x):
     return x * 2  # ablate: double
-'''
+"""
 
-TESTS = '''\
+TESTS = """\
 import os
 import subprocess
 import sys
@@ -40,14 +40,14 @@ def test_add_in_subprocess():
 
 def test_unrelated():
     assert calc.double(2) == 4
-'''
+"""
 
 # The fake tree has its own pytest configuration; the project's plugin is switched off
 # (the fake tests need none of it).
-PYPROJECT = '''\
+PYPROJECT = """\
 [tool.pytest.ini_options]
 testpaths = ["tests"]
-'''
+"""
 
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:stoplatency"]
 

@@ -12,7 +12,7 @@ import pytest
 from mutation import BaselineFailed, load, run
 from mutation.verdict import INVALID, KILLED, STALE, SURVIVED, TIMEOUT
 
-ADD_TO_SUB = '''
+ADD_TO_SUB = """
 [[mutation]]
 id = "add-sub"
 path = "addition"
@@ -22,7 +22,7 @@ marker = "add"
 replace = "return a - b"
 killers = ["tests/test_calc.py::test_add"]
 survivors = ["tests/test_calc.py::test_unrelated"]
-'''
+"""
 
 
 @pytest.fixture
@@ -30,6 +30,7 @@ def campaign(write_config, tmp_path):
     def go(tree, body, **kw):
         cfg = write_config(tree, body, **kw)
         return run(load(cfg), tree, jobs=2, artifacts=tmp_path / "artifacts")
+
     return go
 
 
@@ -59,18 +60,21 @@ def test_survivor_and_killer_in_a_subprocess(fake_tree, campaign, tmp_path):
     """Path: the mutated module imported in a child process is recorded there too and a
     killer that only fails through the child kills the mutation."""
     tree = fake_tree()
-    body = ADD_TO_SUB.replace('killers = ["tests/test_calc.py::test_add"]',
-                              'killers = ["tests/test_calc.py::test_add_in_subprocess"]')
+    body = ADD_TO_SUB.replace(
+        'killers = ["tests/test_calc.py::test_add"]', 'killers = ["tests/test_calc.py::test_add_in_subprocess"]'
+    )
     out = campaign(tree, body)
     assert one(out).verdict == KILLED
-    pids = {json.loads(l)["pid"] for l in (tmp_path / "artifacts" / "add-sub" / "imports.jsonl").read_text().splitlines()}
+    pids = {
+        json.loads(l)["pid"] for l in (tmp_path / "artifacts" / "add-sub" / "imports.jsonl").read_text().splitlines()
+    }
     assert len(pids) >= 2  # the pytest process and its child
 
 
 def test_survived(fake_tree, campaign, tmp_path):
     """Path: a mutation no killer notices -> survived, and the campaign is not ok."""
     tree = fake_tree()
-    body = '''
+    body = """
     [[mutation]]
     id = "double-triple"
     path = "doubling"
@@ -79,7 +83,7 @@ def test_survived(fake_tree, campaign, tmp_path):
     marker = "double"
     replace = "return x * 3"
     killers = ["tests/test_calc.py::test_double_runs"]
-    '''
+    """
     out = campaign(tree, body)
     assert one(out).verdict == SURVIVED
     assert not out.ok
@@ -103,9 +107,10 @@ def test_killer_not_collected_is_invalid_not_killed(fake_tree, campaign, tmp_pat
     """Path: a killer that exists on the baseline but is gone in the mutated copy (the
     mutation breaks its collection) is invalid, never a kill."""
     tree = fake_tree("\n\nif calc.add(0, 0) == 0:\n    def test_zero():\n        assert calc.add(0, 0) == 0\n")
-    body = ADD_TO_SUB.replace('replace = "return a - b"', 'replace = "return a + b + 1"') \
-                     .replace('killers = ["tests/test_calc.py::test_add"]',
-                              'killers = ["tests/test_calc.py::test_zero", "tests/test_calc.py::test_add"]')
+    body = ADD_TO_SUB.replace('replace = "return a - b"', 'replace = "return a + b + 1"').replace(
+        'killers = ["tests/test_calc.py::test_add"]',
+        'killers = ["tests/test_calc.py::test_zero", "tests/test_calc.py::test_add"]',
+    )
     out = campaign(tree, body)
     v = one(out)
     assert v.verdict == INVALID and "not collected" in v.detail and "tests/test_calc.py::test_zero" in v.detail, v
@@ -115,8 +120,7 @@ def test_collection_error_is_invalid(fake_tree, campaign, tmp_path):
     """Path: a mutation that compiles but breaks import (a module-level import of nothing)
     -> invalid (an import error is not a kill)."""
     tree = fake_tree()
-    body = ADD_TO_SUB.replace('replace = "return a - b"',
-                              'replace = "return a + b\\nimport no_such_module_anywhere"')
+    body = ADD_TO_SUB.replace('replace = "return a - b"', 'replace = "return a + b\\nimport no_such_module_anywhere"')
     v = one(campaign(tree, body))
     assert v.verdict == INVALID and "collection error" in v.detail, v
 
@@ -132,9 +136,11 @@ def test_mutation_that_does_not_compile_is_invalid(fake_tree, campaign, tmp_path
     # copy is made from the working tree as it is, uncommitted edits included).
     test_file = tree / "tests" / "test_calc.py"
     test_file.write_text(test_file.read_text().replace("import calc\n", "", 1))
-    body = ADD_TO_SUB.replace('replace = "return a - b"', 'replace = "return a +"') \
-                     .replace("::test_add\"]", "::test_add_late_import\"]") \
-                     .replace('survivors = ["tests/test_calc.py::test_unrelated"]', "")
+    body = (
+        ADD_TO_SUB.replace('replace = "return a - b"', 'replace = "return a +"')
+        .replace('::test_add"]', '::test_add_late_import"]')
+        .replace('survivors = ["tests/test_calc.py::test_unrelated"]', "")
+    )
     out = campaign(tree, body)
     v = one(out)
     assert v.verdict == INVALID and "does not compile" in v.detail and "calc.py" in v.detail, v
@@ -142,7 +148,7 @@ def test_mutation_that_does_not_compile_is_invalid(fake_tree, campaign, tmp_path
     assert not out.ok
 
 
-FIXTURE_TESTS = '''
+FIXTURE_TESTS = """
 
 import pytest
 
@@ -164,7 +170,7 @@ def test_setup_fixture(add_checked_in_setup):
 
 def test_teardown_fixture(add_checked_in_teardown):
     pass
-'''
+"""
 
 
 @pytest.mark.parametrize("phase", ["setup", "teardown"])
@@ -173,7 +179,7 @@ def test_killer_failing_outside_its_body_is_invalid(fake_tree, campaign, tmp_pat
     invalid, naming the phase (a broken fixture does not show the test noticed the mutation).
     Ablation: count any failure ("failed:*") as a kill and this reads "killed"."""
     tree = fake_tree(FIXTURE_TESTS)
-    body = ADD_TO_SUB.replace("::test_add\"]", f"::test_{phase}_fixture\"]")
+    body = ADD_TO_SUB.replace('::test_add"]', f'::test_{phase}_fixture"]')
     v = one(campaign(tree, body))
     assert v.verdict == INVALID, v
     assert f"tests/test_calc.py::test_{phase}_fixture ({phase})" in v.detail and "not a kill" in v.detail, v
@@ -184,9 +190,8 @@ def test_pytest_timeout_in_the_killer_is_timeout_not_killed(fake_tree, campaign,
     well before the campaign's limit; the probe records that the failure was pytest-timeout's
     -> verdict timeout, not killed.
     Ablation: drop the probe's timeout record (or the verdict's use of it) and this reads "killed"."""
-    tree = fake_tree(ini="timeout = 2\ntimeout_method = \"signal\"\n")
-    body = ADD_TO_SUB.replace('replace = "return a - b"',
-                              'replace = "__import__(\'time\').sleep(3600)"')
+    tree = fake_tree(ini='timeout = 2\ntimeout_method = "signal"\n')
+    body = ADD_TO_SUB.replace('replace = "return a - b"', "replace = \"__import__('time').sleep(3600)\"")
     out = campaign(tree, body, timeout=60)
     v = one(out)
     assert v.verdict == TIMEOUT and "pytest-timeout" in v.detail, v
@@ -198,8 +203,7 @@ def test_pytest_timeout_in_the_killer_is_timeout_not_killed(fake_tree, campaign,
 def test_timeout(fake_tree, campaign, tmp_path):
     """Path: a mutation that hangs the killer -> its own verdict, timeout, within the limit."""
     tree = fake_tree()
-    body = ADD_TO_SUB.replace('replace = "return a - b"',
-                              'replace = "__import__(\'time\').sleep(3600)"')
+    body = ADD_TO_SUB.replace('replace = "return a - b"', "replace = \"__import__('time').sleep(3600)\"")
     out = campaign(tree, body, timeout=3)
     v = one(out)
     assert v.verdict == TIMEOUT, v
@@ -219,15 +223,17 @@ def test_not_the_scratch_copy_is_invalid(fake_tree, campaign, tmp_path):
 
 def test_not_the_scratch_copy_in_a_subprocess(fake_tree, campaign, tmp_path):
     """Path: only a child process imports the working tree's module -> invalid."""
-    extra = f'''
+    extra = f"""
 
     def test_child_from_working_tree():
         env = dict(os.environ, PYTHONPATH={str(tmp_path / "tree")!r} + os.pathsep + os.environ["PYTHONPATH"])
         subprocess.run([sys.executable, "-c", "import calc"], env=env, cwd="/", check=True)
-    '''
+    """
     tree = fake_tree(extra)
-    body = ADD_TO_SUB.replace('survivors = ["tests/test_calc.py::test_unrelated"]',
-                              'survivors = ["tests/test_calc.py::test_child_from_working_tree"]')
+    body = ADD_TO_SUB.replace(
+        'survivors = ["tests/test_calc.py::test_unrelated"]',
+        'survivors = ["tests/test_calc.py::test_child_from_working_tree"]',
+    )
     v = one(campaign(tree, body))
     assert v.verdict == INVALID and "not the scratch copy" in v.detail, v
 
@@ -235,8 +241,10 @@ def test_not_the_scratch_copy_in_a_subprocess(fake_tree, campaign, tmp_path):
 def test_survivor_gone_red_fails_the_campaign(fake_tree, campaign, tmp_path):
     """Path: a killed mutation whose documented survivor fails -> not ok."""
     tree = fake_tree()
-    body = ADD_TO_SUB.replace('survivors = ["tests/test_calc.py::test_unrelated"]',
-                              'survivors = ["tests/test_calc.py::test_add_in_subprocess"]')
+    body = ADD_TO_SUB.replace(
+        'survivors = ["tests/test_calc.py::test_unrelated"]',
+        'survivors = ["tests/test_calc.py::test_add_in_subprocess"]',
+    )
     out = campaign(tree, body)
     v = one(out)
     assert v.verdict == KILLED and v.survivors_red == ["tests/test_calc.py::test_add_in_subprocess"]
@@ -246,8 +254,9 @@ def test_survivor_gone_red_fails_the_campaign(fake_tree, campaign, tmp_path):
 def test_baseline_must_be_green(fake_tree, campaign, tmp_path):
     """Path: a killer that fails on the unmutated tree stops the campaign before any mutation."""
     tree = fake_tree("\n\ndef test_broken():\n    assert calc.add(1, 1) == 3\n")
-    body = ADD_TO_SUB.replace('killers = ["tests/test_calc.py::test_add"]',
-                              'killers = ["tests/test_calc.py::test_broken"]')
+    body = ADD_TO_SUB.replace(
+        'killers = ["tests/test_calc.py::test_add"]', 'killers = ["tests/test_calc.py::test_broken"]'
+    )
     with pytest.raises(BaselineFailed, match="not green: tests/test_calc.py::test_broken"):
         campaign(tree, body)
 
@@ -255,7 +264,7 @@ def test_baseline_must_be_green(fake_tree, campaign, tmp_path):
 def test_removed_killer_fails_the_baseline(fake_tree, campaign, tmp_path):
     """Path: a killer removed from the suite is caught by the baseline (not collected)."""
     tree = fake_tree()
-    body = ADD_TO_SUB.replace("::test_add\"]", "::test_gone\"]")
+    body = ADD_TO_SUB.replace('::test_add"]', '::test_gone"]')
     with pytest.raises(BaselineFailed, match="not found .*: tests/test_calc.py::test_gone"):
         campaign(tree, body)
 
@@ -263,16 +272,28 @@ def test_removed_killer_fails_the_baseline(fake_tree, campaign, tmp_path):
 def test_cli_writes_json_and_table_and_exits_nonzero_on_survivor(fake_tree, write_config, tmp_path):
     """Path: `python -m mutation`: table on stdout, JSON written, exit 1 when one survived."""
     tree = fake_tree()
-    body = ADD_TO_SUB + ADD_TO_SUB.replace('id = "add-sub"', 'id = "double-weak"') \
-        .replace('marker = "add"', 'marker = "double"') \
-        .replace('replace = "return a - b"', 'replace = "return x * 5"') \
-        .replace("::test_add\"]", "::test_double_runs\"]")
+    body = ADD_TO_SUB + ADD_TO_SUB.replace('id = "add-sub"', 'id = "double-weak"').replace(
+        'marker = "add"', 'marker = "double"'
+    ).replace('replace = "return a - b"', 'replace = "return x * 5"').replace('::test_add"]', '::test_double_runs"]')
     cfg = write_config(tree, body)
     out_json = tmp_path / "mutate.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "mutation", "--config", str(cfg), "--root", str(tree),
-         "--json", str(out_json), "--artifacts", str(tmp_path / "art")],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "mutation",
+            "--config",
+            str(cfg),
+            "--root",
+            str(tree),
+            "--json",
+            str(out_json),
+            "--artifacts",
+            str(tmp_path / "art"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 1, proc.stderr
     data = json.loads(out_json.read_text())
@@ -282,16 +303,17 @@ def test_cli_writes_json_and_table_and_exits_nonzero_on_survivor(fake_tree, writ
     assert (tmp_path / "mutate.txt").read_text().strip() == proc.stdout.strip()
 
 
-HANG = '''
+HANG = """
 [[mutation]]
 id = "hang-{n}"
 path = "addition"
 why = "a mutation that hangs its killer"
 file = "calc.py"
 marker = "add"
-replace = "__import__('pathlib').Path(__import__('os').environ['HANG_DIR'], str(__import__('os').getpid())).touch(); __import__('time').sleep(3600)"
+replace = "__import__('pathlib').Path(__import__('os').environ['HANG_DIR'], str(__import__('os').getpid())).touch(); \
+__import__('time').sleep(3600)"
 killers = ["tests/test_calc.py::test_add_in_subprocess"]
-'''
+"""
 
 
 def test_sigterm_ends_inner_runs_and_removes_scratch_copies(fake_tree, write_config, tmp_path):
@@ -309,9 +331,26 @@ def test_sigterm_ends_inner_runs_and_removes_scratch_copies(fake_tree, write_con
     hang_dir.mkdir()
     env = dict(os.environ, TMPDIR=str(scratch_tmp), HANG_DIR=str(hang_dir))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mutation", "--config", str(cfg), "--root", str(tree), "--jobs", "1",
-         "--json", str(tmp_path / "mutate.json"), "--artifacts", str(tmp_path / "art")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "mutation",
+            "--config",
+            str(cfg),
+            "--root",
+            str(tree),
+            "--jobs",
+            "1",
+            "--json",
+            str(tmp_path / "mutate.json"),
+            "--artifacts",
+            str(tmp_path / "art"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen: list = []
     try:
         deadline = time.monotonic() + 60

@@ -20,7 +20,6 @@ import time
 from pytest_stoplatency import PreparedVictim
 from pytest_stoplatency.victim import KINDS
 
-
 LANGS = ("python", "bash")
 
 
@@ -40,8 +39,9 @@ def bare(argv, n):
 def start(kind, lang):
     p = PreparedVictim(kind, lang=lang)
     t = time.monotonic()
-    proc = subprocess.Popen(p.argv, start_new_session=True, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        p.argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     v = p.adopt(10.0, process=proc)
     return v, proc, time.monotonic() - t
 
@@ -52,11 +52,16 @@ def main():
     ap.add_argument("--lang", choices=LANGS, action="append", help="only these languages (repeatable)")
     a = ap.parse_args()
     n, langs = a.n, a.lang or list(LANGS)
-    print(f"bare: python -c pass {bare([sys.executable, '-c', 'pass'], n) * 1000:.1f} ms, "
-          f"python -S -c pass {bare([sys.executable, '-S', '-c', 'pass'], n) * 1000:.1f} ms, "
-          f"bash -c : {bare(['bash', '-c', ':'], n) * 1000:.1f} ms (median of {n})")
-    print(f"{'kind':14} " + " ".join(f"{lang + ' ms':>10}" for lang in langs)
-          + f"   detect after SIGKILL ms, median (p95): {' / '.join(langs)}")
+    print(
+        f"bare: python -c pass {bare([sys.executable, '-c', 'pass'], n) * 1000:.1f} ms, "
+        f"python -S -c pass {bare([sys.executable, '-S', '-c', 'pass'], n) * 1000:.1f} ms, "
+        f"bash -c : {bare(['bash', '-c', ':'], n) * 1000:.1f} ms (median of {n})"
+    )
+    print(
+        f"{'kind':14} "
+        + " ".join(f"{lang + ' ms':>10}" for lang in langs)
+        + f"   detect after SIGKILL ms, median (p95): {' / '.join(langs)}"
+    )
     for kind in KINDS:
         row = []
         det = []

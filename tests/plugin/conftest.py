@@ -8,6 +8,7 @@ import pytest
 @pytest.fixture
 def start_prepared(victim):
     """Start a prepared victim the way someone else's code would (group leader, not session leader)."""
+
     def start(kind, *, lang="python", close_fds=False, **popen):
         p = victim.prepare(kind, lang=lang)
         argv = p.argv

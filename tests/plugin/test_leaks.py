@@ -12,7 +12,7 @@ import pytest
 
 from pytest_stoplatency import _procs
 
-INNER_PRELUDE = '''
+INNER_PRELUDE = """
 import json, os, time, pytest
 
 def record(v, path="victims.json"):
@@ -26,7 +26,7 @@ def record(v, path="victims.json"):
     with open(path + ".tmp", "w") as f:
         json.dump(known, f)
     os.replace(path + ".tmp", path)
-'''
+"""
 
 
 def recorded(pytester):
@@ -38,7 +38,9 @@ def living(pytester):
     """Every recorded process (victims, members, extras) still alive, by pid + start ticks."""
     out = set()
     for v in recorded(pytester):
-        for pid, ticks in [(v["pid"], v["start_ticks"])] + [tuple(m) for m in v["members"]] + [tuple(e) for e in v["extras"]]:
+        for pid, ticks in (
+            [(v["pid"], v["start_ticks"])] + [tuple(m) for m in v["members"]] + [tuple(e) for e in v["extras"]]
+        ):
             if _procs.is_alive(pid, ticks):
                 out.add((pid, ticks))
         out.update(_procs.lineage([v["token"]]))
@@ -66,21 +68,25 @@ def run_inner(pytester, *args, timeout=60):
 def test_cleanup_kills_and_reports_a_leaking_test(pytester):
     """Path: the per-test cleanup SIGKILLs a victim the test left alive and reports the test as an error.
 
-    Ablation: delete the line `_procs.signal_identified(pid, ticks, signal.SIGKILL)  # stoplatency: per-test cleanup SIGKILL`
-    in pytest_stoplatency/_cleanup.py and this test goes red (the victims are alive after the inner run).
+    Ablation: `plugin-cleanup-sigkill` (the per-test cleanup's SIGKILL in
+    pytest_stoplatency/_cleanup.py) and this test goes red (the victims are alive after the inner run).
     """
-    pytester.makepyfile(INNER_PRELUDE + '''
+    pytester.makepyfile(
+        INNER_PRELUDE
+        + """
 def test_leaves_them(victim):
     record(victim("trap-term"))
     record(victim("forker", lang="bash"))
-''')
+"""
+    )
     result = run_inner(pytester)
     left = reap_leftovers(pytester)
     assert len(recorded(pytester)) == 2
     assert not left, f"the per-test cleanup left {left} alive"
     result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*ERROR at teardown of test_leaves_them*",
-                                 "*stoplatency: test leaked victim processes*"])
+    result.stdout.fnmatch_lines(
+        ["*ERROR at teardown of test_leaves_them*", "*stoplatency: test leaked victim processes*"]
+    )
 
 
 def test_a_victim_the_test_sigkilled_is_not_reported_as_a_leak(pytester):
@@ -92,7 +98,9 @@ def test_a_victim_the_test_sigkilled_is_not_reported_as_a_leak(pytester):
     kill_lineage) and this goes red: a forker's children are often still exiting (14 of 20 were
     reported); PF_EXITING alone is set too late to tell.
     """
-    pytester.makepyfile(INNER_PRELUDE + '''
+    pytester.makepyfile(
+        INNER_PRELUDE
+        + """
 import signal
 
 @pytest.mark.parametrize("i", range(20))
@@ -100,7 +108,8 @@ def test_kills_and_returns(victim, i):
     v = victim("forker", children=4)
     record(v)
     os.killpg(v.pgid, signal.SIGKILL)
-''')
+"""
+    )
     result = run_inner(pytester, timeout=120)
     left = reap_leftovers(pytester)
     assert len(recorded(pytester)) == 20
@@ -111,12 +120,15 @@ def test_kills_and_returns(victim, i):
 
 def test_a_test_failing_midway_leaks_nothing(pytester):
     """Path: a test that fails between starting victims and stopping them; the cleanup still kills all, extras too."""
-    pytester.makepyfile(INNER_PRELUDE + '''
+    pytester.makepyfile(
+        INNER_PRELUDE
+        + """
 def test_fails(victim):
     record(victim("env-scrubber"))
     record(victim("respawner", lang="bash"))
     assert False, "midway"
-''')
+"""
+    )
     result = run_inner(pytester)
     left = reap_leftovers(pytester)
     assert not left
@@ -125,12 +137,15 @@ def test_fails(victim):
 
 def test_pytest_timeout_signal_method_leaks_nothing(pytester):
     """Path: pytest-timeout's signal method raises in the test; teardown runs and kills the victims."""
-    pytester.makepyfile(INNER_PRELUDE + '''
+    pytester.makepyfile(
+        INNER_PRELUDE
+        + """
 @pytest.mark.timeout(1, method="signal")
 def test_hangs(victim):
     record(victim("trap-term"))
     time.sleep(60)
-''')
+"""
+    )
     result = run_inner(pytester)
     left = reap_leftovers(pytester)
     assert not left
@@ -143,18 +158,21 @@ def test_pytest_timeout_thread_method_is_swept_by_the_next_session(pytester):
 
     Ablation: skip the sweep in pytest_sessionstart/pytest_sessionfinish and the orphans stay alive.
     """
-    pytester.makepyfile(test_hang=INNER_PRELUDE + '''
+    pytester.makepyfile(
+        test_hang=INNER_PRELUDE
+        + """
 @pytest.mark.timeout(1, method="thread")
 def test_hangs(victim):
     record(victim("trap-term"))
     record(victim("env-scrubber", lang="bash"))
     time.sleep(60)
-''')
+"""
+    )
     pytester.makepyfile(test_next="def test_nothing():\n    pass\n")
     # The machine is shared: any session's sweep kills any dead owner's victims, so another
     # session (another xdist worker's inner run) may get there first. Such an attempt proves
     # nothing about OUR count and is repeated; a sweep that never counts fails.
-    for attempt in range(3):
+    for _attempt in range(3):
         (pytester.path / "victims.json").unlink(missing_ok=True)
         first = run_inner(pytester, "test_hang.py")
         orphans = living(pytester)
@@ -174,11 +192,13 @@ def test_hangs(victim):
         if alive_before and swept >= 1:
             break
     else:
-        pytest.fail(f"in 3 attempts no orphan was both alive before the next session and counted by its "
-                    f"sweep (last: {sorted(alive_before)} alive before it, swept {swept})")
+        pytest.fail(
+            f"in 3 attempts no orphan was both alive before the next session and counted by its "
+            f"sweep (last: {sorted(alive_before)} alive before it, swept {swept})"
+        )
 
 
-WINDOW = '''
+WINDOW = """
 import signal, subprocess
 from pytest_stoplatency import _procs, _records
 
@@ -220,7 +240,7 @@ def test_killed_before_its_handshake(victim):
         json.dump([[pid, ticks]], f)
     if ENDING == "crash":
         os._exit(3)  # no teardown: the next session's sweep must find it through the record
-'''
+"""
 
 
 @pytest.mark.parametrize("ending", ["teardown", "crash"])
@@ -262,12 +282,15 @@ def test_a_live_sessions_victims_survive_another_sessions_sweep(victim, pytester
     """
     mine = victim("trap-term")
     scrubber = victim("env-scrubber")
-    pytester.makepyfile(test_dead=INNER_PRELUDE + '''
+    pytester.makepyfile(
+        test_dead=INNER_PRELUDE
+        + """
 def test_dies(victim):
     record(victim("trap-term"))
     record(victim("env-scrubber", lang="bash"))
     os._exit(3)  # the owner dies without teardown
-''')
+"""
+    )
     for name in ("tmp-dead", "tmp-sweeper"):
         (tmp_path / name).mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp-dead"))

@@ -1,12 +1,11 @@
 """The plugin's own behaviour, through real inner pytest processes (runpytest_subprocess)."""
 
 import json
-
 import subprocess
 
 from pytest_stoplatency import _procs, _report, plugin
 
-LATENCY_TESTS = '''
+LATENCY_TESTS = """
 import json, os, signal, pytest
 
 @pytest.mark.stop_latency(bound=5, label="killpg SIGKILL / forker")
@@ -21,7 +20,7 @@ def test_explicit_label(victim, stop_latency):
     v = victim("trap-term", lang="bash")
     with stop_latency.measure("explicit / trap-term", v):
         os.killpg(v.pgid, signal.SIGKILL)
-'''
+"""
 
 
 def run(pytester, *args, timeout=60):
@@ -57,24 +56,43 @@ def test_marker_registered_and_help_texts(pytester):
 def test_table_and_json_with_repeat(pytester):
     """Path: --stop-latency-repeat N runs each marked test N times; the table and the JSON hold every sample."""
     pytester.makepyfile(LATENCY_TESTS)
-    result = run(pytester, "--stop-latency", "-p", "no:xdist", "--stop-latency-repeat", "3",
-                 "--stop-latency-json", "out/lat.json")
+    result = run(
+        pytester,
+        "--stop-latency",
+        "-p",
+        "no:xdist",
+        "--stop-latency-repeat",
+        "3",
+        "--stop-latency-json",
+        "out/lat.json",
+    )
     result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines([
-        "*= stop latency =*",
-        "label*n*min*median*p95*max*bound*verdict",
-        "explicit / trap-term*3*pass",
-        "killpg SIGKILL / forker*3*pass",
-        _report.P95_FOOTNOTE,
-        "stoplatency: swept * ownerless victim process(es)",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*= stop latency =*",
+            "label*n*min*median*p95*max*bound*verdict",
+            "explicit / trap-term*3*pass",
+            "killpg SIGKILL / forker*3*pass",
+            _report.P95_FOOTNOTE,
+            "stoplatency: swept * ownerless victim process(es)",
+        ]
+    )
     # n=3: the p95 column says "-" (a nearest-rank p95 of 3 samples is the max), the JSON keeps it.
     row = next(l for l in result.outlines if l.startswith("killpg SIGKILL / forker"))
     assert row.split()[-4] == "-", row
     doc = json.loads((pytester.path / "out" / "lat.json").read_text())
     assert doc["schema"] == 1
-    assert set(doc) == {"schema", "machine", "time", "git_commit", "git_dirty", "samples", "labels",
-                        "missing_workers", "swept"}
+    assert set(doc) == {
+        "schema",
+        "machine",
+        "time",
+        "git_commit",
+        "git_dirty",
+        "samples",
+        "labels",
+        "missing_workers",
+        "swept",
+    }
     assert doc["git_commit"] is None and doc["git_dirty"] is None  # pytester's directory is no git tree
     assert set(doc["machine"]) == {"kernel", "python", "cpus", "hostname"}
     assert len(doc["samples"]) == 6
@@ -93,7 +111,7 @@ def test_bound_fails_names_and_kills_survivors(pytester):
 
     Ablation: drop the kill_lineage call in the recorder -> the per-test cleanup reports a leak (errors=1).
     """
-    pytester.makepyfile('''
+    pytester.makepyfile("""
 import json, os, signal, pytest
 
 @pytest.mark.stop_latency(bound=1, label="SIGTERM only / trap-term")
@@ -102,7 +120,7 @@ def test_too_slow(victim, stop_latency):
     json.dump(v.members(), open("members.json", "w"))
     with stop_latency.measure(None, v):
         os.killpg(v.pgid, signal.SIGTERM)
-''')
+""")
     result = run(pytester, "--stop-latency", "-p", "no:xdist", "--stop-latency-json", "lat.json")
     result.assert_outcomes(failed=1)
     members = json.loads((pytester.path / "members.json").read_text())
@@ -134,22 +152,22 @@ def test_xdist_merges_both_workers(pytester):
 
 def test_xdist_names_a_worker_that_returned_nothing(pytester):
     """Path: a worker that dies hands over no workeroutput; the controller names it in the summary and JSON."""
-    pytester.makepyfile('''
+    pytester.makepyfile("""
 import os, pytest
 
 def test_crash():
     os._exit(3)
-''')
-    result = run(pytester, "--stop-latency", "-n", "2", "--max-worker-restart", "0",
-                 "--stop-latency-json", "lat.json")
+""")
+    result = run(pytester, "--stop-latency", "-n", "2", "--max-worker-restart", "0", "--stop-latency-json", "lat.json")
     result.stdout.fnmatch_lines(["*stoplatency: workers that returned no samples: gw*"])
     doc = json.loads((pytester.path / "lat.json").read_text())
     assert doc["missing_workers"] and all(w.startswith("gw") for w in doc["missing_workers"])
 
 
 def _git(cwd, *args):
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd,
-                          check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def test_p95_shown_from_20_samples_and_json_records_a_clean_tree(pytester):
@@ -163,8 +181,18 @@ def test_p95_shown_from_20_samples_and_json_records_a_clean_tree(pytester):
     _git(pytester.path, "init", "-q")
     _git(pytester.path, "add", ".")
     _git(pytester.path, "commit", "-qm", "tests")
-    result = run(pytester, "--stop-latency", "-p", "no:xdist", "--stop-latency-repeat", "20",
-                 "-k", "killpg", "--stop-latency-json", "docs/lat.json")
+    result = run(
+        pytester,
+        "--stop-latency",
+        "-p",
+        "no:xdist",
+        "--stop-latency-repeat",
+        "20",
+        "-k",
+        "killpg",
+        "--stop-latency-json",
+        "docs/lat.json",
+    )
     result.assert_outcomes(passed=20, deselected=20)
     row = next(l for l in result.outlines if l.startswith("killpg SIGKILL / forker"))
     doc = json.loads((pytester.path / "docs" / "lat.json").read_text())

@@ -13,8 +13,8 @@ import time
 
 import psutil
 import pytest
-
 from plugin_helpers import ready_info, sig_set, wait_for
+
 from pytest_stoplatency import _procs
 from pytest_stoplatency.victim import KINDS
 

@@ -2,13 +2,12 @@ import contextlib
 import os
 import subprocess
 import time
-
 from pathlib import Path
 
 import pytest
-
 import runs as runs_helpers
-from runner import reaper, stopper
+
+from runner import reaper, stop_command
 from runner.registry import Registry
 from runner.rundir import RunDir
 
@@ -106,7 +105,7 @@ def runs(tmp_path):
         if rd.is_live() or runs_helpers.tagged(rd.run_id):
             leaked[rd.run_id] = runs_helpers.tagged(rd.run_id)
             if rd.engine_identity.exists():
-                stopper.force(rd, 0.2, fallback=False)
+                stop_command.force(rd, 0.2, fallback=False)
             reaper.kill_tagged(rd.run_id, 0.2)
         if rd.cgroup_file.exists() and not rd.is_live():
             path = Path(rd.cgroup_file.read_text().strip())

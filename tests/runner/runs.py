@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import identity, stopper
+from runner import identity, stop_command
 from runner import journal as journalmod
 from runner.rundir import RunDir
 from runner.state import StateStore
@@ -31,12 +31,23 @@ def _toml_value(value):
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
-def write_spec(path, *, items=("a",), provider, call_timeout=None, idle_timeout=None, stop=None,
-               post_session=(), post_run=(), verify=(), repair=None, retry=None):
+def write_spec(
+    path,
+    *,
+    items=("a",),
+    provider,
+    call_timeout=None,
+    idle_timeout=None,
+    stop=None,
+    post_session=(),
+    post_run=(),
+    verify=(),
+    repair=None,
+    retry=None,
+):
     """Write a spec. Commands are argv lists; hook/verify entries are dicts with
     `command` and optional `timeout` / `fixable`."""
-    lines = [f"items = {_toml_value(list(items))}", "", "[provider]",
-             f"command = {_toml_value(list(provider))}"]
+    lines = [f"items = {_toml_value(list(items))}", "", "[provider]", f"command = {_toml_value(list(provider))}"]
     if call_timeout is not None:
         lines.append(f"call_timeout = {_toml_value(call_timeout)}")
     if idle_timeout is not None:
@@ -44,8 +55,7 @@ def write_spec(path, *, items=("a",), provider, call_timeout=None, idle_timeout=
     for table, values in (("stop", stop), ("repair", repair), ("retry", retry)):
         if values:
             lines += ["", f"[{table}]"] + [f"{k} = {_toml_value(v)}" for k, v in values.items()]
-    for table, entries in (("hooks.post_session", post_session), ("hooks.post_run", post_run),
-                           ("verify", verify)):
+    for table, entries in (("hooks.post_session", post_session), ("hooks.post_run", post_run), ("verify", verify)):
         for entry in entries:
             lines += ["", f"[[{table}]]"] + [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
     Path(path).write_text("\n".join(lines) + "\n")
@@ -53,8 +63,9 @@ def write_spec(path, *, items=("a",), provider, call_timeout=None, idle_timeout=
 
 
 def runner(*args, timeout=60, env=None):
-    proc = subprocess.run([*RUNNER, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [*RUNNER, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
+    )
     proc.stderr = with_traceback(proc.stderr)  # an internal error's traceback, in the test's report
     return proc
 
@@ -71,8 +82,7 @@ def journal(rd):
 
 
 def events(rd, name, **match):
-    return [e for e in journal(rd) if e.get("event") == name
-            and all(e.get(k) == v for k, v in match.items())]
+    return [e for e in journal(rd) if e.get("event") == name and all(e.get(k) == v for k, v in match.items())]
 
 
 def wait_event(rd, name, timeout=30.0, **match):
@@ -83,8 +93,7 @@ def wait_event(rd, name, timeout=30.0, **match):
         if found:
             return found[-1]
         time.sleep(0.01)
-    raise AssertionError(f"no {name} {match} in {rd.journal} after {timeout}s: "
-                         f"{[e.get('event') for e in journal(rd)]}")
+    raise AssertionError(f"no {name} {match} in {rd.journal} after {timeout}s: {[e.get('event') for e in journal(rd)]}")
 
 
 def wait_engine_exit(rd, timeout=30.0):
@@ -95,7 +104,7 @@ def wait_engine_exit(rd, timeout=30.0):
             raise AssertionError(f"engine of {rd.path} still live after {timeout}s")
         time.sleep(0.01)
     engine = identity.read(rd.engine_identity)
-    if not stopper.wait_engine_gone(engine, max(deadline - time.monotonic(), 0.0)):
+    if not stop_command.wait_engine_gone(engine, max(deadline - time.monotonic(), 0.0)):
         raise AssertionError(f"engine pid {engine.pid} of {rd.path} still running after {timeout}s")
 
 

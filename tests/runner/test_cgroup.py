@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from runs import new_run_id
+
 from runner import cgroup as cgroup_mod
 from runner import identity, reaper
 from runner.cgroup import RunCgroup
@@ -80,16 +80,24 @@ def test_kill_everything_reaches_the_env_scrubbers_grandchild_only_through_the_c
     rid = new_run_id()
     v = spawn("env-scrubber", cgroup=cg, run_id=rid)
     scrubbed = int(v.extras[0]["pid"])
-    report = reaper.kill_everything(groups=[(v.pgid, [identity.current(v.pid)])], pids=[], run_id=rid,
-                                    kill_grace=0.3, cgroup=cg, cgroup_scope="work")
+    report = reaper.kill_everything(
+        groups=[(v.pgid, [identity.current(v.pid)])],
+        pids=[],
+        run_id=rid,
+        kill_grace=0.3,
+        cgroup=cg,
+        cgroup_scope="work",
+    )
     assert scrubbed in report.needed_kill and report.unkillable == []
     assert v.wait_gone(2)
     assert not cg.populated("work")
 
 
 def test_enter_engine_moves_the_caller(cg):
-    code = (f"from runner.cgroup import RunCgroup; import os; RunCgroup.open({str(cg.path)!r}).enter_engine(); "
-            f"print(open('/proc/self/cgroup').read())")
+    code = (
+        f"from runner.cgroup import RunCgroup; import os; RunCgroup.open({str(cg.path)!r}).enter_engine(); "
+        f"print(open('/proc/self/cgroup').read())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert f"0::/{(cg.path / 'engine').relative_to(cgroup_mod.cgroup2_root())}" in out.stdout
@@ -99,8 +107,10 @@ def test_kill_from_inside_spares_the_caller_and_kills_the_rest(spawn, cg):
     """A stopper inside the cgroup (a hook running `runner stop`) must not cgroup.kill
     itself: it kills the other members one by one and lives."""
     v = spawn("trap-term", cgroup=cg)
-    code = (f"from runner.cgroup import RunCgroup; import os; c = RunCgroup.open({str(cg.path)!r}); "
-            f"print(c.kill('work', timeout=2))")
+    code = (
+        f"from runner.cgroup import RunCgroup; import os; c = RunCgroup.open({str(cg.path)!r}); "
+        f"print(c.kill('work', timeout=2))"
+    )
     out = subprocess.run(cg.wrap_argv([sys.executable, "-c", code]), capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert v.wait_gone(2)

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 import runs as R
-from runner import identity, stopper
+
+from runner import identity, stop_command
 from runner.exitcodes import Exit
 from runner.rundir import RunDir
 
@@ -25,8 +25,15 @@ BLOCK = 'trap "" TERM; while [ -e "$1" ]; do sleep 0.05; done'
 
 
 def cli(*args, cwd=None, env=None, timeout=60):
-    return subprocess.run([*R.RUNNER, *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [*R.RUNNER, *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def one_line(text):
@@ -49,17 +56,20 @@ BAD_SPECS = {
     "missing-provider": ('items = ["a"]\n', "provider"),
     "missing-command": ('items = ["a"]\n[provider]\ncall_timeout = 1\n', "provider.command"),
     "unknown-top-key": ('items = ["a"]\nbogus = 1\n' + PROVIDER, "bogus"),
-    "unknown-nested-key": ('items = ["a"]\n' + PROVIDER + '[stop]\nkill_grase = 1\n', "stop.kill_grase"),
-    "wrong-type": ('items = ["a"]\n[provider]\ncommand = ["true"]\ncall_timeout = "long"\n',
-                   "provider.call_timeout"),
-    "item-not-string": ('items = [1]\n' + PROVIDER, "items[0]"),
+    "unknown-nested-key": ('items = ["a"]\n' + PROVIDER + "[stop]\nkill_grase = 1\n", "stop.kill_grase"),
+    "wrong-type": ('items = ["a"]\n[provider]\ncommand = ["true"]\ncall_timeout = "long"\n', "provider.call_timeout"),
+    "item-not-string": ("items = [1]\n" + PROVIDER, "items[0]"),
     "command-not-list": ('items = ["a"]\n[provider]\ncommand = "true"\n', "provider.command"),
     "bad-choice": ('items = ["a"]\n' + PROVIDER + '[stop]\ncontainment = "jail"\n', "stop.containment"),
-    "negative-timeout": ('items = ["a"]\n' + PROVIDER + '[[verify]]\ncommand = ["true"]\ntimeout = -1\n',
-                         "verify[0].timeout"),
-    "bool-timeout": ('items = ["a"]\n' + PROVIDER + '[[hooks.post_run]]\ncommand = ["true"]\ntimeout = true\n',
-                     "hooks.post_run[0].timeout"),
-    "bad-toml": ('items = [\n', "(toml)"),
+    "negative-timeout": (
+        'items = ["a"]\n' + PROVIDER + '[[verify]]\ncommand = ["true"]\ntimeout = -1\n',
+        "verify[0].timeout",
+    ),
+    "bool-timeout": (
+        'items = ["a"]\n' + PROVIDER + '[[hooks.post_run]]\ncommand = ["true"]\ntimeout = true\n',
+        "hooks.post_run[0].timeout",
+    ),
+    "bad-toml": ("items = [\n", "(toml)"),
     "not-utf8": (b'items = ["\xff"]\n', "(file)"),
     "missing-file": (None, "(file)"),
 }
@@ -129,6 +139,7 @@ def test_second_run_on_a_live_run_dir_is_refused(runs, tmp_path):
 
 # -- run discovery --------------------------------------------------------------------
 
+
 def start_in_cwd(runs, spec, cwd):
     proc = cli("run", spec, "--detach", cwd=cwd)
     assert proc.returncode == Exit.OK, proc.stderr
@@ -188,13 +199,11 @@ def test_status_json(runs, tmp_path):
 
     assert cli("stop", "--run-dir", rd.path).returncode == Exit.OK
     info = json.loads(cli("status", "--run-dir", rd.path, "--json").stdout)
-    assert (info["live"], info["status"], info["stopped"], info["stop_origin"]) == \
-        (False, "stopped", True, "signal")
+    assert (info["live"], info["status"], info["stopped"], info["stop_origin"]) == (False, "stopped", True, "signal")
     assert info["children"] == []
 
 
-@pytest.mark.parametrize("provider, code", [(["true"], Exit.OK), (["false"], Exit.FAILED)],
-                         ids=["completed", "failed"])
+@pytest.mark.parametrize("provider, code", [(["true"], Exit.OK), (["false"], Exit.FAILED)], ids=["completed", "failed"])
 def test_wait_exits_with_the_runs_code(runs, provider, code):
     """Path: `runner wait` on a detached run that completes (0) or fails an item (FAILED)
     exits with the run's own code."""
@@ -209,8 +218,12 @@ def test_wait_exits_stopped_when_the_run_is_stopped(runs, tmp_path):
     spec, gate = gated_spec(runs, tmp_path)
     rd = runs.start(spec)
     R.wait_event(rd, "session-start", item="a")
-    waiter = subprocess.Popen([*R.RUNNER, "wait", "--run-dir", str(rd.path)], stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    waiter = subprocess.Popen(
+        [*R.RUNNER, "wait", "--run-dir", str(rd.path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         time.sleep(0.2)
         assert waiter.poll() is None  # it waits for the run
@@ -224,6 +237,7 @@ def test_wait_exits_stopped_when_the_run_is_stopped(runs, tmp_path):
 
 # -- what started processes get -------------------------------------------------------
 
+
 def test_every_started_process_gets_run_id_and_dev_null_stdin(runs, tmp_path):
     """Path: provider, post_session hook, verify and post_run hook each record their
     environment and `readlink /proc/self/fd/0`: each carries RUNNER_RUN_ID=<run id> and
@@ -233,9 +247,14 @@ def test_every_started_process_gets_run_id_and_dev_null_stdin(runs, tmp_path):
     record = 'env > "$1/env-$2"; readlink /proc/self/fd/0 > "$1/stdin-$2"'
     names = ("provider", "post_session", "verify", "post_run")
     cmd = {n: R.sh(record, str(tmp_path), n) for n in names}
-    spec = runs.spec(items=("a",), provider=cmd["provider"], stop=STOP,
-                     post_session=[{"command": cmd["post_session"]}],
-                     verify=[{"command": cmd["verify"]}], post_run=[{"command": cmd["post_run"]}])
+    spec = runs.spec(
+        items=("a",),
+        provider=cmd["provider"],
+        stop=STOP,
+        post_session=[{"command": cmd["post_session"]}],
+        verify=[{"command": cmd["verify"]}],
+        post_run=[{"command": cmd["post_run"]}],
+    )
     env = dict(os.environ, STOPLATENCY_TEST_MARKER="from-runner-run")
     env.pop("RUNNER_RUN_ID", None)
     run_dir = tmp_path / "run"
@@ -264,10 +283,16 @@ def test_child_runner_gives_dev_null_stdin_even_when_ours_is_a_pipe(tmp_path):
     saved = os.dup(0)
     try:
         os.dup2(r, 0)
-        result = run_child(R.sh('readlink /proc/self/fd/0 > "$1"; echo "$RUNNER_RUN_ID" >> "$1"', str(out)),
-                           registry=registry, name="probe", timeout=10, idle_timeout=0,
-                           env=dict(os.environ, RUNNER_RUN_ID="h5-stdin-probe"),
-                           output_path=tmp_path / "probe.log", cap_bytes=4096)
+        result = run_child(
+            R.sh('readlink /proc/self/fd/0 > "$1"; echo "$RUNNER_RUN_ID" >> "$1"', str(out)),
+            registry=registry,
+            name="probe",
+            timeout=10,
+            idle_timeout=0,
+            env=dict(os.environ, RUNNER_RUN_ID="h5-stdin-probe"),
+            output_path=tmp_path / "probe.log",
+            cap_bytes=4096,
+        )
     finally:
         os.dup2(saved, 0)
         for fd in (saved, r, w):
@@ -309,10 +334,8 @@ def test_idle_timeout_counts_from_the_last_output(runs, tmp_path):
     SIGTERM, with a sleeping child) past idle_timeout 0.5: killed with its tree and
     journaled idle-timeout, not before its output stopped (output resets the clock), not
     as a crash."""
-    chatty = 'i=0; while [ $i -lt 10 ]; do echo tick $i; sleep 0.1; i=$((i+1)); done; ' \
-             'trap "" TERM; sleep 60'
-    rd = runs.start(runs.spec(items=("a",), provider=R.sh(chatty), call_timeout=0, idle_timeout=0.5,
-                              stop=STOP))
+    chatty = 'i=0; while [ $i -lt 10 ]; do echo tick $i; sleep 0.1; i=$((i+1)); done; trap "" TERM; sleep 60'
+    rd = runs.start(runs.spec(items=("a",), provider=R.sh(chatty), call_timeout=0, idle_timeout=0.5, stop=STOP))
     assert cli("wait", "--run-dir", rd.path).returncode == Exit.FAILED
     assert len(R.events(rd, "idle-timeout")) == 1 and not R.events(rd, "call-timeout")
     end = _session_end(rd)
@@ -342,11 +365,16 @@ def test_output_captured_with_a_size_cap(runs, tmp_path):
 
 # -- a corrupted identity -------------------------------------------------------------
 
-@pytest.mark.parametrize("corrupt", [
-    lambda text: text[: len(text) // 2],                                   # torn
-    lambda text: json.dumps({**json.loads(text), "pid": "12x"}),           # wrong type
-    lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "start_ticks"}),
-], ids=["torn", "wrong-type", "missing-field"])
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda text: text[: len(text) // 2],  # torn
+        lambda text: json.dumps({**json.loads(text), "pid": "12x"}),  # wrong type
+        lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "start_ticks"}),
+    ],
+    ids=["torn", "wrong-type", "missing-field"],
+)
 def test_stop_now_stops_a_run_whose_engine_identity_is_malformed(runs, tmp_path, corrupt):
     """Path: engine.json written by a real run, corrupted by the test: `runner stop --now`
     is total. It never reads the file as "nothing to kill": it finds the engine as the
@@ -361,18 +389,23 @@ def test_stop_now_stops_a_run_whose_engine_identity_is_malformed(runs, tmp_path,
     assert proc.returncode == Exit.DAMAGED, (proc.returncode, proc.stderr)
     assert "engine.json" in proc.stderr and "Traceback" not in proc.stderr
     assert all(line.startswith("runner: ") for line in proc.stderr.splitlines()), proc.stderr
-    assert stopper.wait_engine_gone(engine, 5.0) and not rd.is_live()
+    assert stop_command.wait_engine_gone(engine, 5.0) and not rd.is_live()
     assert R.tagged(rd.run_id) == []
 
 
 # -- the foreground run and Ctrl-C ----------------------------------------------------
 
+
 def foreground(tmp_path, spec, runs):
     run_dir = tmp_path / "run"
     runs.started.append(run_dir)
-    proc = subprocess.Popen([*R.RUNNER, "run", str(spec), "--run-dir", str(run_dir)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [*R.RUNNER, "run", str(spec), "--run-dir", str(run_dir)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     rd = RunDir(run_dir)
     return proc, rd
 

@@ -13,17 +13,27 @@ import shutil
 import subprocess
 
 import pytest
-
 import runs as R
-from runner import identity, stopper
+
+from runner import identity, stop_command
 from runner.exitcodes import Exit
 
 KILL_GRACE = 0.2
 STOP = {"kill_grace": KILL_GRACE, "grace": 3.0}
 COMMAND_LIMIT = 30  # seconds: a hang fails the test instead of CI
 
-FILES = ["engine.json", "child", "state.json", "stop-request.json", "stop-request.lock", "cgroup",
-         "run-id", "spec.toml", "journal.jsonl", "lock"]
+FILES = [
+    "engine.json",
+    "child",
+    "state.json",
+    "stop-request.json",
+    "stop-request.lock",
+    "cgroup",
+    "run-id",
+    "spec.toml",
+    "journal.jsonl",
+    "lock",
+]
 
 
 def deep(n=100_000):
@@ -36,8 +46,12 @@ def _sparse(path):
 
 
 def _wrong_shape(name):
-    return {"spec.toml": b"items = 3\n", "run-id": b"../../etc\n", "cgroup": b"/\n",
-            "journal.jsonl": b'[1]\n"x"\n'}.get(name, b'[1, 2, 3]\n')
+    return {
+        "spec.toml": b"items = 3\n",
+        "run-id": b"../../etc\n",
+        "cgroup": b"/\n",
+        "journal.jsonl": b'[1]\n"x"\n',
+    }.get(name, b"[1, 2, 3]\n")
 
 
 DAMAGE = {
@@ -114,7 +128,7 @@ def damaged_run(runs, victim, name, kind):
 
 
 def check_stopped(rd, engine, v, run_id):
-    assert stopper.wait_engine_gone(engine, 5.0), "the engine survived the stop"
+    assert stop_command.wait_engine_gone(engine, 5.0), "the engine survived the stop"
     assert v.wait_gone(5.0), "the provider survived the stop"
     assert R.tagged(run_id) == [], "a process with the run's tag survived the stop"
 
@@ -183,7 +197,6 @@ def test_damaged_files_are_named_in_the_stop_output(runs, victim):
     finally:
         for p, data in saved.items():
             undamage(p, data)
-
 
 
 @pytest.mark.parametrize("kind", ["fifo", "deep-json", "directory", "dev-zero", "binary"])

@@ -2,17 +2,17 @@
 
 End to end: a hard stop (signal channel, then file channel) while a post_run hook is a
 `trap-term` victim. At unit level: the engine built in-process exactly as
-runner/daemon.py builds it (minus signal handlers and the watchdog thread, so nothing
+runner/engine_main.py builds it (minus signal handlers and the watchdog thread, so nothing
 but the test decides when a request arrives), with requests lodged by the real writer
-(runner.control.lodge).
+(runner.stop_request.lodge).
 """
 
 import sys
 
 import pytest
-
 import runs as R
-from runner import control
+
+from runner import stop_request
 from runner.engine import Engine
 from runner.exitcodes import Exit
 from runner.journal import Journal
@@ -20,7 +20,7 @@ from runner.registry import Registry
 from runner.rundir import RunDir
 from runner.spec import load as load_spec
 from runner.state import State, StateStore
-from runner.stopctl import StopController
+from runner.stop_controller import StopController
 
 KILL_GRACE = 0.3
 
@@ -36,10 +36,12 @@ def test_hard_stop_during_a_post_run_hook(runs, tmp_path, victim, stop_latency, 
     "failed"."""
     p = victim.prepare("trap-term")
     marker = tmp_path / "second-hook-ran"
-    spec = runs.spec(items=("a",), provider=["true"],
-                     stop={"kill_grace": KILL_GRACE, "grace": 5.0, "channel": channel},
-                     post_run=[{"command": p.argv, "timeout": 60},
-                               {"command": R.sh(': > "$1"', str(marker)), "timeout": 10}])
+    spec = runs.spec(
+        items=("a",),
+        provider=["true"],
+        stop={"kill_grace": KILL_GRACE, "grace": 5.0, "channel": channel},
+        post_run=[{"command": p.argv, "timeout": 60}, {"command": R.sh(': > "$1"', str(marker)), "timeout": 10}],
+    )
     rd = runs.start(spec)
     R.wait_event(rd, "phase-start", phase="post_run")
     v = p.adopt(timeout=10)
@@ -63,25 +65,26 @@ def test_hard_stop_during_a_post_run_hook(runs, tmp_path, victim, stop_latency, 
 
 
 class InProcessEngine:
-    """The engine as runner/daemon.py builds it, in this process; no signal handlers,
+    """The engine as runner/engine_main.py builds it, in this process; no signal handlers,
     no watchdog thread, no lock: the test is the only clock."""
 
     def __init__(self, tmp_path, **spec_kw):
-        spec_path = R.write_spec(tmp_path / "spec.toml", items=("a", "b"), provider=["true"],
-                                 stop={"kill_grace": KILL_GRACE}, **spec_kw)
+        spec_path = R.write_spec(
+            tmp_path / "spec.toml", items=("a", "b"), provider=["true"], stop={"kill_grace": KILL_GRACE}, **spec_kw
+        )
         self.rd = RunDir.create(tmp_path / "run", spec_path)
         spec = load_spec(self.rd.spec)
         self.store = StateStore(self.rd.state)
         state = State.new(self.rd.run_id, spec.items)
         for item in state.items.values():  # the queue is done: only finalization is left
-            item.status, item.session_done, item.post_session_done, item.verify_passed = \
-                "done", True, True, True
+            item.status, item.session_done, item.post_session_done, item.verify_passed = "done", True, True, True
         self.store.save(state)
         self.journal = Journal(self.rd.journal)
         registry = Registry(self.rd.children, run_id=self.rd.run_id, kill_grace=KILL_GRACE)
         self.ctl = StopController(self.rd, registry, self.journal)
-        self.engine = Engine(self.rd, spec, store=self.store, state=state, journal=self.journal,
-                             registry=registry, controller=self.ctl)
+        self.engine = Engine(
+            self.rd, spec, store=self.store, state=state, journal=self.journal, registry=registry, controller=self.ctl
+        )
 
     def close(self):
         self.ctl.close()
@@ -102,15 +105,15 @@ def inproc(tmp_path):
 
 
 def test_late_hard_request_is_received_late_and_the_run_completes(inproc):
-    """Path: a hard request lodged (control.lodge, the real writer) after the post_run
+    """Path: a hard request lodged (stop_request.lodge, the real writer) after the post_run
     hooks are done and before run-complete: _finalize consumes it once and journals
     stop-request-received-late; nothing is discarded at exit; the run is recorded
     completed (its queue is done), not stopped.
-    Killed by the mutation that deletes the late consume (engine.py: `late = control.consume(self.rd)`)."""
+    Killed by `late-consume` (the consume in StopController.receive_late deleted)."""
     e = inproc()
-    control.lodge(e.rd, control.Mode.HARD, "signal")
+    stop_request.lodge(e.rd, stop_request.Mode.HARD, "signal")
     code = e.engine._finalize()
-    e.engine._discard_unhonored()  # what run()'s finally does at exit
+    e.engine.ctl.discard_unhonored(stopped=e.engine.state.stopped)  # what run()'s finally does at exit
 
     assert code == Exit.OK
     late = R.events(e.rd, "stop-request-received-late")
@@ -128,11 +131,11 @@ def test_request_lodged_after_the_late_consume_is_discarded(inproc):
     """Path: a request that arrives after the late consume and is still pending when the
     engine exits is journaled stop-request-discarded (run()'s finally) and consumed, so a
     resume does not meet it; the run stays completed. Ablation: delete
-    engine._discard_unhonored's consume and this goes red."""
+    StopController.discard_unhonored's consume and this goes red."""
     e = inproc()
     assert e.engine._finalize() == Exit.OK
-    control.lodge(e.rd, control.Mode.HARD, "file")
-    e.engine._discard_unhonored()
+    stop_request.lodge(e.rd, stop_request.Mode.HARD, "file")
+    e.engine.ctl.discard_unhonored(stopped=e.engine.state.stopped)
 
     discarded = R.events(e.rd, "stop-request-discarded")
     assert len(discarded) == 1 and discarded[0]["mode"] == "hard" and discarded[0]["origin"] == "file"
@@ -146,9 +149,9 @@ def test_graceful_request_lodged_during_finalization_is_discarded(inproc):
     graceful stop is never honored there) is unhonored when the engine exits, so it must
     be journaled stop-request-discarded with mode graceful, and the run is completed."""
     e = inproc()
-    control.lodge(e.rd, control.Mode.GRACEFUL, "file")
+    stop_request.lodge(e.rd, stop_request.Mode.GRACEFUL, "file")
     assert e.engine._finalize() == Exit.OK
-    e.engine._discard_unhonored()
+    e.engine.ctl.discard_unhonored(stopped=e.engine.state.stopped)
 
     discarded = R.events(e.rd, "stop-request-discarded")
     assert len(discarded) == 1 and discarded[0]["mode"] == "graceful"
@@ -162,8 +165,9 @@ def test_graceful_stop_from_a_post_run_hook_is_journaled_discarded(runs, tmp_pat
     and the graceful request, never honored, is journaled stop-request-discarded."""
     rd_path = tmp_path / "run"
     hook = [sys.executable, "-m", "runner", "stop", "--graceful", "--run-dir", str(rd_path)]
-    spec = runs.spec(items=("a",), provider=["true"], stop={"kill_grace": KILL_GRACE},
-                     post_run=[{"command": hook, "timeout": 30}])
+    spec = runs.spec(
+        items=("a",), provider=["true"], stop={"kill_grace": KILL_GRACE}, post_run=[{"command": hook, "timeout": 30}]
+    )
     rd = runs.start(spec)
     assert R.runner("wait", "--run-dir", rd.path).returncode == Exit.OK
     assert [e["outcome"] for e in R.events(rd, "hook-result", hook="post_run")] == ["passed"]

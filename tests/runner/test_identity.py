@@ -73,20 +73,23 @@ def test_other_start_ticks_read_as_not_running(procs):
 GOOD = {"pid": 10, "pgid": 10, "sid": 3, "start_ticks": 1234, "boot_id": "b"}
 
 
-@pytest.mark.parametrize("content, field", [
-    ("", "JSON"),
-    ("{not json", "JSON"),
-    ("[1, 2]", "object"),
-    (json.dumps({k: v for k, v in GOOD.items() if k != "start_ticks"}), "start_ticks"),
-    (json.dumps({**GOOD, "pid": "10"}), "pid"),
-    (json.dumps({**GOOD, "pid": True}), "pid"),
-    (json.dumps({**GOOD, "pid": 0}), "pid"),
-    (json.dumps({**GOOD, "pgid": -1}), "pgid"),
-    (json.dumps({**GOOD, "sid": -3}), "sid"),
-    (json.dumps({**GOOD, "start_ticks": 12.5}), "start_ticks"),
-    (json.dumps({**GOOD, "boot_id": ""}), "boot_id"),
-    (json.dumps({**GOOD, "format": 99}), "format"),
-])
+@pytest.mark.parametrize(
+    "content, field",
+    [
+        ("", "JSON"),
+        ("{not json", "JSON"),
+        ("[1, 2]", "object"),
+        (json.dumps({k: v for k, v in GOOD.items() if k != "start_ticks"}), "start_ticks"),
+        (json.dumps({**GOOD, "pid": "10"}), "pid"),
+        (json.dumps({**GOOD, "pid": True}), "pid"),
+        (json.dumps({**GOOD, "pid": 0}), "pid"),
+        (json.dumps({**GOOD, "pgid": -1}), "pgid"),
+        (json.dumps({**GOOD, "sid": -3}), "sid"),
+        (json.dumps({**GOOD, "start_ticks": 12.5}), "start_ticks"),
+        (json.dumps({**GOOD, "boot_id": ""}), "boot_id"),
+        (json.dumps({**GOOD, "format": 99}), "format"),
+    ],
+)
 def test_malformed_identity_file_is_refused_naming_file_and_field(tmp_path, content, field):
     """A malformed file is an error naming the file and the field, never 'nothing to kill'."""
     path = tmp_path / "engine.json"
@@ -119,6 +122,7 @@ def test_extra_keys_cannot_shadow_identity_fields(tmp_path):
 def test_file_written_by_a_real_registry_round_trips(tmp_path, procs):
     """The children/<pid>.json a Registry writes reads back as the live child."""
     from runner.registry import Registry
+
     reg = Registry(tmp_path / "children", run_id="rt", kill_grace=0.3)
     p = procs(process_group=0)
     entry = reg.register(p, "provider")

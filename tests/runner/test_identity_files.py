@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from runner import identity, stopper
+from runner import identity, stop_command
 from runner.exitcodes import Exit
 
 KILL_GRACE = 0.3
@@ -48,7 +48,7 @@ def test_stale_engine_pid_now_naming_another_process_is_never_signalled(runs, vi
     v = prepared.adopt(timeout=10)
     engine = identity.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
-    assert stopper.wait_engine_gone(engine, 5.0)
+    assert stop_command.wait_engine_gone(engine, 5.0)
     v.kill()
     assert v.wait_gone(5.0)
     deadline = time.monotonic() + 10  # PID 1 reaps the orphaned engine about a second late
@@ -58,8 +58,9 @@ def test_stale_engine_pid_now_naming_another_process_is_never_signalled(runs, vi
     time.sleep(0.05)  # start ticks tick every 10 ms: a reuse must fall in a later tick
     newcomers = []
     try:
-        newcomer = runs.spawn_at_pid(lambda argv, **kw: newcomers.append(subprocess.Popen(argv, **kw))
-                                     or newcomers[-1], engine.pid)
+        newcomer = runs.spawn_at_pid(
+            lambda argv, **kw: newcomers.append(subprocess.Popen(argv, **kw)) or newcomers[-1], engine.pid
+        )
         proc = runs.runner("stop", "--now", "--run-dir", rd.path)
         assert proc.returncode == Exit.OK, proc.stderr
         assert newcomer.poll() is None, "the stop signalled a process that is not the run's"

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 import runs as R
-from runner import cgroup as cgroups, identity, membership, reaper, stopper
+
+from runner import cgroup as cgroups
+from runner import identity, membership, reaper, stop_command
 from runner.atomic import atomic_write_text
 from runner.exitcodes import Exit
 from runner.identity import Identity
@@ -33,6 +34,7 @@ def foreign_env():
 def foreign(procs):
     """An unrelated program leading its own session and group (as one that called
     setsid would), untagged."""
+
     def start(argv=("sleep", "1000")):
         p = procs(list(argv), start_new_session=True, env=foreign_env(), stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 5
@@ -40,6 +42,7 @@ def foreign(procs):
             assert time.monotonic() < deadline
             time.sleep(0.005)
         return p
+
     return start
 
 
@@ -53,7 +56,7 @@ def live_run(runs, victim):
 
 
 def assert_run_stopped(rd, engine, v, run_id):
-    assert stopper.wait_engine_gone(engine, 5.0), "the engine survived the stop"
+    assert stop_command.wait_engine_gone(engine, 5.0), "the engine survived the stop"
     assert v.wait_gone(5.0), "the provider survived the stop"
     assert R.tagged(run_id) == []
 
@@ -78,9 +81,11 @@ def test_stale_child_file_naming_a_foreign_group_never_kills_it(runs, victim, fo
     run_id = rd.run_id
     other = foreign()
     real = identity.current(other.pid)
-    named = {"absent": Identity(dead_pid(procs), real.pgid, real.sid, real.start_ticks, real.boot_id),
-             "wrong": Identity(real.pid, real.pgid, real.sid, real.start_ticks + 7, real.boot_id),
-             "correct": real}[ticks]
+    named = {
+        "absent": Identity(dead_pid(procs), real.pgid, real.sid, real.start_ticks, real.boot_id),
+        "wrong": Identity(real.pid, real.pgid, real.sid, real.start_ticks + 7, real.boot_id),
+        "correct": real,
+    }[ticks]
     identity.write(rd.children / f"{named.pid}.json", named, name="stale call")
     proc = R.runner("stop", "--now", "--run-dir", rd.path)
     assert proc.returncode in (Exit.OK, Exit.DAMAGED), (proc.returncode, proc.stderr)
@@ -110,14 +115,15 @@ def test_reused_pid_of_a_real_child_file_never_kills_the_newcomer(runs, victim, 
         assert time.monotonic() < deadline
         time.sleep(0.01)
     time.sleep(0.05)
-    newcomer = R.spawn_at_pid(lambda argv, **kw: procs(argv, start_new_session=True, env=foreign_env(), **kw),
-                              recorded.pid)
+    newcomer = R.spawn_at_pid(
+        lambda argv, **kw: procs(argv, start_new_session=True, env=foreign_env(), **kw), recorded.pid
+    )
     os.replace(stale, rd.children / f"{recorded.pid}.json")
     assert os.getpgid(newcomer.pid) == recorded.pgid
     proc = R.runner("stop", "--now", "--run-dir", rd.path)
     assert proc.returncode in (Exit.OK, Exit.DAMAGED), (proc.returncode, proc.stderr)
     assert newcomer.poll() is None, "the stop killed the program that reused a stale call's pid"
-    assert stopper.wait_engine_gone(engine, 5.0)
+    assert stop_command.wait_engine_gone(engine, 5.0)
     assert R.tagged(rd.run_id) == []
 
 
@@ -193,7 +199,7 @@ def test_forged_cgroup_file_never_touches_a_foreign_cgroup(runs, victim, foreign
 
 
 def test_resume_never_kills_what_forged_files_name(runs, victim, foreign, foreign_cgroup):
-    """Path: resume's leftover kill (stopper.kill_leftovers). After a stop, forged child
+    """Path: resume's leftover kill (stop_command.kill_leftovers). After a stop, forged child
     files and a forged cgroup file name foreign processes and a foreign cgroup: `runner
     resume` refuses them, names the damage, and exits DAMAGED without starting an
     engine; every foreign process lives. Ablation: `membership-proof` (red)."""
@@ -219,7 +225,8 @@ def test_membership_proof_reads_the_tag_and_the_cgroup(procs):
     m = membership.Membership("run-x")
     assert m.proof(t.pid, t.start_ticks) is membership.Proof.TAG
     assert m.proof(p.pid, p.start_ticks) is None
-    assert m.with_known([p]).proof(p.pid, p.start_ticks) is membership.Proof.KNOWN
+    known = membership.Membership("run-x", known=frozenset({(p.pid, p.start_ticks)}))
+    assert known.proof(p.pid, p.start_ticks) is membership.Proof.KNOWN
     assert "RUNNER_RUN_ID=run-x" in m.why_not(p.pid)
 
 
@@ -228,8 +235,7 @@ def test_the_reaper_never_signals_an_unproven_recorded_pid(procs):
     proven refuses it, reports it, and the process lives. Ablation: `membership-proof`."""
     plain = procs(env=foreign_env())
     ident = identity.current(plain.pid)
-    report = reaper.kill_everything(groups=[(ident.pgid, [ident])], pids=[ident], run_id="run-y",
-                                    kill_grace=0.1)
+    report = reaper.kill_everything(groups=[(ident.pgid, [ident])], pids=[ident], run_id="run-y", kill_grace=0.1)
     assert plain.poll() is None
     assert report.needed_kill == [] and report.died_at_term == []
     assert any(f"pid {plain.pid}" in r for r in report.refused), report.refused

@@ -8,8 +8,8 @@ one would die whether or not the SIGKILL escalation existed.
 import os
 
 import pytest
-
 from runs import freeze, new_run_id
+
 from runner import defaults, identity, reaper, sweep
 from runner.identity import Identity
 
@@ -27,14 +27,14 @@ def ident_of(v) -> Identity:
 def group_route(v, run_id, kill_grace, **kw):
     """The group route alone: one recorded group, no pid, no tag sweep, no cgroup (the
     run's tag only proves membership)."""
-    return reaper.kill_everything(groups=[(v.pgid, [ident_of(v)])], pids=[], run_id=run_id, tag_sweep=False,
-                                  kill_grace=kill_grace, **kw)
+    return reaper.kill_everything(
+        groups=[(v.pgid, [ident_of(v)])], pids=[], run_id=run_id, tag_sweep=False, kill_grace=kill_grace, **kw
+    )
 
 
 def pid_route(ident, run_id, kill_grace, **kw):
     """The pid route alone: recorded pids through their pidfds, nothing else."""
-    return reaper.kill_everything(groups=[], pids=[ident], run_id=run_id, tag_sweep=False,
-                                  kill_grace=kill_grace, **kw)
+    return reaper.kill_everything(groups=[], pids=[ident], run_id=run_id, tag_sweep=False, kill_grace=kill_grace, **kw)
 
 
 @pytest.mark.stop_latency(bound=KILL_GRACE / 10, label="group route / cooperative")
@@ -164,8 +164,9 @@ def test_kill_everything_takes_the_group_and_the_escapee(spawn, stop_latency):
     escapee = [p.pid for p in v.tree() if p.pid != v.pid]
     assert len(escapee) == 1 and os.getsid(escapee[0]) != v.sid
     with stop_latency.measure("kill_everything / trap-term+escapee", v, bound=KILL_GRACE + MARGIN):
-        report = reaper.kill_everything(groups=[(v.pgid, [ident_of(v)])], pids=[ident_of(v)], run_id=rid,
-                                        kill_grace=KILL_GRACE)
+        report = reaper.kill_everything(
+            groups=[(v.pgid, [ident_of(v)])], pids=[ident_of(v)], run_id=rid, kill_grace=KILL_GRACE
+        )
     assert sorted(report.needed_kill) == sorted([v.pid, *escapee]) and report.unkillable == []
     assert report.elapsed < KILL_GRACE + MARGIN
     assert sweep.tagged(rid) == []
@@ -174,8 +175,9 @@ def test_kill_everything_takes_the_group_and_the_escapee(spawn, stop_latency):
 def test_kill_everything_slow_exit_within_grace_is_died_at_term(spawn):
     rid = new_run_id()
     v = spawn("slow-exit", cleanup=0.1, run_id=rid)
-    report = reaper.kill_everything(groups=[(v.pgid, [ident_of(v)])], pids=[ident_of(v)], run_id=rid,
-                                    kill_grace=SHORT * 2)
+    report = reaper.kill_everything(
+        groups=[(v.pgid, [ident_of(v)])], pids=[ident_of(v)], run_id=rid, kill_grace=SHORT * 2
+    )
     assert report.died_at_term == [v.pid] and report.needed_kill == []
     assert report.elapsed < SHORT * 2
 
@@ -184,7 +186,8 @@ def test_kill_everything_state_D_is_reported_within_its_bound(spawn, frozen_cgro
     rid = new_run_id()
     v = spawn("trap-term", run_id=rid)
     freeze(frozen_cgroup, v.pid)
-    report = reaper.kill_everything(groups=[(v.pgid, [ident_of(v)])], pids=[ident_of(v)], run_id=rid,
-                                    kill_grace=SHORT, confirm_timeout=SHORT)
+    report = reaper.kill_everything(
+        groups=[(v.pgid, [ident_of(v)])], pids=[ident_of(v)], run_id=rid, kill_grace=SHORT, confirm_timeout=SHORT
+    )
     assert report.unkillable == [v.pid]
     assert report.elapsed < 2 * SHORT + MARGIN

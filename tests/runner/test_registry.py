@@ -18,8 +18,9 @@ def start(reg, victim):
 
     def go(kind, **kw):
         prepared = victim.prepare(kind, **kw)
-        proc = subprocess.Popen(prepared.argv, process_group=0, stdin=subprocess.DEVNULL,
-                                env=dict(os.environ, RUNNER_RUN_ID=reg.run_id))
+        proc = subprocess.Popen(
+            prepared.argv, process_group=0, stdin=subprocess.DEVNULL, env=dict(os.environ, RUNNER_RUN_ID=reg.run_id)
+        )
         popens.append(proc)
         return proc, prepared.adopt(process=proc)
 
@@ -97,7 +98,8 @@ def test_a_stop_whose_kill_failed_is_retried(reg, start, monkeypatch):
     """Path: Registry.stop_all after a failed first kill (the watchdog retries on its next
     tick). The stop is idempotent, but not when its kill raised: the second call kills
     what is still registered instead of returning the first call's missing report."""
-    from runner import reaper, registry as registry_mod
+    from runner import reaper
+    from runner import registry as registry_mod
 
     proc, v = start("trap-term")
     reg.register(proc, "call")

@@ -11,9 +11,9 @@ import signal
 import time
 
 import pytest
-
 import runs as R
-from runner import control, identity
+
+from runner import identity, stop_request
 from runner.exitcodes import Exit
 
 KILL_GRACE = 0.3
@@ -22,14 +22,14 @@ STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
 # The provider: log the call, then block while its gate exists (a session's gate or a
 # repair's gate, told apart by {feedback}, empty for a session); a repair "fixes" the
 # item by creating fixed-<item>, which the verify command checks.
-PROVIDER = r'''
+PROVIDER = r"""
 echo "$1" >> "$2"
 trap "" TERM
 if [ -z "$4" ]; then g="$3"; else g="$5"; fi
 while [ -e "$g" ]; do sleep 0.05; done
 if [ -n "$4" ]; then : > "$6/fixed-$1"; fi
 exit 0
-'''
+"""
 # A hook or verify command: blocks while its gate exists, then exits with $2.
 GATED = 'trap "" TERM; while [ -e "$1" ]; do sleep 0.05; done; exit "$2"'
 FIXED = 'test -e "$1/fixed-$2"'
@@ -52,16 +52,24 @@ class Scenario:
         if repairing:
             # Item b is already fixed: only item a needs a repair session.
             (tmp_path / "fixed-b").touch()
-        provider = R.sh(PROVIDER, "{item}", str(self.calls), gate_for("session"), "{feedback}",
-                        gate_for("repair"), str(tmp_path))
-        verify = [{"command": R.sh(FIXED, str(tmp_path), "{item}"), "timeout": 30}] if repairing \
+        provider = R.sh(
+            PROVIDER, "{item}", str(self.calls), gate_for("session"), "{feedback}", gate_for("repair"), str(tmp_path)
+        )
+        verify = (
+            [{"command": R.sh(FIXED, str(tmp_path), "{item}"), "timeout": 30}]
+            if repairing
             else [{"command": R.sh(GATED, gate_for("verify"), "0"), "timeout": 30}]
+        )
         self.spec = runs.spec(
-            items=("a", "b"), provider=provider, stop=STOP,
+            items=("a", "b"),
+            provider=provider,
+            stop=STOP,
             post_session=[{"command": R.sh(GATED, gate_for("post_session"), "0"), "timeout": 30}],
             verify=verify,
             post_run=[{"command": R.sh(GATED, gate_for("post_run"), "0"), "timeout": 30}],
-            repair={"max_attempts": 2}, retry={"backoff": backoff})
+            repair={"max_attempts": 2},
+            retry={"backoff": backoff},
+        )
         self.rd = runs.start(self.spec)
 
     def release(self):
@@ -203,7 +211,7 @@ def test_resume_archives_pending_control_files_and_starts_unstopped(runs, tmp_pa
     """Path: a stopped run left with a pending stop request (lodged by the real writer), a
     STOP and a PAUSE file: resume archives all three (journal control-file-archived), so
     the new attempt neither stops at once nor pauses; `stopped` belongs to attempt 1 and
-    attempt 2 starts with stopped false. Ablation: skip control.archive_pending in
+    attempt 2 starts with stopped false. Ablation: skip stop_request.archive_pending in
     cli._resume and this goes red (nothing archived; the pending hard request would stop
     the new attempt at once, PAUSE would hold it)."""
     sc = Scenario(runs, tmp_path, "session")
@@ -211,7 +219,7 @@ def test_resume_archives_pending_control_files_and_starts_unstopped(runs, tmp_pa
     stop(sc.rd)
     st1 = R.state(sc.rd)
     assert (st1.attempt, st1.stopped, st1.status) == (1, True, "stopped")
-    control.lodge(sc.rd, control.Mode.HARD, "file")
+    stop_request.lodge(sc.rd, stop_request.Mode.HARD, "file")
     sc.rd.stop_file.touch()
     sc.rd.pause_file.touch()
 

@@ -12,12 +12,12 @@ import sys
 import time
 
 import pytest
+from runs import spawn_at_pid
 
 from runner import identity, reaper, signals
 from runner.identity import Identity
 from runner.membership import Membership
 from runner.signals import Outcome
-from runs import spawn_at_pid
 
 
 def vouch(*idents):
@@ -32,7 +32,6 @@ def group_signal(pgid, sig, *, members=(), run_id=None):
         return reaper.signal_group(pgid, members, sig, watch), watch.refused
     finally:
         watch.close()
-
 
 
 def dead_identity(start, **kw):
@@ -140,14 +139,17 @@ def test_an_ancestors_group_is_refused():
     group of its own (pytest's group may be invisible: in a container whose init did not
     setsid, /proc reads it as 0). Ablation: drop the protected-pids loop in refusal() and
     the child prints None (red)."""
-    check = ("import os; from runner import signals; "
-             "assert os.getpgrp() != os.getpgid(os.getppid()) > 1; "
-             "print(signals.refusal(os.getpgid(os.getppid())))")
-    parent = ("import subprocess, sys; "
-              f"r = subprocess.run([sys.executable, '-c', {check!r}], process_group=0); "
-              "sys.exit(r.returncode)")
-    out = subprocess.run([sys.executable, "-c", parent], process_group=0, capture_output=True, text=True,
-                         timeout=30)
+    check = (
+        "import os; from runner import signals; "
+        "assert os.getpgrp() != os.getpgid(os.getppid()) > 1; "
+        "print(signals.refusal(os.getpgid(os.getppid())))"
+    )
+    parent = (
+        "import subprocess, sys; "
+        f"r = subprocess.run([sys.executable, '-c', {check!r}], process_group=0); "
+        "sys.exit(r.returncode)"
+    )
+    out = subprocess.run([sys.executable, "-c", parent], process_group=0, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert "ancestors" in out.stdout
 
@@ -187,7 +189,8 @@ def _pidfd_open_failing(monkeypatch, times):
 
 def test_pidfd_enoent_for_a_dead_identity_reads_as_gone(procs, monkeypatch):
     """pidfd_open's ENOENT for a pid whose process is gone is 'gone', never a crash: the
-    stopper that met it (a mutate baseline, in a pid namespace) died with an internal error instead of finishing the stop.
+    stopper that met it (a mutate baseline, in a pid namespace) died with an internal
+    error instead of finishing the stop.
     Ablation: let open_pidfd re-raise ENOENT and this raises FileNotFoundError."""
     old = dead_identity(procs)
     _pidfd_open_failing(monkeypatch, times=1)

@@ -1,6 +1,7 @@
 """spec.py: every default from runner.defaults; every kind of mistake is one line naming
 the file, the dotted key and what was expected."""
 
+import dataclasses
 import os
 
 import pytest
@@ -78,7 +79,7 @@ def test_full_spec(tmp_path, monkeypatch):
     assert s.post_run == (spec.CommandSpec(("final",), 1.5),)
     assert s.verify == (spec.CommandSpec(("pytest", "-x"), 22.0, True), spec.CommandSpec(("lint",), 60.0, False))
     assert (s.repair_max_attempts, s.retry_backoff, s.output_cap_bytes) == (0, 0.0, 1024)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         s.items = ()  # frozen
 
 
@@ -88,8 +89,12 @@ MISTAKES = [
     ("unknown top key", "extra = 1\n" + MINIMAL, "extra", "unknown key"),
     ("unknown provider key", MINIMAL + "timeout = 1\n", "provider.timeout", "unknown key"),
     ("unknown stop key", MINIMAL + "[stop]\ngrace_period = 1\n", "stop.grace_period", "unknown key"),
-    ("unknown verify key", MINIMAL + '[[verify]]\ncommand = ["v"]\n[[verify]]\ncommand = ["w"]\nretries = 1\n',
-     "verify[1].retries", "unknown key"),
+    (
+        "unknown verify key",
+        MINIMAL + '[[verify]]\ncommand = ["v"]\n[[verify]]\ncommand = ["w"]\nretries = 1\n',
+        "verify[1].retries",
+        "unknown key",
+    ),
     ("unknown hooks table", MINIMAL + '[[hooks.pre_run]]\ncommand = ["x"]\n', "hooks.pre_run", "unknown key"),
     ("missing items", '[provider]\ncommand = ["x"]\n', "items", "required"),
     ("empty items", 'items = []\n[provider]\ncommand = ["x"]\n', "items", "non-empty list"),
@@ -100,7 +105,12 @@ MISTAKES = [
     ("missing provider", 'items = ["a"]\n', "provider", "required"),
     ("provider not a table", 'items = ["a"]\nprovider = "x"\n', "provider", "a table"),
     ("missing provider.command", 'items = ["a"]\n[provider]\ncall_timeout = 1\n', "provider.command", "required"),
-    ("command is a string", 'items = ["a"]\n[provider]\ncommand = "agent --x"\n', "provider.command", "list of strings"),
+    (
+        "command is a string",
+        'items = ["a"]\n[provider]\ncommand = "agent --x"\n',
+        "provider.command",
+        "list of strings",
+    ),
     ("empty command", 'items = ["a"]\n[provider]\ncommand = []\n', "provider.command", "non-empty list"),
     ("command arg not a string", 'items = ["a"]\n[provider]\ncommand = ["x", 1]\n', "provider.command[1]", "a string"),
     ("empty program", 'items = ["a"]\n[provider]\ncommand = ["", "x"]\n', "provider.command[0]", "program"),
@@ -116,12 +126,24 @@ MISTAKES = [
     ("verify table not array", MINIMAL + '[verify]\ncommand = ["x"]\n', "verify", "array of tables"),
     ("verify missing command", MINIMAL + "[[verify]]\ntimeout = 3\n", "verify[0].command", "required"),
     ("verify zero timeout", MINIMAL + '[[verify]]\ncommand = ["v"]\ntimeout = 0\n', "verify[0].timeout", "> 0"),
-    ("verify fixable not bool", MINIMAL + '[[verify]]\ncommand = ["v"]\nfixable = "yes"\n', "verify[0].fixable",
-     "true or false"),
-    ("hook bool timeout", MINIMAL + '[[hooks.post_run]]\ncommand = ["h"]\ntimeout = false\n',
-     "hooks.post_run[0].timeout", "a number"),
-    ("hook fixable not allowed", MINIMAL + '[[hooks.post_session]]\ncommand = ["h"]\nfixable = true\n',
-     "hooks.post_session[0].fixable", "unknown key"),
+    (
+        "verify fixable not bool",
+        MINIMAL + '[[verify]]\ncommand = ["v"]\nfixable = "yes"\n',
+        "verify[0].fixable",
+        "true or false",
+    ),
+    (
+        "hook bool timeout",
+        MINIMAL + '[[hooks.post_run]]\ncommand = ["h"]\ntimeout = false\n',
+        "hooks.post_run[0].timeout",
+        "a number",
+    ),
+    (
+        "hook fixable not allowed",
+        MINIMAL + '[[hooks.post_session]]\ncommand = ["h"]\nfixable = true\n',
+        "hooks.post_session[0].fixable",
+        "unknown key",
+    ),
     ("float max_attempts", MINIMAL + "[repair]\nmax_attempts = 1.5\n", "repair.max_attempts", "an integer"),
     ("negative max_attempts", MINIMAL + "[repair]\nmax_attempts = -1\n", "repair.max_attempts", ">= 0"),
     ("negative backoff", MINIMAL + "[retry]\nbackoff = -0.5\n", "retry.backoff", ">= 0"),

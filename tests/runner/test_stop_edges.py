@@ -5,7 +5,8 @@ import subprocess
 import time
 
 import runs as R
-from runner import control
+
+from runner import stop_request
 from runner.exitcodes import Exit
 
 KILL_GRACE = 0.3
@@ -22,8 +23,7 @@ def test_two_stop_now_at_once_record_one_run_stop(runs, victim):
     runs.wait_event(rd, "phase-start", phase="session")
     prepared.adopt(timeout=10)
     cmd = [*R.RUNNER, "stop", "--now", "--run-dir", str(rd.path)]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=30) for p in procs]
     assert [p.returncode for p in procs] == [Exit.OK, Exit.OK], outs
     runs.wait_engine_exit(rd)
@@ -70,8 +70,11 @@ def test_graceful_stop_during_the_last_item_stops_before_finalization(runs, tmp_
     gate = tmp_path / "gate"
     gate.write_text("")
     marker = tmp_path / "post_run-ran"
-    rd = runs.start(runs.spec(provider=R.sh(GATED, str(gate)), stop=STOP,
-                              post_run=[{"command": R.sh('echo x >> "$1"', str(marker))}]))
+    rd = runs.start(
+        runs.spec(
+            provider=R.sh(GATED, str(gate)), stop=STOP, post_run=[{"command": R.sh('echo x >> "$1"', str(marker))}]
+        )
+    )
     runs.wait_event(rd, "session-start", item="a")
     rd.stop_file.write_text("")
     gate.unlink()
@@ -92,12 +95,23 @@ def test_stop_after_a_repair_session_never_replays_it(runs, tmp_path):
     hooks = tmp_path / "hooks"
     gate.write_text("")
     # A session succeeds at once; a repair session blocks on the gate, then fixes.
-    provider = R.sh('echo "${1:-session}" >> "$2"; [ -z "$1" ] && exit 0; '
-                    'trap "" TERM; while [ -e "$3" ]; do sleep 0.02; done; : > "$4"',
-                    "{feedback}", str(calls), str(gate), str(fixed))
-    rd = runs.start(runs.spec(provider=provider, stop=STOP, retry={"backoff": 0},
-                              post_session=[{"command": R.sh('echo h >> "$1"', str(hooks))}],
-                              verify=[{"command": ["test", "-e", str(fixed)]}]))
+    provider = R.sh(
+        'echo "${1:-session}" >> "$2"; [ -z "$1" ] && exit 0; '
+        'trap "" TERM; while [ -e "$3" ]; do sleep 0.02; done; : > "$4"',
+        "{feedback}",
+        str(calls),
+        str(gate),
+        str(fixed),
+    )
+    rd = runs.start(
+        runs.spec(
+            provider=provider,
+            stop=STOP,
+            retry={"backoff": 0},
+            post_session=[{"command": R.sh('echo h >> "$1"', str(hooks))}],
+            verify=[{"command": ["test", "-e", str(fixed)]}],
+        )
+    )
     runs.wait_event(rd, "repair-dispatch")
     rd.stop_file.write_text("")
     gate.unlink()
@@ -128,7 +142,7 @@ def test_hard_stop_right_after_resume_is_honored_by_the_new_engine(runs, victim)
     runs.wait_engine_exit(rd)
     stops = runs.events(rd, "run-stop")
     assert [s["fallback"] for s in stops] == [False, False]
-    assert control.peek(rd) is None
+    assert stop_request.peek(rd) is None
 
 
 def test_containment_is_said_once_in_the_journal(runs):
@@ -149,7 +163,7 @@ def test_resume_kills_what_a_killed_engine_left_running(runs, victim):
     import os
     import signal as signals
 
-    from runner import identity, stopper
+    from runner import identity, stop_command
 
     prepared = victim.prepare("trap-term")
     rd = runs.start(runs.spec(provider=prepared.argv, stop=STOP))
@@ -157,12 +171,12 @@ def test_resume_kills_what_a_killed_engine_left_running(runs, victim):
     orphan = identity.current(prepared.adopt(timeout=10).pid)
     engine = identity.read(rd.engine_identity)
     os.kill(engine.pid, signals.SIGKILL)
-    assert stopper.wait_engine_gone(engine, 5.0)
+    assert stop_command.wait_engine_gone(engine, 5.0)
     assert identity.is_running(orphan)  # the engine died without a stop: its call lives on
     proc = R.runner("resume", "--run-dir", rd.path, "--detach")
     assert proc.returncode == Exit.OK, proc.stderr
     # By pid, not by token: the replayed session is the same victim command, same token.
-    assert stopper.wait_engine_gone(orphan, 5.0), "the previous attempt's call outlived the resume"
+    assert stop_command.wait_engine_gone(orphan, 5.0), "the previous attempt's call outlived the resume"
     (killed,) = runs.events(rd, "leftovers-killed")
     assert orphan.pid in killed["needed_kill"]
     # The replayed session is the prepared victim's command again: stop the run.
@@ -170,10 +184,10 @@ def test_resume_kills_what_a_killed_engine_left_running(runs, victim):
 
 
 def test_the_previous_attempts_run_stop_never_counts_for_this_one(runs, tmp_path):
-    """Path: stopper._attempt_records splits attempts at `resume` (journaled before the
+    """Path: stop_command._attempt_records splits attempts at `resume` (journaled before the
     new engine starts) as well as at `run-start`: a stopper that finds the new engine
     dead before its run-start must record the stop, not mistake the old run-stop for it."""
-    from runner import stopper
+    from runner import stop_command
     from runner.journal import Journal
     from runner.rundir import RunDir
 
@@ -182,4 +196,4 @@ def test_the_previous_attempts_run_stop_never_counts_for_this_one(runs, tmp_path
         journal.append("run-start", attempt=1)
         journal.append("run-stop", origin="signal", fallback=False)
         journal.append("resume", attempt=2)
-    assert [r["event"] for r in stopper._attempt_records(rd)] == ["resume"]
+    assert [r["event"] for r in stop_command._attempt_records(rd)] == ["resume"]

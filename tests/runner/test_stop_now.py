@@ -7,14 +7,26 @@ from pathlib import Path
 
 import pytest
 
-from runner import cgroup as cgroupmod, defaults
+from runner import cgroup as cgroupmod
+from runner import defaults
 from runner.exitcodes import Exit
 
 KILL_GRACE = 0.3
 BOUND = 5.0
 
-ZOO = ["cooperative", "trap-term", "ignore-term", "slow-exit", "forker", "escapee",
-       "double-fork", "pipe-holder", "respawner", "stopped", "env-scrubber"]
+ZOO = [
+    "cooperative",
+    "trap-term",
+    "ignore-term",
+    "slow-exit",
+    "forker",
+    "escapee",
+    "double-fork",
+    "pipe-holder",
+    "respawner",
+    "stopped",
+    "env-scrubber",
+]
 
 
 def _stop_now_against(runs, victim, stop_latency, kind, lang, kill_grace, label):
@@ -46,8 +58,7 @@ def test_stop_now_reaches_every_victim_kind(runs, victim, stop_latency, kind, la
     only through the cgroup: killed by the mutation that deletes the cgroup kill."""
     if kind == "env-scrubber" and cgroupmod.cgroup2_root() is None:
         pytest.skip("no writable cgroup v2 hierarchy: the env-scrubber is out of reach by design")
-    _stop_now_against(runs, victim, stop_latency, kind, lang, KILL_GRACE,
-                      f"runner stop --now / zoo / {kind} ({lang})")
+    _stop_now_against(runs, victim, stop_latency, kind, lang, KILL_GRACE, f"runner stop --now / zoo / {kind} ({lang})")
 
 
 def test_env_scrubber_grandchild_was_contained_by_the_cgroup(runs, victim, stop_latency):
@@ -57,8 +68,7 @@ def test_env_scrubber_grandchild_was_contained_by_the_cgroup(runs, victim, stop_
     if cgroupmod.cgroup2_root() is None:
         pytest.skip("no writable cgroup v2 hierarchy on this machine")
     prepared = victim.prepare("env-scrubber")
-    rd = runs.start(runs.spec(provider=prepared.argv, stop={"kill_grace": KILL_GRACE,
-                                                           "containment": "cgroup"}))
+    rd = runs.start(runs.spec(provider=prepared.argv, stop={"kill_grace": KILL_GRACE, "containment": "cgroup"}))
     runs.wait_event(rd, "phase-start", phase="session")
     v = prepared.adopt(timeout=10)
     run_cgroup = rd.cgroup_file.read_text().strip()
@@ -79,8 +89,7 @@ def test_env_scrubber_grandchild_was_contained_by_the_cgroup(runs, victim, stop_
 def test_stop_now_trap_term_default_kill_grace(runs, victim, stop_latency):
     """Path: `runner stop --now` at the default kill_grace against a trapping provider:
     the number a user feels, about kill_grace plus a small overhead."""
-    _, _, returned = _stop_now_against(runs, victim, stop_latency, "trap-term", "python",
-                                       defaults.KILL_GRACE, None)
+    _, _, returned = _stop_now_against(runs, victim, stop_latency, "trap-term", "python", defaults.KILL_GRACE, None)
     assert returned < defaults.KILL_GRACE + BOUND
 
 
@@ -89,6 +98,7 @@ def test_stop_now_trap_term_with_escapee_is_about_kill_grace(runs, victim, stop_
     has a grandchild that escaped its process group (setsid). Nothing with the run's tag
     is left, and the stop returns at the seconds scale of kill_grace (the exact figure is
     in the generated document, not asserted here)."""
-    _, _, returned = _stop_now_against(runs, victim, stop_latency, "escapee", "python", KILL_GRACE,
-                                       "runner stop --now / escapee")
+    _, _, returned = _stop_now_against(
+        runs, victim, stop_latency, "escapee", "python", KILL_GRACE, "runner stop --now / escapee"
+    )
     assert returned < KILL_GRACE + BOUND

@@ -6,8 +6,8 @@ import signal
 import time
 
 import pytest
-
 import runs
+
 from runner import defaults, identity
 from runner.exitcodes import Exit
 
@@ -20,8 +20,7 @@ REPAIR_PROVIDER = 'if [ -z "$1" ]; then exit 0; fi; shift; exec "$@"'
 
 def phase_spec(runs_fixture, phase, argv, channel, kill_grace=KILL_GRACE):
     """A spec whose `phase` runs `argv` (a trapping victim) and whose other phases are quick."""
-    kw = dict(items=["a"], provider=["true"],
-              stop={"kill_grace": kill_grace, "channel": channel, "grace": 10.0})
+    kw = dict(items=["a"], provider=["true"], stop={"kill_grace": kill_grace, "channel": channel, "grace": 10.0})
     if phase == "session":
         kw["provider"] = argv
     elif phase == "post_session":
@@ -71,9 +70,13 @@ def test_hard_stop_lands_in_every_phase(runs, victim, stop_latency, phase, chann
     runs.wait_engine_exit(rd)
     assert_stopped_by_engine(rd, channel)
     journal = runs.journal(rd)
-    assert not [e for e in journal if e.get("outcome") == "failed" and e["event"] != "verify-result"
-                or (e["event"] == "verify-result" and e.get("outcome") == "failed"
-                    and phase not in ("repair", "backoff"))]
+    assert not [
+        e
+        for e in journal
+        if e.get("outcome") == "failed"
+        and e["event"] != "verify-result"
+        or (e["event"] == "verify-result" and e.get("outcome") == "failed" and phase not in ("repair", "backoff"))
+    ]
     if phase.startswith("verify"):
         assert [r["outcome"] for r in runs.events(rd, "verify-result")] == ["stopped"]
     if phase == "post_run":
@@ -106,8 +109,12 @@ def test_file_channel_stop_during_long_verify_is_not_a_failure(runs, victim, sto
     repair session is dispatched. Killed by the mutation that deletes stop-awareness in
     classification (engine.py `outcome`), which journals a failed verify."""
     prepared = victim.prepare("trap-term")
-    spec = runs.spec(provider=["true"], verify=[{"command": prepared.argv, "timeout": 1800}],
-                     stop={"channel": "file"}, retry={"backoff": 0})
+    spec = runs.spec(
+        provider=["true"],
+        verify=[{"command": prepared.argv, "timeout": 1800}],
+        stop={"channel": "file"},
+        retry={"backoff": 0},
+    )
     rd = runs.start(spec)
     runs.wait_event(rd, "phase-start", phase="verify")
     v = prepared.adopt(timeout=10)
@@ -127,9 +134,13 @@ def test_verify_killed_from_outside_is_a_failure_and_repairs(runs, victim):
     else (not the registry's stop) is a real failure and dispatches a repair session:
     stop-awareness must come from the registry's record, not from the return code."""
     prepared = victim.prepare("trap-term")
-    spec = runs.spec(provider=["true"], verify=[{"command": prepared.argv, "timeout": 1800}],
-                     repair={"max_attempts": 1}, retry={"backoff": 0},
-                     stop={"kill_grace": KILL_GRACE})
+    spec = runs.spec(
+        provider=["true"],
+        verify=[{"command": prepared.argv, "timeout": 1800}],
+        repair={"max_attempts": 1},
+        retry={"backoff": 0},
+        stop={"kill_grace": KILL_GRACE},
+    )
     rd = runs.start(spec)
     runs.wait_event(rd, "phase-start", phase="verify")
     v = prepared.adopt(timeout=10)
@@ -150,8 +161,9 @@ def test_graceful_stop_completes_the_phase_in_flight(runs, tmp_path):
     gate = tmp_path / "gate"
     gate.write_text("")
     provider = runs_sh_gated(gate)
-    rd = runs.start(runs.spec(items=["a", "b"], provider=provider, verify=[{"command": ["true"]}],
-                              stop={"kill_grace": KILL_GRACE}))
+    rd = runs.start(
+        runs.spec(items=["a", "b"], provider=provider, verify=[{"command": ["true"]}], stop={"kill_grace": KILL_GRACE})
+    )
     runs.wait_event(rd, "session-start", item="a")
     proc = runs.runner("stop", "--graceful", "--run-dir", rd.path)
     assert proc.returncode == Exit.OK, proc.stderr
@@ -175,8 +187,15 @@ def test_stop_file_worst_case_is_the_call_timeout(runs, victim):
     call_timeout the trapping provider is cut at that timeout and the run then stops
     before the next item starts."""
     prepared = victim.prepare("trap-term")
-    rd = runs.start(runs.spec(items=["a", "b"], provider=prepared.argv, call_timeout=1.5,
-                              verify=[{"command": ["true"]}], stop={"kill_grace": KILL_GRACE}))
+    rd = runs.start(
+        runs.spec(
+            items=["a", "b"],
+            provider=prepared.argv,
+            call_timeout=1.5,
+            verify=[{"command": ["true"]}],
+            stop={"kill_grace": KILL_GRACE},
+        )
+    )
     runs.wait_event(rd, "phase-start", phase="session")
     prepared.adopt(timeout=10)
     started = time.monotonic()
@@ -216,8 +235,7 @@ def test_stop_file_during_backoff(runs, stop_latency):
     """Path: the backoff re-reads STOP every BACKOFF_TICK: a run in a 600 s backoff stops
     within about one tick. Killed by the mutation that deletes the STOP check in the
     backoff (the run would wait out the backoff)."""
-    rd = runs.start(runs.spec(provider=["true"], verify=[{"command": ["false"]}],
-                              retry={"backoff": 600}))
+    rd = runs.start(runs.spec(provider=["true"], verify=[{"command": ["false"]}], retry={"backoff": 600}))
     runs.wait_event(rd, "phase-start", phase="backoff")
     with stop_latency.measure(None):
         rd.stop_file.write_text("")
@@ -231,4 +249,3 @@ def test_stop_file_during_backoff(runs, stop_latency):
 def runs_sh_gated(gate):
     """A provider that ignores SIGTERM and runs while `gate` exists."""
     return runs.sh('trap "" TERM; while [ -e "$1" ]; do sleep 0.02; done', str(gate))
-

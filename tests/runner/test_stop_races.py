@@ -8,8 +8,8 @@ import subprocess
 import time
 
 import pytest
-
 import runs as R
+
 from runner import identity
 from runner.exitcodes import Exit
 
@@ -17,9 +17,13 @@ KILL_GRACE = 0.3
 
 
 def stop_proc(rd, *flags):
-    return subprocess.Popen([*R.RUNNER, "stop", "--run-dir", str(rd.path), *flags],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [*R.RUNNER, "stop", "--run-dir", str(rd.path), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def finish(procs, timeout=30):
@@ -39,8 +43,7 @@ def finish(procs, timeout=30):
 
 def trap_term_run(runs, victim, **stop):
     p = victim.prepare("trap-term")
-    spec = runs.spec(items=("a",), provider=p.argv,
-                     stop={"kill_grace": KILL_GRACE, "grace": 5.0, **stop})
+    spec = runs.spec(items=("a",), provider=p.argv, stop={"kill_grace": KILL_GRACE, "grace": 5.0, **stop})
     rd = runs.start(spec)
     R.wait_event(rd, "session-start", item="a")
     return rd, p.adopt(timeout=10)
@@ -91,7 +94,7 @@ def test_graceful_racing_hard_is_still_hard(runs, victim, stop_latency, first, c
     label = f"graceful racing hard ({first} first, {channel})"
     with stop_latency.measure(label, v, bound=KILL_GRACE + 2.0):
         results = finish([stop_proc(rd, *flags) for flags in order])
-    for code, text in results:
+    for code, _text in results:
         assert code in (Exit.OK, Exit.NO_LIVE_RUN), results
     assert_one_engine_stop(rd, origin=channel)
 
@@ -101,7 +104,7 @@ def test_wedged_engine_falls_back_after_grace(runs, victim, stop_latency):
     control file), `runner stop` waits out grace (1 s), then force-kills: exit
     STOP_FORCED, journal run-stop fallback true origin forced (exactly one), the engine
     gone, nothing left with the run's tag. Ablation: remove the fallback in
-    stopper.stop_hard and the stop returns with the engine still there."""
+    stop_command.stop_hard and the stop returns with the engine still there."""
     grace = 1.0
     rd, v = trap_term_run(runs, victim, grace=grace)
     engine = identity.read(rd.engine_identity)
@@ -167,11 +170,15 @@ def test_verify_killed_from_outside_is_a_failed_verify(runs, tmp_path):
     Ablation: classify every SIGKILLed command as stopped and this goes red."""
     marker = tmp_path / "verified-once"
     # First run: mark, then block (to be killed). Second run (after the repair): pass.
-    check = R.sh('[ -e "$1" ] && exit 0; : > "$1"; trap "" TERM; while :; do sleep 0.05; done',
-                 str(marker))
-    spec = runs.spec(items=("a",), provider=["true"], stop={"kill_grace": KILL_GRACE},
-                     verify=[{"command": check, "timeout": 60, "fixable": True}],
-                     repair={"max_attempts": 1}, retry={"backoff": 0})
+    check = R.sh('[ -e "$1" ] && exit 0; : > "$1"; trap "" TERM; while :; do sleep 0.05; done', str(marker))
+    spec = runs.spec(
+        items=("a",),
+        provider=["true"],
+        stop={"kill_grace": KILL_GRACE},
+        verify=[{"command": check, "timeout": 60, "fixable": True}],
+        repair={"max_attempts": 1},
+        retry={"backoff": 0},
+    )
     rd = runs.start(spec)
     R.wait_event(rd, "phase-start", phase="verify", item="a")
     ident = _child_named(rd, "verify0")

@@ -4,9 +4,8 @@ import subprocess
 import sys
 import textwrap
 
-
-
 from runs import new_run_id
+
 from runner import identity, reaper, sweep
 
 

@@ -16,19 +16,45 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 from . import untrusted
 from .atomic import atomic_write_json
 from .errors import ControlFileError, Damaged
 
-UNKNOWN_ORIGIN = "unknown"
+
+class Origin(StrEnum):
+    """Where a stop came from: the journal's and the state's `origin` (trio records why
+    each cancel happened; so does every stop here)."""
+
+    SIGNAL = "signal"  # SIGTERM or SIGHUP: `runner stop` on the signal channel, or `kill`
+    FILE = "file"  # stop-request.json or the STOP file
+    CTRL_C = "ctrl-c"  # SIGINT: a foreground run's terminal
+    FORCED = "forced"  # the stopper recorded it: the engine was killed, not asked
+    UNKNOWN = "unknown"  # a request whose origin cannot be read
+
+    @classmethod
+    def parse(cls, value) -> "Origin":
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+UNKNOWN_ORIGIN = Origin.UNKNOWN
 
 
 class Mode(IntEnum):
+    """Ordered: a request is never downgraded (absent < graceful < hard)."""
+
     ABSENT = 0
     GRACEFUL = 1
     HARD = 2
+
+    @property
+    def label(self) -> str:
+        """How the journal and the request file spell it ("graceful", "hard")."""
+        return self.name.lower()
 
     @classmethod
     def parse(cls, value) -> "Mode":
@@ -42,14 +68,14 @@ class Mode(IntEnum):
 @dataclass
 class StopRequest:
     mode: Mode
-    origin: str
+    origin: Origin
     t: float
     unreadable: bool = False
     archived: str | None = None
     """Where consume() moved the file (archive/...), for the journal."""
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode.name.lower(), "origin": self.origin, "t": self.t}
+        return {"mode": self.mode.label, "origin": self.origin.value, "t": self.t}
 
 
 _after_read = None
@@ -89,7 +115,7 @@ def _read(path) -> StopRequest | None:
     t = data.get("t")
     if isinstance(t, bool) or not isinstance(t, (int, float)):
         t = _mtime(path)
-    return StopRequest(Mode.parse(mode), origin if isinstance(origin, str) else UNKNOWN_ORIGIN, float(t))
+    return StopRequest(Mode.parse(mode), Origin.parse(origin), float(t))
 
 
 def _mtime(path):
@@ -111,7 +137,7 @@ def _rank(request):
 
 def lodge(run_dir, mode, origin) -> StopRequest:
     """Record a stop request; returns the request now pending (possibly an older, stronger one)."""
-    new = StopRequest(Mode.parse(mode), origin, time.time())
+    new = StopRequest(Mode.parse(mode), Origin(origin), time.time())
     with _locked(run_dir):
         old = _read(run_dir.stop_request)
         if _after_read is not None:

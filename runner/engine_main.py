@@ -12,17 +12,19 @@ import os
 import sys
 import traceback
 
-from . import cgroup as cgroupmod, identity, sweep
+from . import identity, sweep
 from .atomic import atomic_write_text
+from .cgroup import RunCgroup, resolve_containment
 from .engine import Engine
 from .errors import RunnerError
+from .events import Event
 from .exitcodes import Exit
 from .journal import Journal
 from .registry import Registry
 from .rundir import RunDir
 from .spec import load_frozen
 from .state import State, StateStore
-from .stopctl import StopController
+from .stop_controller import StopController
 
 
 def main(run_dir):
@@ -49,10 +51,10 @@ def _run_locked(rd):
     store = StateStore(rd.state)
     state = store.load() if rd.state.exists() else State.new(rd.run_id, spec.items)
     journal = Journal(rd.journal)
-    containment = cgroupmod.resolve_containment(spec.stop.containment)
+    containment = resolve_containment(spec.stop.containment)
     cgroup = None
     if containment == "cgroup":
-        cgroup = cgroupmod.RunCgroup.create(rd.run_id)
+        cgroup = RunCgroup.create(rd.run_id)
         cgroup.enter_engine()
         atomic_write_text(rd.cgroup_file, f"{cgroup.path}\n")
     # Double-forked daemons are re-parented to us rather than to init, so the
@@ -66,13 +68,14 @@ def _run_locked(rd):
         store.save(state)
         # Said once per engine, in the journal an operator reads: whether the final kill
         # can reach a descendant that dropped its environment (only a cgroup can).
-        journal.append("containment", mode=containment, cgroup=str(cgroup.path) if cgroup else None,
-                       subreaper=subreaper)
+        journal.append(
+            Event.CONTAINMENT, mode=containment, cgroup=str(cgroup.path) if cgroup else None, subreaper=subreaper
+        )
         me = identity.current(os.getpid())
-        identity.write(rd.engine_identity, me, role="engine", containment=containment,
-                       subreaper=subreaper)
-        engine = Engine(rd, spec, store=store, state=state, journal=journal, registry=registry,
-                        controller=controller, cgroup=cgroup)
+        identity.write(rd.engine_identity, me, role="engine", containment=containment, subreaper=subreaper)
+        engine = Engine(
+            rd, spec, store=store, state=state, journal=journal, registry=registry, controller=controller, cgroup=cgroup
+        )
         return engine.run()
     finally:
         controller.close(ignore_signals=True)
@@ -80,5 +83,5 @@ def _run_locked(rd):
             try:
                 cgroup.remove()
             except OSError as exc:
-                journal.append("cgroup-remove-failed", path=str(cgroup.path), error=str(exc))
+                journal.append(Event.CGROUP_REMOVE_FAILED, path=str(cgroup.path), error=str(exc))
         journal.close()

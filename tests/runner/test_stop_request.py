@@ -1,4 +1,4 @@
-"""control.py: ordered, never-downgraded stop requests under concurrent stoppers; torn
+"""stop_request.py: ordered, never-downgraded stop requests under concurrent stoppers; torn
 files read graceful; single atomic consume; STOP / PAUSE files; archiving for resume."""
 
 import json
@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from runner import control
-from runner.control import Mode
+from runner import stop_request
 from runner.rundir import RunDir
+from runner.stop_request import Mode
 
 
 @pytest.fixture
@@ -28,25 +28,25 @@ def test_modes_are_ordered():
 
 
 def test_lodge_writes_the_documented_format(rd):
-    assert control.peek(rd) is None
-    req = control.lodge(rd, "graceful", "cli")
+    assert stop_request.peek(rd) is None
+    req = stop_request.lodge(rd, "graceful", "file")
     on_disk = json.loads(rd.stop_request.read_text())
-    assert on_disk == {"mode": "graceful", "origin": "cli", "t": req.t}
-    assert control.peek(rd) == control.StopRequest(Mode.GRACEFUL, "cli", req.t)
+    assert on_disk == {"mode": "graceful", "origin": "file", "t": req.t}
+    assert stop_request.peek(rd) == stop_request.StopRequest(Mode.GRACEFUL, "file", req.t)
 
 
 def test_graceful_never_downgrades_a_pending_hard(rd):
     """Path: lodge's max(old, new). Ablation: delete the NEVER DOWNGRADE line and the
     graceful request replaces the hard one: red."""
-    hard = control.lodge(rd, Mode.HARD, "signal")
-    got = control.lodge(rd, Mode.GRACEFUL, "file")
+    hard = stop_request.lodge(rd, Mode.HARD, "signal")
+    got = stop_request.lodge(rd, Mode.GRACEFUL, "file")
     assert got == hard
-    assert control.peek(rd).mode is Mode.HARD and control.peek(rd).origin == "signal"
+    assert stop_request.peek(rd).mode is Mode.HARD and stop_request.peek(rd).origin == "signal"
     # ... while a hard request does upgrade a pending graceful one.
-    control.consume(rd)
-    control.lodge(rd, "graceful", "STOP")
-    assert control.lodge(rd, "hard", "cli").mode is Mode.HARD
-    assert control.peek(rd).origin == "cli"
+    stop_request.consume(rd)
+    stop_request.lodge(rd, "graceful", "file")
+    assert stop_request.lodge(rd, "hard", "signal").mode is Mode.HARD
+    assert stop_request.peek(rd).origin == "signal"
 
 
 def test_graceful_racing_a_hard_stays_hard_deterministic(rd, monkeypatch):
@@ -61,10 +61,10 @@ def test_graceful_racing_a_hard_stays_hard_deterministic(rd, monkeypatch):
             parked.set()
             assert release.wait(10)
 
-    monkeypatch.setattr(control, "_after_read", park)
+    monkeypatch.setattr(stop_request, "_after_read", park)
     results = {}
-    g = threading.Thread(name="graceful", target=lambda: results.update(g=control.lodge(rd, "graceful", "g")))
-    h = threading.Thread(name="hard", target=lambda: results.update(h=control.lodge(rd, "hard", "h")))
+    g = threading.Thread(name="graceful", target=lambda: results.update(g=stop_request.lodge(rd, "graceful", "file")))
+    h = threading.Thread(name="hard", target=lambda: results.update(h=stop_request.lodge(rd, "hard", "signal")))
     g.start()
     try:
         assert parked.wait(10)
@@ -75,14 +75,14 @@ def test_graceful_racing_a_hard_stays_hard_deterministic(rd, monkeypatch):
         g.join(10)
         if h.ident is not None:
             h.join(10)
-    assert control.peek(rd).mode is Mode.HARD
+    assert stop_request.peek(rd).mode is Mode.HARD
     assert results["h"].mode is Mode.HARD
 
 
 STOPPER = (
-    "import sys\nfrom runner.rundir import RunDir\nfrom runner import control\n"
+    "import sys\nfrom runner.rundir import RunDir\nfrom runner import stop_request\n"
     "rd = RunDir(sys.argv[1]); sys.stdin.readline()\n"
-    "control.lodge(rd, sys.argv[2], 'p' + sys.argv[2])\n"
+    "stop_request.lodge(rd, sys.argv[2], 'signal' if sys.argv[2] == 'hard' else 'file')\n"
 )
 
 
@@ -90,9 +90,10 @@ def test_two_stopper_processes_racing(rd):
     """Path: lodge across processes. Rounds of one hard and several graceful stoppers
     released at once; every round ends hard, and the file always parses."""
     for _ in range(8):
-        procs = [subprocess.Popen([sys.executable, "-c", STOPPER, str(rd.path), mode],
-                                  stdin=subprocess.PIPE, text=True)
-                 for mode in ("graceful", "hard", "graceful", "graceful")]
+        procs = [
+            subprocess.Popen([sys.executable, "-c", STOPPER, str(rd.path), mode], stdin=subprocess.PIPE, text=True)
+            for mode in ("graceful", "hard", "graceful", "graceful")
+        ]
         try:
             for p in procs:  # they all wait on stdin; release them together
                 p.stdin.write("go\n")
@@ -105,45 +106,46 @@ def test_two_stopper_processes_racing(rd):
                 if p.poll() is None:
                     p.kill()
                     p.wait()
-        req = control.peek(rd)
-        assert (req.mode, req.origin, req.unreadable) == (Mode.HARD, "phard", False)
-        assert control.consume(rd).mode is Mode.HARD
+        req = stop_request.peek(rd)
+        assert (req.mode, req.origin, req.unreadable) == (Mode.HARD, "signal", False)
+        assert stop_request.consume(rd).mode is Mode.HARD
 
 
-@pytest.mark.parametrize("content", [b"", b'{"mode": "ha', b"\x00\xff", b'{"mode": "absent"}', b'["hard"]',
-                                     b'{"mode": "HARD!"}'])
+@pytest.mark.parametrize(
+    "content", [b"", b'{"mode": "ha', b"\x00\xff", b'{"mode": "absent"}', b'["hard"]', b'{"mode": "HARD!"}']
+)
 def test_torn_or_empty_request_reads_graceful_and_unreadable(rd, content):
     """Path: peek/consume on garbage. Ablation: reading unknown as HARD (or raising) is red."""
     rd.stop_request.write_bytes(content)
-    req = control.peek(rd)
+    req = stop_request.peek(rd)
     assert (req.mode, req.unreadable) == (Mode.GRACEFUL, True)
-    got = control.consume(rd)
+    got = stop_request.consume(rd)
     assert (got.mode, got.unreadable) == (Mode.GRACEFUL, True)
     assert not rd.stop_request.exists()
 
 
 def test_unreadable_request_is_replaced_by_a_clean_lodge(rd):
     rd.stop_request.write_bytes(b"")
-    req = control.lodge(rd, "graceful", "cli")
-    assert not req.unreadable and control.peek(rd) == req
+    req = stop_request.lodge(rd, "graceful", "file")
+    assert not req.unreadable and stop_request.peek(rd) == req
 
 
 def test_handwritten_hard_request_without_origin_is_hard(rd):
     rd.stop_request.write_text('{"mode": "hard"}')
-    req = control.peek(rd)
-    assert (req.mode, req.origin, req.unreadable) == (Mode.HARD, control.UNKNOWN_ORIGIN, False)
+    req = stop_request.peek(rd)
+    assert (req.mode, req.origin, req.unreadable) == (Mode.HARD, stop_request.UNKNOWN_ORIGIN, False)
 
 
 def test_consume_is_single_and_archives(rd):
     """Path: consume's one rename. Two consumers race; exactly one gets the request.
     Ablation: read-then-unlink without the rename lets both see it: red."""
     for _ in range(50):
-        control.lodge(rd, "hard", "cli")
+        stop_request.lodge(rd, "hard", "signal")
         got, barrier = [], threading.Barrier(2)
 
-        def take():
+        def take(barrier=barrier, got=got):
             barrier.wait()
-            got.append(control.consume(rd))
+            got.append(stop_request.consume(rd))
 
         threads = [threading.Thread(target=take) for _ in range(2)]
         for t in threads:
@@ -156,23 +158,23 @@ def test_consume_is_single_and_archives(rd):
     archived = sorted(p.name for p in rd.archive.iterdir())
     assert len(archived) == 50 and all(n.endswith("-stop-request.json") for n in archived)
     assert json.loads((rd.archive / archived[0]).read_text())["mode"] == "hard"
-    assert control.consume(rd) is None
+    assert stop_request.consume(rd) is None
 
 
 def test_stop_and_pause_files(rd):
-    assert not control.stop_file(rd) and not control.pause_file(rd)
+    assert not stop_request.stop_file(rd) and not stop_request.pause_file(rd)
     rd.stop_file.touch()
     rd.pause_file.touch()
-    assert control.stop_file(rd) and control.pause_file(rd)
+    assert stop_request.stop_file(rd) and stop_request.pause_file(rd)
 
 
 def test_archive_pending_for_resume(rd):
     """Path: resume clears every pending stop, so the resumed run does not stop at once."""
-    assert control.archive_pending(rd) == []
-    control.lodge(rd, "hard", "cli")
+    assert stop_request.archive_pending(rd) == []
+    stop_request.lodge(rd, "hard", "signal")
     rd.stop_file.write_text("")
     rd.pause_file.write_text("")
-    moved = control.archive_pending(rd)
+    moved = stop_request.archive_pending(rd)
     assert moved == ["stop-request.json", "STOP", "PAUSE"]
-    assert control.peek(rd) is None and not control.stop_file(rd) and not control.pause_file(rd)
+    assert stop_request.peek(rd) is None and not stop_request.stop_file(rd) and not stop_request.pause_file(rd)
     assert sorted(p.name.split("-", 2)[2] for p in rd.archive.iterdir()) == ["PAUSE", "STOP", "stop-request.json"]

@@ -11,12 +11,15 @@ import select
 import signal
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from . import control, identity, journal as journalmod, reaper, run_view, signals
+from . import defaults, identity, reaper, run_view, signals, stop_request
 from .errors import ControlFileError, Damaged, NoLiveRun, RunLocked
+from .events import Event
 from .exitcodes import Exit
+from .journal import Journal
+from .journal import read as read_journal
 from .membership import Membership, run_cgroup_relative
+from .rundir import RunDir
 from .state import StateStore
 
 
@@ -71,10 +74,6 @@ def wait_engine_gone(engine, timeout):
             os.close(fd)
 
 
-LOCK_WAIT = 5.0
-"""How long a stopper waits for another stopper that is recording its stop."""
-
-
 def _membership(view) -> Membership:
     return Membership(view.run_id, run_cgroup_relative(view.cgroup.path) if view.cgroup else None)
 
@@ -84,7 +83,7 @@ def _attempt_records(rd):
     `runner resume` before its engine starts) or `run-start`, whichever is later, so
     that the previous attempt's `run-stop` never counts for this one."""
     records = []
-    for record in journalmod.read(rd.journal):
+    for record in read_journal(rd.journal):
         if record.get("event") in ("run-start", "resume"):
             records = []
         records.append(record)
@@ -98,16 +97,21 @@ def kill_leftovers(rd, kill_grace):
     Returns the reaper's report and the run's view (what was damaged)."""
     view = run_view.view(rd, wait_for_engine=False)
     children = view.children
-    report = reaper.kill_everything(groups=[(child.pgid, [child]) for child in children],
-                                    pids=children, run_id=view.run_id, kill_grace=kill_grace,
-                                    cgroup=view.cgroup, cgroup_scope="work")
+    report = reaper.kill_everything(
+        groups=[(child.pgid, [child]) for child in children],
+        pids=children,
+        run_id=view.run_id,
+        kill_grace=kill_grace,
+        cgroup=view.cgroup,
+        cgroup_scope="work",
+    )
     return report, view
 
 
 def _recording_lock(rd):
     """The engine lock, taken by a stopper that records a stop. Holding it proves the
     engine dead and keeps two stoppers from both recording (two `run-stop`s)."""
-    deadline = time.monotonic() + LOCK_WAIT
+    deadline = time.monotonic() + defaults.LOCK_WAIT
     while True:
         try:
             return rd.acquire_lock()
@@ -127,17 +131,21 @@ def force(rd, kill_grace=None, *, fallback, view=None):
     view = view or run_view.view(rd)
     kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
     engine, children = view.engine, view.children
-    engine_ours = (engine is not None and identity.is_running(engine)
-                   and _membership(view).proof(engine.pid, engine.start_ticks) is not None)
+    engine_ours = (
+        engine is not None
+        and identity.is_running(engine)
+        and _membership(view).proof(engine.pid, engine.start_ticks) is not None
+    )
     recorded = [engine] if engine is not None else []
     groups = [(i.pgid, [i]) for i in recorded + children]
-    report = reaper.kill_everything(groups=groups, pids=recorded + children, run_id=view.run_id,
-                                    kill_grace=kill_grace, cgroup=view.cgroup)
+    report = reaper.kill_everything(
+        groups=groups, pids=recorded + children, run_id=view.run_id, kill_grace=kill_grace, cgroup=view.cgroup
+    )
     unkillable = sorted(set(report.unkillable))
     if report.refused:
         try:
-            with journalmod.Journal(rd.journal) as journal:
-                journal.append("signal-refused", by="stop", refused=report.refused)
+            with Journal(rd.journal) as journal:
+                journal.append(Event.SIGNAL_REFUSED, by="stop", refused=report.refused)
         except (Damaged, OSError) as exc:
             view.note(exc)
     recorded_by = None
@@ -156,18 +164,27 @@ def force(rd, kill_grace=None, *, fallback, view=None):
     elapsed = time.monotonic() - started
     extra = dict(refused=report.refused, damaged=view.damaged)
     if unkillable:
-        return StopResult(Exit.UNKILLABLE, f"stop could not kill pids {unkillable} "
-                          f"(uninterruptible sleep?); they are named in the journal", elapsed, unkillable,
-                          **extra)
-    killed = (f"{len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL, "
-              f"in {elapsed:.3f}s")
+        return StopResult(
+            Exit.UNKILLABLE,
+            f"stop could not kill pids {unkillable} (uninterruptible sleep?); they are named in the journal",
+            elapsed,
+            unkillable,
+            **extra,
+        )
+    killed = f"{len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL, in {elapsed:.3f}s"
     code = Exit.DAMAGED if view.damaged else Exit.OK
     if recorded_by == "finished":
-        return StopResult(code, f"run {view.run_id} had already finished; nothing to record ({killed})",
-                          elapsed, recorded_by=recorded_by, **extra)
+        return StopResult(
+            code,
+            f"run {view.run_id} had already finished; nothing to record ({killed})",
+            elapsed,
+            recorded_by=recorded_by,
+            **extra,
+        )
     if recorded_by == "engine":
-        return StopResult(code, f"run {view.run_id} stopped by its engine ({killed})", elapsed,
-                          recorded_by=recorded_by, **extra)
+        return StopResult(
+            code, f"run {view.run_id} stopped by its engine ({killed})", elapsed, recorded_by=recorded_by, **extra
+        )
     if fallback and code == Exit.OK:
         code = Exit.STOP_FORCED
     return StopResult(code, f"run {view.run_id} killed ({killed})", elapsed, recorded_by=recorded_by, **extra)
@@ -180,7 +197,13 @@ def _engine_gone(rd, view) -> bool:
         return not rd.is_live()
     except Damaged:
         from . import sweep
+
         return not (view.run_id and sweep.tagged(view.run_id))
+
+
+def stop_now(rd: RunDir, kill_grace: float | None = None) -> StopResult:
+    """`runner stop --now`: the immediate stop, by the stopper itself (see force)."""
+    return force(rd, kill_grace, fallback=False)
 
 
 def _record_forced_stop(rd, report, fallback):
@@ -204,10 +227,17 @@ def _record_forced_stop(rd, report, fallback):
             state.exit_code = int(Exit.STOPPED)
             state.updated = time.time()
             store.save(state)
-        with journalmod.Journal(rd.journal) as journal:
-            journal.append("run-stop", origin="forced", mode="hard", forced=True, fallback=fallback,
-                           died_at_term=sorted(report.died_at_term),
-                           needed_kill=sorted(report.needed_kill), unkillable=sorted(report.unkillable))
+        with Journal(rd.journal) as journal:
+            journal.append(
+                Event.RUN_STOP,
+                origin="forced",
+                mode="hard",
+                forced=True,
+                fallback=fallback,
+                died_at_term=sorted(report.died_at_term),
+                needed_kill=sorted(report.needed_kill),
+                unkillable=sorted(report.unkillable),
+            )
         return "stopper"
 
 
@@ -221,12 +251,13 @@ def stop_hard(rd, *, channel=None, grace=None, kill_grace=None):
     channel = view.stop.channel if channel is None else channel
     grace = view.stop.grace if grace is None else grace
     if view.live is False:
-        raise NoLiveRun(f"{rd.path}: no live engine (see `runner status`; `runner stop --now` "
-                        f"kills what a dead engine left)")
+        raise NoLiveRun(
+            f"{rd.path}: no live engine (see `runner status`; `runner stop --now` kills what a dead engine left)"
+        )
     engine = view.engine
     use_signal = channel in ("signal", "auto") and os.name == "posix"
     try:
-        control.lodge(rd, control.Mode.HARD, "signal" if use_signal else "file")
+        stop_request.lodge(rd, stop_request.Mode.HARD, "signal" if use_signal else "file")
     except (ControlFileError, Damaged) as exc:
         view.note(exc)
         use_signal = os.name == "posix"  # no file channel left: the signal is all there is
@@ -246,39 +277,44 @@ def stop_hard(rd, *, channel=None, grace=None, kill_grace=None):
             state = None
         elapsed = time.monotonic() - started
         if state is not None and state.stopped:
-            return StopResult(Exit.DAMAGED if view.damaged else Exit.OK,
-                              f"run {view.run_id} stopped by its engine "
-                              f"(origin {state.stop_origin}) in {elapsed:.3f}s", elapsed, damaged=view.damaged)
+            return StopResult(
+                Exit.DAMAGED if view.damaged else Exit.OK,
+                f"run {view.run_id} stopped by its engine (origin {state.stop_origin}) in {elapsed:.3f}s",
+                elapsed,
+                damaged=view.damaged,
+            )
         if state is not None and state.status in ("completed", "failed"):
-            return StopResult(Exit.DAMAGED if view.damaged else Exit.OK,
-                              f"run {view.run_id} had already {state.status}; "
-                              f"the stop arrived late", elapsed, damaged=view.damaged)
+            return StopResult(
+                Exit.DAMAGED if view.damaged else Exit.OK,
+                f"run {view.run_id} had already {state.status}; the stop arrived late",
+                elapsed,
+                damaged=view.damaged,
+            )
     result = force(rd, view.stop.kill_grace if kill_grace is None else kill_grace, fallback=True, view=view)
     result.elapsed = time.monotonic() - started
     if result.recorded_by == "engine":
         # The engine recorded its own stop while the fallback ran: it honored it, late.
         result.message = f"engine honored the stop after grace {grace}s: {result.message}"
     elif result.code == Exit.STOP_FORCED:
-        result.message = (f"engine did not honor the stop within grace {grace}s; "
-                          f"force-killed: {result.message}")
+        result.message = f"engine did not honor the stop within grace {grace}s; force-killed: {result.message}"
     return result
 
 
 def stop_graceful(rd):
     if not rd.is_live():
         raise NoLiveRun(f"{rd.path}: no live engine")
-    request = control.lodge(rd, control.Mode.GRACEFUL, "file")
-    if request.mode == control.Mode.HARD:
-        return StopResult(Exit.OK, f"a hard stop is already pending for run {rd.run_id}; "
-                          f"it is not downgraded", 0.0)
-    return StopResult(Exit.OK, f"graceful stop lodged for run {rd.run_id}: the phase in flight "
-                      f"completes, then the run stops", 0.0)
+    request = stop_request.lodge(rd, stop_request.Mode.GRACEFUL, "file")
+    if request.mode == stop_request.Mode.HARD:
+        return StopResult(Exit.OK, f"a hard stop is already pending for run {rd.run_id}; it is not downgraded", 0.0)
+    return StopResult(
+        Exit.OK, f"graceful stop lodged for run {rd.run_id}: the phase in flight completes, then the run stops", 0.0
+    )
 
 
 def wait_run(rd, timeout=None):
     """Block until the run's engine is gone; return the run's own exit code."""
     engine = run_view.require_engine(run_view.view(rd))
-    while not wait_engine_gone(engine, 3600.0 if timeout is None else timeout):
+    while not wait_engine_gone(engine, defaults.WAIT_SLICE if timeout is None else timeout):
         if timeout is not None:
             raise NoLiveRun(f"{rd.path}: still running after {timeout}s")
     state = StateStore(rd.state).load()

@@ -1,0 +1,59 @@
+"""The runner's vocabularies, each defined once: journal events, command outcomes.
+
+Every record of journal.jsonl is {"event": <Event>, "t": <epoch>, ...fields}. The events
+and their fields are listed in docs/architecture.md; a test checks that every event the
+code writes is documented there, and that nothing documented is never written. Stop
+modes and origins live beside the request file (stop_request.Mode, stop_request.Origin).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Event(StrEnum):
+    # -- the run ------------------------------------------------------------------
+    CONTAINMENT = "containment"
+    RUN_START = "run-start"
+    RUN_COMPLETE = "run-complete"
+    RESUME = "resume"
+    LEFTOVERS_KILLED = "leftovers-killed"
+    CONTROL_FILE_ARCHIVED = "control-file-archived"
+    # -- phases and commands ------------------------------------------------------
+    PHASE_START = "phase-start"
+    SESSION_START = "session-start"
+    SESSION_END = "session-end"
+    HOOK_RESULT = "hook-result"
+    HOOK_SKIPPED = "hook-skipped"
+    VERIFY_RESULT = "verify-result"
+    REPAIR_DISPATCH = "repair-dispatch"
+    ITEM_DONE = "item-done"
+    ITEM_FAILED = "item-failed"
+    CALL_TIMEOUT = "call-timeout"
+    IDLE_TIMEOUT = "idle-timeout"
+    PAUSED = "paused"
+    UNPAUSED = "unpaused"
+    # -- stops --------------------------------------------------------------------
+    GRACEFUL_STOP = "graceful-stop"
+    TEARDOWN_COMPLETE = "teardown-complete"
+    RUN_STOP = "run-stop"
+    STOP_REQUEST_UNREADABLE = "stop-request-unreadable"
+    STOP_REQUEST_RECEIVED_LATE = "stop-request-received-late"
+    STOP_REQUEST_DISCARDED = "stop-request-discarded"
+    SIGNAL_REFUSED = "signal-refused"
+    UNKILLABLE = "unkillable"
+    # -- errors -------------------------------------------------------------------
+    WATCHDOG_ERROR = "watchdog-error"
+    CLEANUP_ERROR = "cleanup-error"
+    ENGINE_ERROR = "engine-error"
+    ENGINE_CRASH = "engine-crash"
+    CGROUP_REMOVE_FAILED = "cgroup-remove-failed"
+
+
+class Outcome(StrEnum):
+    """What became of one command (a provider call, a hook, a verify command)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    STOPPED = "stopped"  # killed because the run is stopping: never a failure

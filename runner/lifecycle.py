@@ -1,0 +1,219 @@
+"""The life cycle of a run: start it, resume it, watch it in the foreground, read its
+status. The CLI (cli.py) only parses arguments and prints; everything that happens to
+a run between `runner run` and its engine's exit is here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from . import defaults, identity, run_view, signals, stop_command, stop_request, untrusted
+from .errors import BadInput, Damaged, IdentityError, RunLocked
+from .events import Event
+from .exitcodes import Exit
+from .journal import Journal
+from .membership import Membership
+from .rundir import RunDir, default_base, new_run_id, resolve
+from .spec import load_bytes as load_spec_bytes
+from .spec import load_frozen
+from .state import StateStore
+
+Say = Callable[[str], None]
+"""How the life cycle tells the operator something, one line at a time (the CLI prints
+it to stderr behind "runner: ")."""
+
+
+def run(spec_path, run_dir=None, *, detach: bool, say: Say) -> tuple[int, RunDir]:
+    """`runner run`: validate the spec completely, freeze it into a new run directory,
+    start the engine; detached, return once it is up, else wait for it."""
+    spec, raw = load_spec_bytes(spec_path)  # validated completely before anything starts
+    if run_dir is not None:
+        rd = RunDir(run_dir)
+        if rd.exists() and rd.is_live():
+            raise RunLocked(f"{rd.path}: a live engine holds this run directory")
+    else:
+        rd = RunDir(default_base() / new_run_id())
+    rd = RunDir.create(rd.path, spec_path, data=raw)
+    return start_engine(rd, spec, detach, say), rd
+
+
+def resume(run_dir=None, *, detach: bool, say: Say) -> tuple[int, RunDir]:
+    """`runner resume`: a new attempt of a stopped or crashed run. What the dead attempt
+    left running is killed first (only what is proven the run's), pending control files
+    are archived, the dead attempt's identity files removed."""
+    rd = resolve(run_dir, want=resumable, what="resumable")
+    if rd.is_live():
+        raise RunLocked(f"{rd.path}: an engine of this run is alive; stop it first")
+    spec = load_frozen(rd.spec)
+    store = StateStore(rd.state)
+    state = store.load()
+    if state.status in ("completed", "failed") and not state.stopped:
+        raise BadInput(f"{rd.state}: status: expected a stopped or crashed run, got {state.status!r}")
+    journal = Journal(rd.journal)
+    for name in stop_request.archive_pending(rd):
+        journal.append(Event.CONTROL_FILE_ARCHIVED, file=name, reason="resume")
+    left, view = stop_command.kill_leftovers(rd, spec.stop.kill_grace)
+    if left.died_at_term or left.needed_kill or left.unkillable:
+        journal.append(
+            Event.LEFTOVERS_KILLED,
+            died_at_term=left.died_at_term,
+            needed_kill=left.needed_kill,
+            unkillable=left.unkillable,
+        )
+    if left.refused:
+        journal.append(Event.SIGNAL_REFUSED, by="resume", refused=left.refused)
+        say("refused to signal (not proven the run's): " + "; ".join(left.refused))
+    # engine.json and the files in children/ are the dead attempt's: resume removes them
+    # below, so their damage does not hold it up (nothing was signalled on their word).
+    stale_idents = (f"{rd.engine_identity}:", f"{rd.children}/")
+    blocking = [d for d in view.damaged if not d.startswith(stale_idents)]
+    if blocking:
+        raise Damaged(
+            rd.path, "; ".join(blocking) + " (leftovers were killed; repair or remove these files, then resume again)"
+        )
+    # The previous attempt's identities name dead processes (or, later, someone else's):
+    # a stopper must only ever find the new engine's, once it has written it. Removed by
+    # name inside children/ (never through a link), whatever each one is.
+    for stale in [rd.engine_identity, *(rd.children / n for n in untrusted.list_dir(rd.children))]:
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale)
+        elif os.path.lexists(stale):
+            stale.unlink()
+    store.save(store.new_attempt(state))
+    journal.append(Event.RESUME, attempt=state.attempt + 1)
+    journal.close()
+    return start_engine(rd, spec, detach, say), rd
+
+
+def resumable(rd):
+    """A run with no live engine whose last attempt was stopped or never finished."""
+    if rd.is_live():
+        return False
+    state = StateStore(rd.state).load_or_none()
+    return state is not None and (state.stopped or state.status in ("stopped", "crashed", "running"))
+
+
+def start_engine(rd, spec, detach, say):
+    env = dict(os.environ, RUNNER_RUN_ID=rd.run_id)
+    with open(rd.engine_log, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner", "_engine", str(rd.path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
+    engine = _await_engine(rd, proc)
+    if engine is None:
+        code = proc.wait()
+        say(f"engine exited with {code} before it was up: {_log_tail(rd)}")
+        return code if code > 0 else Exit.INTERNAL
+    if detach:
+        return Exit.OK
+    return _foreground(rd, spec, proc, engine, say)
+
+
+def _await_engine(rd, proc):
+    deadline = time.monotonic() + defaults.ENGINE_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if rd.engine_identity.exists():
+            try:
+                ident = identity.read(rd.engine_identity)
+            except (IdentityError, FileNotFoundError):
+                ident = None
+            if ident is not None and ident.pid == proc.pid:
+                return ident
+        if proc.poll() is not None:
+            return None
+        time.sleep(defaults.ENGINE_START_POLL)
+    proc.kill()
+    return None
+
+
+def _log_tail(rd):
+    try:
+        lines = rd.engine_log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no engine.log)"
+    return lines[-1] if lines else "(engine.log is empty)"
+
+
+def _foreground(rd, spec, proc, engine, say):
+    """Wait for the engine, forwarding the terminal's signals: the engine has its own
+    session and never sees them. Ctrl-C is a hard stop (lodged first, then SIGINT);
+    a second Ctrl-C is `--now`. SIGHUP and SIGTERM are forwarded as they are."""
+    received = []
+    tagged = Membership(run_id=rd.run_id)  # the engine carries the run's tag from its first instruction
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, lambda s, f: received.append(s))
+    interrupts = 0
+    while True:
+        try:
+            code = proc.wait(timeout=defaults.FOREGROUND_POLL)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        while received:
+            signum = received.pop(0)
+            if signum == signal.SIGINT:
+                interrupts += 1
+                if interrupts == 1:
+                    say("stopping (Ctrl-C again to kill now)")
+                    stop_request.lodge(rd, stop_request.Mode.HARD, "ctrl-c")
+                    signals.signal_process(engine, signal.SIGINT, tagged)
+                else:
+                    result = stop_command.force(rd, spec.stop.kill_grace, fallback=False)
+                    for line in result.lines():
+                        say(line)
+            else:
+                stop_request.lodge(rd, stop_request.Mode.HARD, "signal")
+                signals.signal_process(engine, signum, tagged)
+    if code < 0:  # killed by a signal: the state says what the run was
+        state = StateStore(rd.state).load()
+        if state.exit_code is not None:
+            return state.exit_code
+        return Exit.STOPPED if state.stopped else Exit.INTERNAL
+    return code
+
+
+def status_of(rd):
+    """What `runner status` shows. Each file is read on its own (run_view.py): a damaged
+    one is listed under "damaged" and the others are still shown."""
+    view = run_view.view(rd, wait_for_engine=False)
+    try:
+        state = StateStore(rd.state).load_or_none()
+    except Damaged as exc:
+        view.note(exc)
+        state = None
+    children = []
+    for ident in view.children:
+        if identity.is_running(ident):
+            try:
+                name = identity.read_extra(rd.children / f"{ident.pid}.json").get("name")
+            except (Damaged, FileNotFoundError):
+                name = None
+            children.append({"pid": ident.pid, "pgid": ident.pgid, "name": name})
+    live = view.live
+    return {
+        "run_id": view.run_id,
+        "run_dir": str(rd.path),
+        "live": live,
+        "engine_pid": view.engine.pid if view.engine else None,
+        "status": state.status if state else ("unknown" if view.damaged else "starting"),
+        "attempt": state.attempt if state else None,
+        "current_item": state.current_item if state else None,
+        "phase": state.phase if state else None,
+        "stopped": state.stopped if state else False,
+        "stop_origin": state.stop_origin if state else None,
+        "items": {k: v.status for k, v in state.items.items()} if state else {},
+        "provider_calls": state.provider_calls if state else 0,
+        "children": children,
+        "damaged": list(view.damaged),
+    }

@@ -1,0 +1,289 @@
+"""The engine's stop controller: one path for every stop channel.
+
+A SIGTERM (or SIGINT, SIGHUP) handler and the control-file watchdog both end in
+`StopController.request(origin)`: mark the run as stopping, then kill every registered
+child tree. The kill runs in the watchdog thread, never in a signal handler: a handler
+only notes the origin and writes a byte to a self-pipe, because it may interrupt the
+main thread inside a journal write or while a lock is held.
+
+The main thread, released when its child dies or its wait is cut short, raises
+`RunStopped` at its next check point (`checkpoint()`, `sleep()`), as trio delivers a
+cancellation at a check point and not from inside a signal handler. The exception
+unwinds through every `finally` to the engine's top.
+"""
+
+import logging
+import os
+import select
+import signal
+import threading
+import traceback
+
+from . import defaults, stop_request
+from .errors import RunStopped
+from .events import Event
+from .stop_request import Mode, Origin, StopRequest
+
+# What each signal means as a stop origin (the journal's `origin`).
+_SIGNAL_ORIGINS = {
+    signal.SIGTERM: Origin.SIGNAL,
+    signal.SIGHUP: Origin.SIGNAL,
+    signal.SIGINT: Origin.CTRL_C,
+}
+# The origins a consumed hard request may claim for the stop it causes.
+_REQUEST_ORIGINS = (Origin.SIGNAL, Origin.FILE, Origin.CTRL_C)
+
+
+class StopController:
+    def __init__(self, rundir, registry, journal, *, poll=defaults.WATCHDOG_POLL):
+        self._rundir = rundir
+        self._registry = registry
+        self._journal = journal
+        self._poll = poll
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._closed = threading.Event()
+        self._finishing = False
+        self._signal_origin = None
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._thread = None
+        self._previous_handlers = {}
+        self._kill_failed = False
+        self.origin: Origin | None = None
+
+    # -- set-up and tear-down ------------------------------------------------------
+
+    def install_signals(self):
+        for signum in _SIGNAL_ORIGINS:
+            self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
+
+    def start(self):
+        self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
+        self._thread.start()
+
+    def close(self, *, ignore_signals=False):
+        """Stop the watchdog and give back the signal handlers. An engine on its way
+        out ignores the stop signals instead (`ignore_signals`): a late SIGTERM must not
+        kill it between here and the removal of its cgroup."""
+        self._closed.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout=defaults.WATCHDOG_JOIN)
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, signal.SIG_IGN if ignore_signals else handler)
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+
+    # -- the two channels ----------------------------------------------------------
+
+    def _on_signal(self, signum, frame):
+        # Async-signal context: no locks, no I/O beyond one write to the self-pipe.
+        if self._signal_origin is None:
+            self._signal_origin = _SIGNAL_ORIGINS.get(signum, Origin.SIGNAL)
+        self._wake()
+
+    def _wake(self):
+        try:
+            os.write(self._wake_w, b"!")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full or closed: the watchdog is awake or gone either way
+
+    def _watch(self):
+        while not self._closed.is_set():
+            ready, _, _ = select.select([self._wake_r], [], [], self._poll)
+            if ready:
+                try:
+                    while os.read(self._wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+            if self._closed.is_set():
+                return
+            try:
+                self._tick()
+            except Exception:
+                # The watchdog must outlive any one failed read or kill: if it died,
+                # every later stop (signal or file) would go unheard until the fallback.
+                logging.getLogger(__name__).exception("stop watchdog tick failed")
+                self._journal_quietly(Event.WATCHDOG_ERROR, error=traceback.format_exc(limit=5))
+
+    def _tick(self):
+        if self._kill_failed:
+            self._kill()
+        if self._signal_origin is not None:
+            self.request(self._signal_origin)
+        else:
+            self._read_control_file()
+
+    def _journal_quietly(self, event, **fields):
+        try:
+            self._journal.append(event, **fields)
+        except Exception:
+            pass  # the journal itself may be what failed
+
+    def _read_control_file(self):
+        request = stop_request.peek(self._rundir)
+        if request is not None and request.mode == Mode.HARD and not request.unreadable:
+            self.request(Origin.FILE)  # ablate: watchdog-reads-hard-request
+
+    # -- the single stop path ------------------------------------------------------
+
+    def request(self, origin: Origin) -> None:
+        """Mark the run as stopping and kill every registered child tree. Idempotent;
+        the first origin wins. Runs in the watchdog thread (or the caller's)."""
+        with self._lock:
+            # Decided and consumed under one lock, which finishing() takes too: a
+            # request consumed here is either this stop or, once finishing, left for the
+            # late consume, never lost between the two. (The check points never take
+            # this lock; consuming waits on a stopper's flock for milliseconds.)
+            if self._stopping.is_set() or self._finishing:
+                return
+            try:
+                consumed_origin = self._honored_origin(self.consume())
+            except Exception:
+                consumed_origin = None
+                self._journal_quietly(Event.WATCHDOG_ERROR, error=traceback.format_exc(limit=5))
+            self.origin = consumed_origin or origin
+            self._stopping.set()
+        self._kill()
+
+    def _kill(self):
+        """Kill every registered child tree; retried on the next tick if it failed."""
+        try:
+            report = self._registry.stop_all(self.origin)  # ablate: stop-kills-registered-children
+            self._kill_failed = False
+        except Exception:
+            self._kill_failed = True
+            raise
+        if report is not None and report.refused:
+            self._journal_quietly(Event.SIGNAL_REFUSED, by="stop", refused=report.refused)
+
+    @staticmethod
+    def _honored_origin(consumed: StopRequest | None) -> Origin | None:
+        """The origin of a consumed request when it is the hard request a stop honors.
+        The stopper writes the channel it uses as the origin, so a `runner stop` whose
+        file the watchdog reads a moment before its signal lands is still recorded as
+        the signal stop it is."""
+        if (
+            consumed is not None
+            and consumed.mode == Mode.HARD
+            and not consumed.unreadable
+            and consumed.origin in _REQUEST_ORIGINS
+        ):
+            return consumed.origin
+        return None
+
+    # -- the request file: this controller is its only consumer -------------------
+
+    def consume(self) -> StopRequest | None:
+        """Take the pending request (one atomic rename, stop_request.consume); a torn or
+        unreadable one is journaled as such, here and nowhere else. A bare `kill -TERM`
+        finds no file."""
+        consumed = stop_request.consume(self._rundir)
+        if consumed is None:
+            return None
+        if consumed.unreadable:
+            self._journal.append(Event.STOP_REQUEST_UNREADABLE, read_as=Mode.GRACEFUL.label)
+        return consumed
+
+    def finishing(self) -> Origin | None:
+        """The queue and post_run hooks are done: from here a hard request is late,
+        not a stop. Returns the origin of a stop that slipped in just before, if any
+        (the watchdog may have seen it between the last hook's exit and this call)."""
+        with self._lock:
+            self._finishing = True
+            return self.origin if self._stopping.is_set() else None
+
+    def receive_late(self, late_origin: Origin | None) -> None:
+        """After finalization's clean-up: consume what arrived since finishing(). A hard
+        stop that arrives once the queue and the post_run hooks are done is received
+        late (the run is completed); anything else consumed here (a graceful or
+        unreadable request) was never honored, and says so."""
+        late = self.consume()  # ablate: late-consume
+        if late_origin is not None:
+            self._journal.append(Event.STOP_REQUEST_RECEIVED_LATE, origin=late_origin, mode=Mode.HARD.label)
+        if late is None:
+            return
+        if late.mode == Mode.HARD and not late.unreadable and late_origin is None:
+            self._journal.append(Event.STOP_REQUEST_RECEIVED_LATE, origin=late.origin, mode=Mode.HARD.label)
+        else:
+            self._discarded(late)
+
+    def discard_unhonored(self, *, stopped: bool) -> None:
+        """At the engine's exit: a request still pending was never honored; consume it
+        (a resume must not meet it) and journal it discarded. So is an operator's STOP
+        file that outlived a run that finished anyway (`runner resume` archives it)."""
+        request = self.consume()
+        if request is not None:
+            self._discarded(request)
+        if stop_request.stop_file(self._rundir) and not stopped:
+            self._journal.append(
+                Event.STOP_REQUEST_DISCARDED,
+                mode=Mode.GRACEFUL.label,
+                origin=Origin.FILE,
+                file=self._rundir.stop_file.name,
+            )
+
+    def _discarded(self, request: StopRequest) -> None:
+        self._journal.append(
+            Event.STOP_REQUEST_DISCARDED, mode=request.mode.label, origin=request.origin, unreadable=request.unreadable
+        )
+
+    # -- the stops the main thread raises -----------------------------------------
+
+    def hard_stop(self) -> RunStopped:
+        return RunStopped(self.origin or Origin.UNKNOWN, Mode.HARD)
+
+    def graceful_stop(self, where: str, *, item: str | None, phase: str | None) -> RunStopped:
+        """The stop to raise where a graceful check point found a graceful request
+        pending. Decided on the request actually consumed (a hard one may have merged
+        into the file since it was peeked): a hard request read here is honored as hard,
+        since the watchdog may not have polled it yet and a hard stop is never
+        downgraded."""
+        consumed = self.consume()
+        honored = self._honored_origin(consumed)
+        if consumed is not None and consumed.mode == Mode.HARD and not consumed.unreadable:
+            self.request(honored or Origin.FILE)
+            return self.hard_stop()
+        if self.stopping:
+            return self.hard_stop()
+        self._journal.append(
+            Event.GRACEFUL_STOP,
+            where=where,
+            item=item,
+            phase=phase,
+            stop_file=stop_request.stop_file(self._rundir),
+            request=None if consumed is None else consumed.origin,
+        )
+        return RunStopped(Origin.FILE, Mode.GRACEFUL)
+
+    def as_recorded(self, stop: RunStopped) -> RunStopped:
+        """The stop the engine records: a hard stop (signal or file) that arrived while a
+        graceful one unwound is the stop that happened; a hard stop is never recorded as
+        graceful."""
+        if stop.mode != Mode.HARD and self.stopping:
+            return self.hard_stop()
+        return stop
+
+    # -- the main thread's check points ------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def checkpoint(self) -> None:
+        if self._stopping.is_set():
+            raise self.hard_stop()
+
+    def sleep(self, seconds: float) -> None:
+        """Wait up to `seconds`, cut short by a hard stop (which is then raised)."""
+        self._stopping.wait(seconds)
+        self.checkpoint()
+
+    def graceful_pending(self) -> bool:
+        """A graceful stop asked for by the STOP file or a graceful stop request.
+        A torn or unreadable request reads as graceful (stop_request.peek)."""
+        if stop_request.stop_file(self._rundir):
+            return True
+        request = stop_request.peek(self._rundir)
+        return request is not None and request.mode >= Mode.GRACEFUL
