@@ -6,17 +6,25 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv test measure mutate docs docs-check bench
+.PHONY: venv test measure mutate docs docs-check bench lint
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e '.[test,dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# Lint, format and types: ruff (lint and format check) and mypy (strict on runner/; see
+# [tool.mypy] in pyproject.toml). CI runs this before the tests.
+LINTED := runner pytest_stoplatency mutation tests bench docs
+lint: $(STAMP)
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
+	$(PY) -m mypy
 
 # The whole suite, the stop-latency tests included, in parallel.
 test: $(STAMP)

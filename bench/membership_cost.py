@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runner import cgroup as cgroups  # noqa: E402
 from runner import identity, reaper
-from runner.membership import Membership, run_cgroup_relative  # noqa: E402
+from runner.membership import Membership  # noqa: E402
 
 
 def start(n, env):
@@ -79,7 +79,7 @@ def main(argv=None):
             cg = cgroups.RunCgroup.create(run_id)
             for p in plain:
                 (cg.path / "work" / "cgroup.procs").write_text(f"{p.pid}\n")
-            costs, proven = time_adds(plain, Membership(None, run_cgroup_relative(cg.path)))
+            costs, proven = time_adds(plain, Membership(None, cg.relative))
             results["cgroup"] = {**summary(costs), "proven": proven}
         costs, proven = time_adds(plain, Membership(run_id, "/runner/not-this-one"))
         results["refused"] = {**summary(costs), "proven": proven}

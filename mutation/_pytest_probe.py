@@ -8,10 +8,10 @@ import json
 import os
 import sys
 
-_collected = []
-_outcomes = {}
-_collect_errors = []
-_timeouts = []  # node ids whose failure was pytest-timeout's, not an assertion
+_collected: list[str] = []
+_outcomes: dict[str, str] = {}
+_collect_errors: list[dict[str, str]] = []
+_timeouts: list[str] = []  # node ids whose failure was pytest-timeout's, not an assertion
 
 
 def _is_pytest_timeout(text: str) -> bool:

@@ -16,7 +16,7 @@ def _install():
     out = os.environ.get("MUTATION_PROBE_DIR")
     if not out:
         return
-    sys._mutation_site_probe = True
+    sys._mutation_site_probe = True  # type: ignore[attr-defined]  # a mark other probes read
     target = os.environ.get("MUTATION_TARGET_MODULE")
     if not target:
         return

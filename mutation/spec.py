@@ -114,7 +114,7 @@ def load(path: str | Path) -> Campaign:
     settings = data.get("settings", {})
     if set(settings) - _SETTINGS_KEYS:
         raise SpecError(f"{src}: [settings] unknown key(s) {sorted(set(settings) - _SETTINGS_KEYS)}")
-    pytest_args = DEFAULT_PYTEST_ARGS
+    pytest_args: tuple[str, ...] = DEFAULT_PYTEST_ARGS
     if "pytest_args" in settings:
         pytest_args = _str_list(f"{src}: [settings]", "pytest_args", settings["pytest_args"], nonempty=False)
     timeout = settings.get("timeout", DEFAULT_TIMEOUT)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -206,7 +207,7 @@ class PreparedVictim:
 # inotify(7) masks: a rename into the directory (how victims publish), and, so that any
 # other publishing (a link, a direct write) cannot strand us, creation and close-after-write.
 _IN_MOVED_TO, _IN_CREATE, _IN_CLOSE_WRITE = 0x80, 0x100, 0x08
-_libc = None
+_libc: Any = None  # None: not tried yet; False: no inotify here; else the CDLL
 # One inotify instance per process, never closed: closing one waits for an RCU grace
 # period (measured 5 to 20 ms here, more than the whole handshake). Keyed by pid, since
 # a forked child must not share (and drain) its parent's event queue.

@@ -72,7 +72,7 @@ def extras_of(info: dict | None) -> list[tuple[int, int]]:
 
 
 def owner_dirs() -> list[tuple[Owner, Path]]:
-    out = []
+    out: list[tuple[Owner, Path]] = []
     try:
         entries = list(BASE.iterdir())
     except FileNotFoundError:

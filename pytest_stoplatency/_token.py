@@ -12,7 +12,8 @@ import os
 from typing import NamedTuple
 
 from . import _procs
-from .victim import READY_ENV, TOKEN_ENV  # noqa: F401  (one spelling for both sides)
+from .victim import READY_ENV as READY_ENV  # one spelling for both sides
+from .victim import TOKEN_ENV as TOKEN_ENV
 
 # Module-level, not per session: an in-process pytester run shares the owner.
 _ids = itertools.count(1)
@@ -40,7 +41,9 @@ class Token(NamedTuple):
 
 def me() -> Owner:
     pid = os.getpid()
-    return Owner(pid, _procs.start_ticks(pid))
+    ticks = _procs.start_ticks(pid)
+    assert ticks is not None  # this very process is alive
+    return Owner(pid, ticks)
 
 
 def new_token() -> Token:

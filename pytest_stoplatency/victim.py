@@ -27,7 +27,7 @@ import sys
 import time
 
 try:
-    import _signal as signal  # the C module behind `signal`, which imports enum (~4 ms without site)
+    import _signal as signal  # type: ignore[import-not-found]  # the C module behind `signal`, which imports enum (~4 ms without site)
 except ImportError:  # an interpreter without it: the public module has the same functions
     import signal
 
@@ -318,15 +318,25 @@ def _parse_plain(argv: list[str]) -> dict | None:
     Anything unusual (an unknown or abbreviated option, a bad value, --help) returns
     None, and argparse then parses it, with its own messages and exit code.
     """
-    a = {"kind": None, "--sleep": 7200.0, "--children": 2, "--cleanup": 1.0, "--role": None, "--ready-fd": None}
+    a: dict[str, object] = {
+        "kind": None,
+        "--sleep": 7200.0,
+        "--children": 2,
+        "--cleanup": 1.0,
+        "--role": None,
+        "--ready-fd": None,
+    }
     args = iter(argv)
     for arg in args:
         if arg.startswith("-"):
             name, eq, value = arg.partition("=")
             if name not in _OPTIONS:
                 return None
-            if not eq and (value := next(args, None)) is None:
-                return None
+            if not eq:
+                following = next(args, None)
+                if following is None:
+                    return None
+                value = following
             try:
                 a[name] = _OPTIONS[name](value)
             except ValueError:

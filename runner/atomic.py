@@ -6,17 +6,20 @@ within one filesystem. The directory is fsynced after the replace so the rename 
 survives a power loss, not only the bytes.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import tempfile
+from collections.abc import Callable
 
-_before_replace = None
+_before_replace: Callable[[str, str], object] | None = None
 """Test seam: if set, called as `_before_replace(tmp_path, final_path)` after the temp
 file is written and fsynced, just before os.replace. A test raises from it to inject a
 crash deterministically between the two steps."""
 
 
-def fsync_dir(directory):
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
     """Make a rename or a new name in `directory` durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -25,7 +28,7 @@ def fsync_dir(directory):
         os.close(fd)
 
 
-def atomic_write_bytes(path, data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     prefix = "." + os.path.basename(path) + "."
@@ -48,9 +51,9 @@ def atomic_write_bytes(path, data: bytes) -> None:
     fsync_dir(directory)
 
 
-def atomic_write_text(path, text) -> None:
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path, obj) -> None:
+def atomic_write_json(path: str | os.PathLike[str], obj: object) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")

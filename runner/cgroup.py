@@ -16,15 +16,19 @@ import shlex
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import identity, signals
 from .errors import BadInput
 from .identity import Identity
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
 log = logging.getLogger("runner.cgroup")
 
 _fallback_said = False
-_available = None
+_available: bool | None = None
 
 
 def cgroup2_root() -> Path | None:
@@ -91,6 +95,8 @@ _GONE = (errno.ENOENT, errno.ENODEV, errno.ESRCH)
 def _own_cgroup() -> Path | None:
     """The cgroup v2 directory the calling process lives in."""
     root = cgroup2_root()
+    if root is None:
+        return None
     with open("/proc/self/cgroup") as f:
         for line in f:
             hierarchy, _, path = line.rstrip("\n").split(":", 2)
@@ -99,7 +105,7 @@ def _own_cgroup() -> Path | None:
     return root
 
 
-def run_cgroup_path(run_id) -> Path | None:
+def run_cgroup_path(run_id: str) -> Path | None:
     """The one cgroup a run may have: <cgroup2 root>/runner/<run id>. A path read back
     from a run directory is used only if it is this one (run_view.py)."""
     root = cgroup2_root()
@@ -107,12 +113,24 @@ def run_cgroup_path(run_id) -> Path | None:
 
 
 class RunCgroup:
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._home = None  # where enter_engine() moved the caller from
+        self._home: Path | None = None  # where enter_engine() moved the caller from
+
+    @property
+    def relative(self) -> str | None:
+        """This cgroup as /proc/PID/cgroup spells it: relative to the cgroup2 root
+        ("/runner/<run id>"), which is what membership.py compares against."""
+        root = cgroup2_root()
+        if root is None:
+            return None
+        try:
+            return "/" + str(self.path.relative_to(root))
+        except ValueError:
+            return None
 
     @classmethod
-    def create(cls, run_id) -> RunCgroup:
+    def create(cls, run_id: str) -> RunCgroup:
         path = run_cgroup_path(run_id)
         if path is None:
             raise BadInput("no writable cgroup v2 hierarchy")
@@ -121,31 +139,31 @@ class RunCgroup:
         return cls(path)
 
     @classmethod
-    def open(cls, path) -> RunCgroup:
+    def open(cls, path: str | os.PathLike[str]) -> RunCgroup:
         path = Path(path)
         if path.is_symlink() or not (path / "cgroup.procs").exists():
             raise FileNotFoundError(f"{path}: not a cgroup")
         return cls(path)
 
-    def _dir(self, which) -> Path:
+    def _dir(self, which: str) -> Path:
         return {"engine": self.path / "engine", "work": self.path / "work", "all": self.path}[which]
 
     def enter_engine(self) -> None:
         self._home = _own_cgroup()
         (self.path / "engine" / "cgroup.procs").write_text(f"{os.getpid()}\n")
 
-    def wrap_argv(self, argv) -> list[str]:
+    def wrap_argv(self, argv: Sequence[str]) -> list[str]:
         # The child writes its own pid before exec: no moment exists where it (or
         # anything it forks) runs outside work/. Not preexec_fn, which is unsafe once
         # the engine has threads.
         procs = shlex.quote(str(self.path / "work" / "cgroup.procs"))
         return ["/bin/sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *argv]
 
-    def members(self, which="all") -> list[int]:
+    def members(self, which: str = "all") -> list[int]:
         """Pids in the cgroup `which` and every cgroup below it (a member may create its
         own). A concurrent stopper may remove cgroups under us: os.walk skips a vanished
         directory (no onerror), and a vanished cgroup simply has no members."""
-        pids = []
+        pids: list[int] = []
         for leaf, _, _ in os.walk(self._dir(which)):
             try:
                 pids.extend(int(x) for x in (Path(leaf) / "cgroup.procs").read_text().split())
@@ -154,15 +172,15 @@ class RunCgroup:
                     raise
         return pids
 
-    def member_identities(self, which="all") -> list[Identity]:
-        out = []
+    def member_identities(self, which: str = "all") -> list[Identity]:
+        out: list[Identity] = []
         for pid in self.members(which):
             ident = identity.current(pid)
             if ident is not None:
                 out.append(ident)
         return out
 
-    def populated(self, which="all") -> bool:
+    def populated(self, which: str = "all") -> bool:
         base = self._dir(which)
         try:
             text = (base / "cgroup.events").read_text()
@@ -170,7 +188,7 @@ class RunCgroup:
             return False
         return "populated 1" in text.split("\n")
 
-    def kill(self, which="work", timeout=1.0) -> bool:
+    def kill(self, which: str = "work", timeout: float = 1.0) -> bool:
         """cgroup.kill, confirmed by cgroup.events showing `populated 0`; True if empty
         within timeout. If this process or an ancestor is inside (a `runner stop` from a
         hook), the cgroup.kill would take it too: then each other member is SIGKILLed
@@ -181,9 +199,9 @@ class RunCgroup:
         protected = signals.protected_pids()
         if protected & set(self.members(which)):
             log.warning("%s holds this process or an ancestor: killing its other members one by one", base)
-            from .membership import Membership, run_cgroup_relative
+            from .membership import Membership
 
-            members = Membership(cgroup=run_cgroup_relative(self.path))
+            members = Membership(cgroup=self.relative)
             for ident in self.member_identities(which):
                 signals.signal_process(ident, signal.SIGKILL, members)
         else:
@@ -196,7 +214,7 @@ class RunCgroup:
                     raise
         return self.wait_empty(which, timeout)
 
-    def wait_empty(self, which="all", timeout=1.0) -> bool:
+    def wait_empty(self, which: str = "all", timeout: float = 1.0) -> bool:
         """Until cgroup.events says `populated 0`. The kernel signals a change of
         cgroup.events as POLLPRI on an open fd; the short poll cap only guards against
         a missed notification."""

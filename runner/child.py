@@ -17,10 +17,16 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import defaults, reaper
 from .reaper import ReapReport
 from .registry import Registry
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from .registry import Entry
 
 log = logging.getLogger("runner.child")
 
@@ -42,7 +48,7 @@ class Result:
 
 
 class _Capture:
-    def __init__(self, path, cap_bytes):
+    def __init__(self, path: str | os.PathLike[str], cap_bytes: int) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.file = open(self.path, "wb")
@@ -50,14 +56,14 @@ class _Capture:
         self.kept = 0
         self.dropped = 0
 
-    def add(self, data: bytes):
+    def add(self, data: bytes) -> None:
         room = max(0, self.cap - self.kept)
         if room:
             self.file.write(data[:room])
             self.kept += min(room, len(data))
         self.dropped += max(0, len(data) - room)
 
-    def close(self):
+    def close(self) -> None:
         if self.dropped:
             self.file.write(
                 f"\n[runner: output capped at {self.cap} bytes; {self.dropped} more bytes dropped]\n".encode()
@@ -65,7 +71,7 @@ class _Capture:
         self.file.close()
 
 
-def _drain(fd, capture) -> bool:
+def _drain(fd: int, capture: _Capture) -> bool:
     """Read whatever is available now, without waiting; True at EOF."""
     while True:
         try:
@@ -78,15 +84,26 @@ def _drain(fd, capture) -> bool:
 
 
 def run_child(
-    argv, *, registry: Registry, name, timeout, idle_timeout, env, output_path, cap_bytes, cwd=None
+    argv: Iterable[str | os.PathLike[str]],
+    *,
+    registry: Registry,
+    name: str,
+    timeout: float | None,
+    idle_timeout: float | None,
+    env: Mapping[str, str] | None,
+    output_path: str | os.PathLike[str],
+    cap_bytes: int,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> Result:
-    argv = [str(a) for a in argv]
-    spawn_argv = registry.cgroup.wrap_argv(argv) if registry.cgroup is not None else argv
+    str_argv = [str(a) for a in argv]
+    spawn_argv = registry.cgroup.wrap_argv(str_argv) if registry.cgroup is not None else str_argv
     capture = _Capture(output_path, cap_bytes)
     t0 = time.monotonic()
-    popen = entry = pidfd = None
-    timed_out = None
-    reap = None
+    popen: subprocess.Popen[bytes] | None = None
+    entry: Entry | None = None
+    pidfd: int | None = None
+    timed_out: str | None = None
+    reap: ReapReport | None = None
     try:
         with registry.spawn_lock:
             # process_group=0, never preexec_fn: the engine has threads (watchdog), and
@@ -103,6 +120,7 @@ def run_child(
             # Our own unreaped child: nobody else can reap it, so this pidfd is exact.
             pidfd = os.pidfd_open(popen.pid)
             entry = registry.register(popen, name)
+        assert popen.stdout is not None  # stdout=PIPE: always a pipe
         out_fd = popen.stdout.fileno()
         os.set_blocking(out_fd, False)
         poller = select.poll()
@@ -164,7 +182,7 @@ def run_child(
         capture.close()
     stopped = registry.killed_by_stop(entry)
     return Result(
-        argv=argv,
+        argv=str_argv,
         returncode=returncode,
         timed_out=None if stopped else timed_out,
         stopped=stopped,
@@ -174,7 +192,7 @@ def run_child(
     )
 
 
-def _kill_tree(registry, entry) -> ReapReport:
+def _kill_tree(registry: Registry, entry: Entry) -> ReapReport:
     """The call's group, then descendants seen now or in earlier snapshots (those that
     left the group). No tag sweep and no cgroup kill here: other calls of the run carry
     the same tag and share the cgroup; the tag and cgroup only prove membership."""

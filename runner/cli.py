@@ -1,11 +1,15 @@
 """`runner`: the command line. Every error is one line and a documented exit code
 (docs/exit-codes.md); argparse's own exit 2 and its usage dumps are not used."""
 
+from __future__ import annotations
+
 import argparse
 import json
 import logging
 import os
 import sys
+from collections.abc import Sequence
+from typing import NoReturn
 
 from . import lifecycle, stop_command
 from .errors import BadInput, RunnerError
@@ -19,11 +23,11 @@ DETACH_HELP = "return once the engine is up and print the run directory"
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         raise BadInput(f"{self.prog}: {message}")
 
 
-def _parser():
+def _parser() -> _Parser:
     p = _Parser(prog="runner", description="Run a queue of items through a provider command; stop it fast.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -56,7 +60,7 @@ def _parser():
     return p
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     # Warnings of the process layer (a stale identity refused, a pid that survived its
     # SIGKILL) reach the operator on stderr, each on its own line; the engine's go to
     # its engine.log.
@@ -76,7 +80,7 @@ def main(argv=None):
         return int(Exit.INTERNAL)
 
 
-def _save_traceback():
+def _save_traceback() -> str:
     """Keep the traceback of an internal error for the bug report, off the one line."""
     import tempfile
     import traceback
@@ -87,7 +91,7 @@ def _save_traceback():
     return path
 
 
-def _dispatch(args):
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "_engine":
         from .engine_main import main as engine_main
 
@@ -110,14 +114,14 @@ def _say(line: str) -> None:
     print(f"runner: {line}", file=sys.stderr)
 
 
-def _run(args):
+def _run(args: argparse.Namespace) -> int:
     code, rd = lifecycle.run(args.spec, args.run_dir, detach=args.detach, say=_say)
     if args.detach and code == Exit.OK:
         print(rd.path)
     return code
 
 
-def _resume(args):
+def _resume(args: argparse.Namespace) -> int:
     code, rd = lifecycle.resume(args.run_dir, detach=args.detach, say=_say)
     if args.detach and code == Exit.OK:
         print(rd.path)
@@ -127,7 +131,7 @@ def _resume(args):
 # -- stop, status, wait ----------------------------------------------------------------
 
 
-def _stop(args):
+def _stop(args: argparse.Namespace) -> Exit:
     if args.wait and not args.graceful:
         raise BadInput("runner stop: --wait: expected together with --graceful")
     rd = resolve(args.run_dir)
@@ -145,7 +149,7 @@ def _stop(args):
     return result.code
 
 
-def _status(args):
+def _status(args: argparse.Namespace) -> Exit:
     rd = resolve(args.run_dir, want=lambda r: True, what="known") if args.run_dir is None else resolve(args.run_dir)
     info = lifecycle.status_of(rd)
     if args.json:

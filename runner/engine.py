@@ -16,22 +16,37 @@ never by its return code, so a stop never reads as a failure and never dispatche
 repair session.
 """
 
+from __future__ import annotations
+
 import os
 import time
 import traceback
+from typing import TYPE_CHECKING
 
 from . import defaults, reaper, stop_request
-from .child import run_child
+from .child import Result, run_child
 from .errors import RunStopped
 from .events import Event, Outcome
 from .exitcodes import Exit
 from .spec import substitute
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+
+    from .cgroup import RunCgroup
+    from .journal import Journal
+    from .registry import Registry
+    from .rundir import RunDir
+    from .spec import CommandSpec, Spec
+    from .state import State, StateStore
+    from .stop_controller import StopController
+
 # Outcomes of one command.
 PASSED, FAILED, TIMEOUT, STOPPED = Outcome.PASSED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.STOPPED
 
 
-def outcome(result):
+def outcome(result: Result) -> Outcome:
     """Classify a finished command. Stop-aware: the registry's record that the stop
     killed it wins over whatever its return code says."""
     if result.stopped:  # ablate: stop-aware-classification
@@ -42,7 +57,19 @@ def outcome(result):
 
 
 class Engine:
-    def __init__(self, rundir, spec, *, store, state, journal, registry, controller, cgroup=None, env=None):
+    def __init__(
+        self,
+        rundir: RunDir,
+        spec: Spec,
+        *,
+        store: StateStore,
+        state: State,
+        journal: Journal,
+        registry: Registry,
+        controller: StopController,
+        cgroup: RunCgroup | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.rd = rundir
         self.spec = spec
         self.store = store
@@ -58,7 +85,7 @@ class Engine:
 
     # -- the run ------------------------------------------------------------------
 
-    def run(self):
+    def run(self) -> Exit:
         """Run the queue to its end or to a stop. Returns the exit code."""
         self.journal.append(
             Event.RUN_START, run_id=self.state.run_id, attempt=self.state.attempt, items=list(self.spec.items)
@@ -94,7 +121,7 @@ class Engine:
         finally:
             self.ctl.discard_unhonored(stopped=self.state.stopped)
 
-    def _record_stop(self, stop):
+    def _record_stop(self, stop: RunStopped) -> Exit:
         """The engine is the only writer of `stopped` while it lives: state first, then
         the one run-stop of the attempt."""
         self.journal.append(Event.TEARDOWN_COMPLETE, origin=stop.origin, mode=stop.mode.label)
@@ -108,7 +135,7 @@ class Engine:
 
     # -- one item -----------------------------------------------------------------
 
-    def _item(self, item):
+    def _item(self, item: str) -> None:
         st = self.state.items[item]
         replay_repair = self.state.current_item == item and self.state.phase == "repair"
         self.state.current_item = item
@@ -132,26 +159,25 @@ class Engine:
                 self._save()
                 self.journal.append(Event.ITEM_DONE, item=item)
                 return
-            fixable = failing is not None and failing[0].fixable
-            if not fixable or st.repairs >= self.spec.repair_max_attempts:
+            if failing is None or not failing[0].fixable or st.repairs >= self.spec.repair_max_attempts:
                 return self._item_failed(item, f"verify {verdict}")
             self._between_phases()
             self._backoff(self.spec.retry_backoff)
             self._repair(item, feedback=failing[1])
 
-    def _post_session(self, item):
+    def _post_session(self, item: str) -> None:
         """The post_session hooks of the session that just ended, then durable as done."""
         self._hooks("post_session", self.spec.post_session, item)
         self.state.items[item].post_session_done = True
         self._save()
         self._between_phases()
 
-    def _item_failed(self, item, reason):
+    def _item_failed(self, item: str, reason: str) -> None:
         self.state.items[item].status = "failed"
         self._save()
         self.journal.append(Event.ITEM_FAILED, item=item, reason=reason)
 
-    def _call_provider(self, item, kind, feedback=None):
+    def _call_provider(self, item: str, kind: str, feedback: Path | None = None) -> Result:
         argv = substitute(self.spec.provider.command, item=item, feedback=str(feedback) if feedback else "")
         self.state.provider_calls += 1
         self.state.items[item].calls += 1
@@ -171,7 +197,7 @@ class Engine:
             self.ctl.checkpoint()
         return result
 
-    def _hooks(self, which, hooks, item=None):
+    def _hooks(self, which: str, hooks: Sequence[CommandSpec], item: str | None = None) -> None:
         self._phase(which, item)
         for index, hook in enumerate(hooks):
             self.ctl.checkpoint()
@@ -186,7 +212,7 @@ class Engine:
                     self.journal.append(Event.HOOK_SKIPPED, hook=which, index=skipped, reason="stopped")
                 self.ctl.checkpoint()
 
-    def _verify(self, item):
+    def _verify(self, item: str) -> tuple[Outcome, tuple[CommandSpec, Result] | None]:
         """Run the verify commands in order; the first that does not pass decides."""
         self._phase("verify", item)
         for index, check in enumerate(self.spec.verify):
@@ -208,7 +234,7 @@ class Engine:
         self.journal.append(Event.VERIFY_RESULT, item=item, index=None, outcome=PASSED)
         return PASSED, None
 
-    def _repair(self, item, feedback, replay=False):
+    def _repair(self, item: str, feedback: Result | None, replay: bool = False) -> None:
         st = self.state.items[item]
         if not replay:
             st.repairs += 1  # saved with the phase, in one write: a replay is never uncounted
@@ -225,7 +251,7 @@ class Engine:
         if not st.post_session_done:
             self._post_session(item)
 
-    def _feedback_file(self, item, attempt, failing):
+    def _feedback_file(self, item: str, attempt: int, failing: Result | None) -> Path:
         index = self.spec.items.index(item)
         path = self.rd.output / f"feedback-{index}-{attempt}.txt"
         text = ""
@@ -239,7 +265,7 @@ class Engine:
             path.write_text(text)
         return path
 
-    def _backoff(self, seconds):
+    def _backoff(self, seconds: float) -> None:
         self._phase("backoff", self.state.current_item)
         deadline = time.monotonic() + seconds
         while True:
@@ -252,7 +278,7 @@ class Engine:
 
     # -- finalization -------------------------------------------------------------
 
-    def _finalize(self):
+    def _finalize(self) -> Exit:
         self._hooks("post_run", self.spec.post_run)
         late_origin = self.ctl.finishing()
         self._phase("cleanup", None)
@@ -267,21 +293,22 @@ class Engine:
         self.journal.append(Event.RUN_COMPLETE, status=self.state.status, failed=failed)
         return code
 
-    def _cleanup(self):
+    def _cleanup(self) -> None:
         """The engine's own bounded clean-up: whatever the run started and left behind
         (escaped daemons, a cgroup's stragglers) is killed. Once per run."""
         if self._cleaned:
             return
         self._cleaned = True
-        steps = [
+        steps: list[Callable[[], object]] = [
             lambda: reaper.kill_tagged(self.state.run_id, self.spec.stop.kill_grace, cgroup=self.cgroup),
             self.registry.reap_orphans,
         ]
         if self.ctl.stopping:
             steps.insert(0, lambda: self.registry.stop_all(self.ctl.origin))
-        if self.cgroup is not None:
+        cgroup = self.cgroup
+        if cgroup is not None:
             # cgroup.kill is a SIGKILL: only its confirmation needs a bound.
-            steps.insert(-1, lambda: self.cgroup.kill("work", timeout=defaults.CONFIRM_TIMEOUT))
+            steps.insert(-1, lambda: cgroup.kill("work", timeout=defaults.CONFIRM_TIMEOUT))
         for step in steps:
             # Clean-up runs in a `finally` while a stop unwinds: an error in one step
             # must neither skip the others nor replace the stop (it would read as a
@@ -291,14 +318,16 @@ class Engine:
             except Exception:
                 self.journal.append(Event.CLEANUP_ERROR, error=traceback.format_exc(limit=5))
                 continue
-            if getattr(result, "unkillable", None):
-                self.journal.append(Event.UNKILLABLE, pids=sorted(result.unkillable))
-            if getattr(result, "refused", None):
-                self.journal.append(Event.SIGNAL_REFUSED, by="cleanup", refused=result.refused)
+            unkillable = getattr(result, "unkillable", None)
+            if unkillable:
+                self.journal.append(Event.UNKILLABLE, pids=sorted(unkillable))
+            refused = getattr(result, "refused", None)
+            if refused:
+                self.journal.append(Event.SIGNAL_REFUSED, by="cleanup", refused=refused)
 
     # -- check points -------------------------------------------------------------
 
-    def _between_phases(self):
+    def _between_phases(self) -> None:
         """Read at the top of each item and between phases: a hard stop raises; a
         graceful one (STOP file, graceful request) raises once the phase in flight is
         done; a PAUSE file holds the run here."""
@@ -308,7 +337,7 @@ class Engine:
         if stop_request.pause_file(self.rd):
             self._pause()
 
-    def _pause(self):
+    def _pause(self) -> None:
         self.journal.append(Event.PAUSED, item=self.state.current_item, phase=self.state.phase)
         while stop_request.pause_file(self.rd):
             self.ctl.sleep(defaults.PAUSE_POLL)
@@ -316,17 +345,17 @@ class Engine:
                 raise self._graceful_stop("paused")
         self.journal.append(Event.UNPAUSED)
 
-    def _graceful_stop(self, where):
+    def _graceful_stop(self, where: str) -> RunStopped:
         return self.ctl.graceful_stop(where, item=self.state.current_item, phase=self.state.phase)
 
     # -- plumbing -----------------------------------------------------------------
 
-    def _phase(self, name, item):
+    def _phase(self, name: str, item: str | None) -> None:
         self.state.phase = name
         self._save()
         self.journal.append(Event.PHASE_START, phase=name, item=item)
 
-    def _run(self, argv, name, timeout, idle_timeout=0):
+    def _run(self, argv: list[str], name: str, timeout: float, idle_timeout: float = 0) -> Result:
         self._seq += 1
         output = self.rd.output / f"{self._seq:04d}-{name}.log"
         result = run_child(
@@ -349,6 +378,6 @@ class Engine:
         self.registry.reap_orphans()
         return result
 
-    def _save(self):
+    def _save(self) -> None:
         self.state.updated = time.time()
         self.store.save(self.state)

@@ -8,6 +8,8 @@ watchdog), and the identity file last: `runner run --detach` returns once that f
 exists, and by then a SIGTERM is already a clean stop.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import traceback
@@ -27,7 +29,7 @@ from .state import State, StateStore
 from .stop_controller import StopController
 
 
-def main(run_dir):
+def main(run_dir: str | os.PathLike[str]) -> Exit:
     rd = RunDir(run_dir)
     try:
         lock = rd.acquire_lock()
@@ -46,13 +48,13 @@ def main(run_dir):
         lock.release()
 
 
-def _run_locked(rd):
+def _run_locked(rd: RunDir) -> Exit:
     spec = load_frozen(rd.spec)
     store = StateStore(rd.state)
     state = store.load() if rd.state.exists() else State.new(rd.run_id, spec.items)
     journal = Journal(rd.journal)
     containment = resolve_containment(spec.stop.containment)
-    cgroup = None
+    cgroup: RunCgroup | None = None
     if containment == "cgroup":
         cgroup = RunCgroup.create(rd.run_id)
         cgroup.enter_engine()
@@ -72,6 +74,8 @@ def _run_locked(rd):
             Event.CONTAINMENT, mode=containment, cgroup=str(cgroup.path) if cgroup else None, subreaper=subreaper
         )
         me = identity.current(os.getpid())
+        if me is None:  # our own live pid: /proc always has it
+            raise RuntimeError(f"cannot read the engine's own identity (pid {os.getpid()})")
         identity.write(rd.engine_identity, me, role="engine", containment=containment, subreaper=subreaper)
         engine = Engine(
             rd, spec, store=store, state=state, journal=journal, registry=registry, controller=controller, cgroup=cgroup

@@ -18,12 +18,13 @@ RunStopped derives from BaseException, as trio's Cancelled does, so that an
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from .exitcodes import Exit
 
 if TYPE_CHECKING:
-    from .stop_request import Mode, Origin
+    from .events import Mode, Origin
 
 
 class RunnerError(Exception):
@@ -35,7 +36,7 @@ class BadInput(RunnerError):
 
 
 class SpecError(BadInput):
-    def __init__(self, path, key, expected, got=None):
+    def __init__(self, path: str | os.PathLike[str], key: str, expected: str, got: object = None) -> None:
         self.path, self.key, self.expected, self.got = str(path), key, expected, got
         msg = f"{self.path}: {key}: expected {expected}"
         if got is not None:
@@ -50,7 +51,7 @@ class Damaged(RunnerError):
 
     exit_code = Exit.DAMAGED
 
-    def __init__(self, path, what=None):
+    def __init__(self, path: str | os.PathLike[str], what: str | None = None) -> None:
         self.path = str(path)
         super().__init__(self.path if what is None else f"{self.path}: {what}")
 
@@ -76,6 +77,6 @@ class RunStopped(BaseException):
     came from; `mode` (a stop_request.Mode) is HARD or GRACEFUL. Built only by the
     stop controller (stop_controller.py), which owns every stop request."""
 
-    def __init__(self, origin: Origin, mode: Mode):
+    def __init__(self, origin: Origin, mode: Mode) -> None:
         self.origin, self.mode = origin, mode
         super().__init__(f"run stopped ({mode.label}, origin {origin.value})")

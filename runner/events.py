@@ -3,12 +3,13 @@
 Every record of journal.jsonl is {"event": <Event>, "t": <epoch>, ...fields}. The events
 and their fields are listed in docs/architecture.md; a test checks that every event the
 code writes is documented there, and that nothing documented is never written. Stop
-modes and origins live beside the request file (stop_request.Mode, stop_request.Origin).
+origins and modes are here too (the request file, the journal and the state use them).
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import IntEnum, StrEnum
+from typing import Any
 
 
 class Event(StrEnum):
@@ -57,3 +58,42 @@ class Outcome(StrEnum):
     FAILED = "failed"
     TIMEOUT = "timeout"
     STOPPED = "stopped"  # killed because the run is stopping: never a failure
+
+
+class Origin(StrEnum):
+    """Where a stop came from: the journal's and the state's `origin` (trio records why
+    each cancel happened; so does every stop here)."""
+
+    SIGNAL = "signal"  # SIGTERM or SIGHUP: `runner stop` on the signal channel, or `kill`
+    FILE = "file"  # stop-request.json or the STOP file
+    CTRL_C = "ctrl-c"  # SIGINT: a foreground run's terminal
+    FORCED = "forced"  # the stopper recorded it: the engine was killed, not asked
+    UNKNOWN = "unknown"  # a request whose origin cannot be read
+
+    @classmethod
+    def parse(cls, value: Any) -> Origin:  # any JSON value; what is not an origin is UNKNOWN
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+class Mode(IntEnum):
+    """Ordered: a request is never downgraded (absent < graceful < hard)."""
+
+    ABSENT = 0
+    GRACEFUL = 1
+    HARD = 2
+
+    @property
+    def label(self) -> str:
+        """How the journal and the request file spell it ("graceful", "hard")."""
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, value: object) -> Mode:
+        if isinstance(value, Mode):
+            return value
+        if isinstance(value, str) and value.upper() in ("GRACEFUL", "HARD"):
+            return cls[value.upper()]
+        raise ValueError(f"stop mode must be 'graceful' or 'hard', got {value!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from . import atomic, untrusted
 from .errors import Damaged, IdentityError
@@ -21,7 +22,7 @@ FORMAT = 1
 # torn file; signals.refusal() never signals a group id <= 1, so a 0 cannot misfire.
 _MINIMUM = {"pid": 1, "pgid": 0, "sid": 0, "start_ticks": 0}
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-_boot_id_cache = None
+_boot_id_cache: str | None = None
 
 
 @dataclass(frozen=True)
@@ -32,14 +33,14 @@ class Identity:
     start_ticks: int
     boot_id: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, int | str]:
         return {name: getattr(self, name) for name in FIELDS}
 
     @classmethod
-    def from_json(cls, data, source="<identity>") -> Identity:
+    def from_json(cls, data: Any, source: str = "<identity>") -> Identity:
         if not isinstance(data, dict):
             raise IdentityError(f"{source}: expected a JSON object, got {type(data).__name__}")
-        values = {}
+        values: dict[str, Any] = {}
         for name in FIELDS:
             if name not in data:
                 raise IdentityError(f"{source}: missing field {name!r}")
@@ -85,7 +86,7 @@ def boot_id() -> str:
     return _boot_id_cache
 
 
-def stat(pid) -> Stat | None:
+def stat(pid: int) -> Stat | None:
     """Parse /proc/PID/stat; None if the process is gone (zombies are returned)."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as f:
@@ -109,7 +110,7 @@ def all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
-def start_ticks(pid) -> int | None:
+def start_ticks(pid: int) -> int | None:
     st = stat(pid)
     return None if st is None else st.start_ticks
 
@@ -118,7 +119,7 @@ def _from_stat(st: Stat) -> Identity:
     return Identity(pid=st.pid, pgid=st.pgid, sid=st.sid, start_ticks=st.start_ticks, boot_id=boot_id())
 
 
-def current(pid) -> Identity | None:
+def current(pid: int) -> Identity | None:
     """Identity of a living process; None if it is gone or a zombie."""
     st = stat(pid)
     if st is None or st.zombie:
@@ -126,7 +127,7 @@ def current(pid) -> Identity | None:
     return _from_stat(st)
 
 
-def current_or_zombie(pid) -> Identity | None:
+def current_or_zombie(pid: int) -> Identity | None:
     """Identity even of a zombie: an unreaped child still pins its pid, so its identity
     is exactly as good as a living one's (used when registering a child that died fast)."""
     st = stat(pid)
@@ -145,14 +146,14 @@ def is_running(ident: Identity) -> bool:
     return st is not None and not st.zombie and st.start_ticks == ident.start_ticks
 
 
-def write(path, ident: Identity, **extra) -> None:
+def write(path: str | os.PathLike[str], ident: Identity, **extra: object) -> None:
     clash = set(extra) & (set(FIELDS) | {"format"})
     if clash:
         raise ValueError(f"extra keys shadow identity fields: {sorted(clash)}")
     atomic.atomic_write_json(path, {**extra, **ident.to_json(), "format": FORMAT})
 
 
-def _load(path, dir_fd=None) -> dict:
+def _load(path: str | os.PathLike[str], dir_fd: int | None = None) -> dict[str, Any]:
     # FileNotFoundError propagates: "no file" is the caller's call. Anything else that is
     # not a small regular file of sound JSON is Damaged (a link, a FIFO, a bomb).
     try:
@@ -168,10 +169,10 @@ def _load(path, dir_fd=None) -> dict:
     return data
 
 
-def read(path, dir_fd=None) -> Identity:
+def read(path: str | os.PathLike[str], dir_fd: int | None = None) -> Identity:
     return Identity.from_json(_load(path, dir_fd), source=str(path))
 
 
-def read_extra(path, dir_fd=None) -> dict:
+def read_extra(path: str | os.PathLike[str], dir_fd: int | None = None) -> dict[str, Any]:
     data = _load(path, dir_fd)
     return {k: v for k, v in data.items() if k not in FIELDS and k != "format"}

@@ -6,23 +6,26 @@ interleaving. A SIGKILL or a crash can at worst leave a torn last line; readers 
 and the next writer starts on a fresh line so the torn fragment never swallows a record.
 """
 
+from __future__ import annotations
+
 import fcntl
 import json
 import os
 import threading
 import time
+from typing import Any, Self
 
 from . import untrusted
 from .errors import Damaged
 
 
 class Journal:
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        self._fd = None
+        self._fd: int | None = None
         self._lock = threading.Lock()
 
-    def append(self, event, **fields) -> dict:
+    def append(self, event: str, **fields: object) -> dict[str, object]:
         if "t" in fields:
             raise TypeError("journal records carry their own 't'")
         record = {"event": event, "t": time.time(), **fields}
@@ -50,14 +53,14 @@ class Journal:
                 os.close(self._fd)
                 self._fd = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _write_all(fd, data):
+def _write_all(fd: int, data: bytes) -> None:
     # A regular file takes the whole buffer in one write; the loop only guards the
     # theoretical short write so that no record is silently cut.
     view = memoryview(data)
@@ -66,7 +69,7 @@ def _write_all(fd, data):
         view = view[n:]
 
 
-def _open_append(path):
+def _open_append(path: str) -> int:
     """The journal for appending: created if missing, but never through a symlink and
     never a FIFO or a device (the run directory is untrusted; see untrusted.py)."""
     try:
@@ -75,12 +78,12 @@ def _open_append(path):
         raise Damaged(path, "a parent directory is missing") from None
 
 
-def _ends_torn(fd):
+def _ends_torn(fd: int) -> bool:
     size = os.fstat(fd).st_size
     return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
-def read(path) -> list[dict]:
+def read(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every record, in order. A torn line (a crash mid-append) is skipped, not fatal;
     so is a line nested deeper than any record the runner writes. A journal that is not
     a regular file under its cap raises Damaged."""
@@ -88,7 +91,7 @@ def read(path) -> list[dict]:
         data = untrusted.read_bytes(path, untrusted.JOURNAL_CAP)
     except FileNotFoundError:
         return []
-    out = []
+    out: list[dict[str, Any]] = []
     for raw in data.split(b"\n"):
         if not raw.strip():
             continue
@@ -101,5 +104,5 @@ def read(path) -> list[dict]:
     return out
 
 
-def events(path, name) -> list[dict]:
+def events(path: str | os.PathLike[str], name: str) -> list[dict[str, Any]]:
     return [r for r in read(path) if r["event"] == name]

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, TypedDict
 
 from . import defaults, identity, run_view, signals, stop_command, stop_request, untrusted
 from .errors import BadInput, Damaged, IdentityError, RunLocked
@@ -20,16 +21,48 @@ from .exitcodes import Exit
 from .journal import Journal
 from .membership import Membership
 from .rundir import RunDir, default_base, new_run_id, resolve
+from .spec import Spec, load_frozen
 from .spec import load_bytes as load_spec_bytes
-from .spec import load_frozen
 from .state import StateStore
+
+if TYPE_CHECKING:
+    from .identity import Identity
 
 Say = Callable[[str], None]
 """How the life cycle tells the operator something, one line at a time (the CLI prints
 it to stderr behind "runner: ")."""
 
 
-def run(spec_path, run_dir=None, *, detach: bool, say: Say) -> tuple[int, RunDir]:
+class ChildStatus(TypedDict):
+    """One live call of a run, as `runner status` shows it."""
+
+    pid: int
+    pgid: int
+    name: object  # the call's recorded name, as its identity file holds it (None if unreadable)
+
+
+class RunStatus(TypedDict):
+    """What status_of() returns: `runner status --json` prints it as it is."""
+
+    run_id: str | None
+    run_dir: str
+    live: bool | None
+    engine_pid: int | None
+    status: str
+    attempt: int | None
+    current_item: str | None
+    phase: str | None
+    stopped: bool
+    stop_origin: str | None
+    items: dict[str, str]
+    provider_calls: int
+    children: list[ChildStatus]
+    damaged: list[str]
+
+
+def run(
+    spec_path: str | os.PathLike[str], run_dir: str | os.PathLike[str] | None = None, *, detach: bool, say: Say
+) -> tuple[int, RunDir]:
     """`runner run`: validate the spec completely, freeze it into a new run directory,
     start the engine; detached, return once it is up, else wait for it."""
     spec, raw = load_spec_bytes(spec_path)  # validated completely before anything starts
@@ -43,7 +76,7 @@ def run(spec_path, run_dir=None, *, detach: bool, say: Say) -> tuple[int, RunDir
     return start_engine(rd, spec, detach, say), rd
 
 
-def resume(run_dir=None, *, detach: bool, say: Say) -> tuple[int, RunDir]:
+def resume(run_dir: str | os.PathLike[str] | None = None, *, detach: bool, say: Say) -> tuple[int, RunDir]:
     """`runner resume`: a new attempt of a stopped or crashed run. What the dead attempt
     left running is killed first (only what is proven the run's), pending control files
     are archived, the dead attempt's identity files removed."""
@@ -91,7 +124,7 @@ def resume(run_dir=None, *, detach: bool, say: Say) -> tuple[int, RunDir]:
     return start_engine(rd, spec, detach, say), rd
 
 
-def resumable(rd):
+def resumable(rd: RunDir) -> bool:
     """A run with no live engine whose last attempt was stopped or never finished."""
     if rd.is_live():
         return False
@@ -99,7 +132,7 @@ def resumable(rd):
     return state is not None and (state.stopped or state.status in ("stopped", "crashed", "running"))
 
 
-def start_engine(rd, spec, detach, say):
+def start_engine(rd: RunDir, spec: Spec, detach: bool, say: Say) -> int:
     env = dict(os.environ, RUNNER_RUN_ID=rd.run_id)
     with open(rd.engine_log, "ab") as log:
         proc = subprocess.Popen(
@@ -120,7 +153,7 @@ def start_engine(rd, spec, detach, say):
     return _foreground(rd, spec, proc, engine, say)
 
 
-def _await_engine(rd, proc):
+def _await_engine(rd: RunDir, proc: subprocess.Popen[bytes]) -> Identity | None:
     deadline = time.monotonic() + defaults.ENGINE_START_TIMEOUT
     while time.monotonic() < deadline:
         if rd.engine_identity.exists():
@@ -137,7 +170,7 @@ def _await_engine(rd, proc):
     return None
 
 
-def _log_tail(rd):
+def _log_tail(rd: RunDir) -> str:
     try:
         lines = rd.engine_log.read_text(errors="replace").strip().splitlines()
     except OSError:
@@ -145,11 +178,12 @@ def _log_tail(rd):
     return lines[-1] if lines else "(engine.log is empty)"
 
 
-def _foreground(rd, spec, proc, engine, say):
+def _foreground(rd: RunDir, spec: Spec, proc: subprocess.Popen[bytes], engine: Identity, say: Say) -> int:
     """Wait for the engine, forwarding the terminal's signals: the engine has its own
     session and never sees them. Ctrl-C is a hard stop (lodged first, then SIGINT);
     a second Ctrl-C is `--now`. SIGHUP and SIGTERM are forwarded as they are."""
-    received = []
+    received: list[int] = []
+    signum: int  # a signal number: the forwarded ones, then whatever the terminal sent
     tagged = Membership(run_id=rd.run_id)  # the engine carries the run's tag from its first instruction
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(signum, lambda s, f: received.append(s))
@@ -183,7 +217,7 @@ def _foreground(rd, spec, proc, engine, say):
     return code
 
 
-def status_of(rd):
+def status_of(rd: RunDir) -> RunStatus:
     """What `runner status` shows. Each file is read on its own (run_view.py): a damaged
     one is listed under "damaged" and the others are still shown."""
     view = run_view.view(rd, wait_for_engine=False)
@@ -192,7 +226,7 @@ def status_of(rd):
     except Damaged as exc:
         view.note(exc)
         state = None
-    children = []
+    children: list[ChildStatus] = []
     for ident in view.children:
         if identity.is_running(ident):
             try:

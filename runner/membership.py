@@ -21,10 +21,8 @@ proven. A lookup of the group's current members proves nothing by itself.
 from __future__ import annotations
 
 import enum
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from . import signals
 
@@ -80,19 +78,3 @@ class Membership:
         if self.cgroup:
             parts.append(f"not in cgroup {self.cgroup}")
         return f"pid {pid}: " + (" and ".join(parts) if parts else "no run id or cgroup to prove it by")
-
-
-def run_cgroup_relative(path: str | os.PathLike[str] | None) -> str | None:
-    """A RunCgroup path as /proc/PID/cgroup spells it (relative to the cgroup2 root)."""
-    if path is None:
-        return None
-    from .cgroup import cgroup2_root  # cgroup imports signals, not this module
-
-    root = cgroup2_root()
-    if root is None:
-        return None
-    try:
-        rel = Path(path).relative_to(root)
-    except ValueError:
-        return None
-    return "/" + str(rel)

@@ -20,11 +20,16 @@ import os
 import select
 import signal
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import defaults, identity, signals, sweep
 from .identity import Identity
 from .membership import Membership, Proof
+
+if TYPE_CHECKING:
+    from .cgroup import RunCgroup
 
 log = logging.getLogger("runner.reaper")
 
@@ -47,7 +52,7 @@ class ReapReport:
 class Watch:
     """Processes proven the run's, watched through verified pidfds; a zombie counts as gone."""
 
-    def __init__(self, membership: Membership):
+    def __init__(self, membership: Membership) -> None:
         self.membership = membership
         self.fds: dict[int, int] = {}  # pid -> pidfd
         self.done: set[int] = set()
@@ -103,7 +108,7 @@ class Watch:
         self.fds[ident.pid] = fd
         return fd
 
-    def send(self, pid, sig) -> bool:
+    def send(self, pid: int, sig: int) -> bool:
         fd = self.fds.get(pid)
         if fd is None:
             return False
@@ -113,7 +118,7 @@ class Watch:
             return False
         return True
 
-    def discard(self, pid) -> None:
+    def discard(self, pid: int) -> None:
         fd = self.fds.pop(pid, None)
         if fd is not None:
             os.close(fd)
@@ -122,7 +127,7 @@ class Watch:
         self._collect(0)
         return [p for p in self.fds if p not in self.done]
 
-    def wait(self, deadline) -> bool:
+    def wait(self, deadline: float) -> bool:
         """Until every watched process has exited or the monotonic deadline passes."""
         while True:
             pending = [p for p in self.fds if p not in self.done]
@@ -133,9 +138,9 @@ class Watch:
                 return False
             self._collect(remaining)
 
-    def _collect(self, timeout):
+    def _collect(self, timeout: float) -> None:
         poller = select.poll()
-        by_fd = {}
+        by_fd: dict[int, int] = {}
         for pid, fd in self.fds.items():
             if pid not in self.done:
                 poller.register(fd, select.POLLIN)
@@ -145,7 +150,7 @@ class Watch:
         for fd, _ in poller.poll(max(0, int(timeout * 1000 + 0.999))):
             self.done.add(by_fd[fd])
 
-    def close(self):
+    def close(self) -> None:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
@@ -155,7 +160,7 @@ def _ident(st: identity.Stat) -> Identity:
     return Identity(st.pid, st.pgid, st.sid, st.start_ticks, identity.boot_id())
 
 
-def group_verdict(pgid: int, members, stats, watch: Watch) -> str | None:
+def group_verdict(pgid: int, members: Iterable[Identity], stats: Sequence[identity.Stat], watch: Watch) -> str | None:
     """None when process group `pgid` is proven the run's, else why not.
 
     Proven: its leader (the recorded member whose pid is the group id) is alive, or our
@@ -169,7 +174,7 @@ def group_verdict(pgid: int, members, stats, watch: Watch) -> str | None:
     by_pid = {st.pid: st for st in stats}
     if leader is not None:
         st = by_pid.get(pgid)
-        if identity.matches(leader, st) and watch.proves(pgid, st.start_ticks, zombie=st.zombie):
+        if st is not None and identity.matches(leader, st) and watch.proves(pgid, st.start_ticks, zombie=st.zombie):
             return None
     living = [st for st in stats if not st.zombie]
     if not living:
@@ -182,7 +187,7 @@ def group_verdict(pgid: int, members, stats, watch: Watch) -> str | None:
     )
 
 
-def signal_group(pgid: int, members, sig, watch: Watch) -> bool:
+def signal_group(pgid: int, members: Iterable[Identity], sig: int, watch: Watch) -> bool:
     """The group route: killpg if the group is proven the run's (its living members
     watched first, so a fast death is still seen). Otherwise the group is refused and
     only those of its members that prove themselves are signalled, each through its
@@ -216,26 +221,26 @@ def signal_group(pgid: int, members, sig, watch: Watch) -> bool:
     return False
 
 
-def _term_groups(watch, groups) -> dict[int, list[Identity]]:
-    signalled = {}
+def _term_groups(watch: Watch, groups: Iterable[tuple[int, Sequence[Identity]]]) -> dict[int, list[Identity]]:
+    signalled: dict[int, list[Identity]] = {}
     for pgid, members in groups:
         if signal_group(pgid, members, signal.SIGTERM, watch):
             signalled[pgid] = list(members)
     return signalled
 
 
-def _kill_groups(watch, groups) -> None:
+def _kill_groups(watch: Watch, groups: Mapping[int, Sequence[Identity]]) -> None:
     for pgid, members in groups.items():
         signal_group(pgid, members, signal.SIGKILL, watch)
 
 
-def _signal_pids(watch, pids, sig) -> None:
+def _signal_pids(watch: Watch, pids: Iterable[Identity], sig: int) -> None:
     for ident in pids:
         if watch.add(ident) is not None:
             watch.send(ident.pid, sig)
 
 
-def _signal_tagged(watch, run_id, sig) -> list[int]:
+def _signal_tagged(watch: Watch, run_id: str | None, sig: int) -> list[int]:
     """The tag sweep: every living process that carries the run's tag; returns those reached."""
     hit = []
     for ident in sweep.tagged(run_id):
@@ -244,7 +249,7 @@ def _signal_tagged(watch, run_id, sig) -> list[int]:
     return hit
 
 
-def _signal_cgroup_members(watch, cgroup, scope, sig) -> list[int]:
+def _signal_cgroup_members(watch: Watch, cgroup: RunCgroup, scope: str, sig: int) -> list[int]:
     hit = []
     for ident in cgroup.member_identities(scope):
         if watch.add(ident, named=False) is not None and watch.send(ident.pid, sig):
@@ -254,15 +259,15 @@ def _signal_cgroup_members(watch, cgroup, scope, sig) -> list[int]:
 
 def kill_everything(
     *,
-    groups,
-    pids,
-    run_id,
-    kill_grace,
-    cgroup=None,
-    cgroup_scope="all",
-    tag_sweep=None,
-    known=(),
-    confirm_timeout=CONFIRM_TIMEOUT,
+    groups: Iterable[tuple[int, Sequence[Identity]]],
+    pids: Sequence[Identity],
+    run_id: str | None,
+    kill_grace: float,
+    cgroup: RunCgroup | None = None,
+    cgroup_scope: str | None = "all",
+    tag_sweep: bool | None = None,
+    known: Iterable[Identity] = (),
+    confirm_timeout: float = CONFIRM_TIMEOUT,
 ) -> ReapReport:
     """The stop: SIGTERM every route at once; wait (event-driven) up to kill_grace; then
     SIGKILL what is left by the same routes and the cgroup kill; confirm within
@@ -275,23 +280,20 @@ def kill_everything(
     None) the cgroup kill of that scope. known: identities the caller itself saw become
     the run's (the engine's registry). Nothing is signalled that membership does not
     prove; what a record named but was refused is in the report's `refused`."""
-    from .membership import run_cgroup_relative
-
     t0 = time.monotonic()
     membership = Membership(
         run_id,
-        run_cgroup_relative(cgroup.path) if cgroup is not None else None,
+        cgroup.relative if cgroup is not None else None,
         frozenset((i.pid, i.start_ticks) for i in known),
     )
     sweep_tag = bool(run_id) if tag_sweep is None else (tag_sweep and bool(run_id))
-    kill_cgroup = cgroup is not None and cgroup_scope is not None
     watch = Watch(membership)
     try:
         signalled = _term_groups(watch, groups)
         _signal_pids(watch, pids, signal.SIGTERM)
         if sweep_tag:
             _signal_tagged(watch, run_id, signal.SIGTERM)
-        if kill_cgroup:
+        if cgroup is not None and cgroup_scope is not None:
             _signal_cgroup_members(watch, cgroup, cgroup_scope, signal.SIGTERM)
         at_term = set(watch.fds)
 
@@ -307,7 +309,7 @@ def kill_everything(
             _signal_pids(watch, pids, signal.SIGKILL)  # ablate: kill-everything-pid-sigkill
         if sweep_tag:
             left.update(_signal_tagged(watch, run_id, signal.SIGKILL))  # ablate: tag-sweep-sigkill
-        if kill_cgroup:
+        if cgroup is not None and cgroup_scope is not None:
             for ident in cgroup.member_identities(cgroup_scope):
                 if watch.add(ident, named=False) is not None:
                     left.add(ident.pid)
@@ -329,7 +331,7 @@ def kill_everything(
     return report
 
 
-def kill_tagged(run_id, kill_grace, *, cgroup=None) -> ReapReport:
+def kill_tagged(run_id: str | None, kill_grace: float, *, cgroup: RunCgroup | None = None) -> ReapReport:
     """The tag sweep alone: TERM every tagged process, wait up to kill_grace, SIGKILL
     the rest, confirm (the engine's last clean-up, and test teardowns)."""
     return kill_everything(groups=[], pids=[], run_id=run_id, kill_grace=kill_grace, cgroup=cgroup, cgroup_scope=None)

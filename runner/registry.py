@@ -7,13 +7,19 @@ command's death as stopped rather than failed; a return code cannot tell the two
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import identity, reaper, sweep
 from .identity import Identity
 from .reaper import ReapReport
+
+if TYPE_CHECKING:
+    from .cgroup import RunCgroup
 
 log = logging.getLogger("runner.registry")
 
@@ -22,9 +28,9 @@ log = logging.getLogger("runner.registry")
 class Entry:
     name: str
     ident: Identity
-    popen: object
+    popen: subprocess.Popen[bytes]
     path: Path
-    snapshots: dict = field(default_factory=dict)  # pid -> Identity of descendants seen
+    snapshots: dict[int, Identity] = field(default_factory=dict)  # pid -> Identity of descendants seen
 
     @property
     def pid(self) -> int:
@@ -39,7 +45,14 @@ class Entry:
 
 
 class Registry:
-    def __init__(self, children_dir, *, run_id, kill_grace, cgroup=None):
+    def __init__(
+        self,
+        children_dir: str | os.PathLike[str],
+        *,
+        run_id: str,
+        kill_grace: float,
+        cgroup: RunCgroup | None = None,
+    ) -> None:
         self.children_dir = Path(children_dir)
         self.children_dir.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id
@@ -56,7 +69,7 @@ class Registry:
         self._stop_done = threading.Event()
         self._stop_report: ReapReport | None = None
 
-    def register(self, popen, name) -> Entry:
+    def register(self, popen: subprocess.Popen[bytes], name: str) -> Entry:
         ident = identity.current_or_zombie(popen.pid)
         if ident is None:  # cannot happen for our unreaped child; keep the record honest anyway
             raise RuntimeError(f"child {popen.pid} vanished before it was registered")
@@ -79,7 +92,7 @@ class Registry:
             self._kill_entries([entry])
         return entry
 
-    def unregister(self, entry) -> None:
+    def unregister(self, entry: Entry) -> None:
         with self._lock:
             self._entries.pop(id(entry), None)
         try:
@@ -87,7 +100,7 @@ class Registry:
         except FileNotFoundError:
             pass
 
-    def snapshot(self, entry) -> None:
+    def snapshot(self, entry: Entry) -> None:
         """Remember the entry's current descendants, so that those that later leave its
         group (setsid) or lose their parent (double fork) are still reached."""
         for ident in sweep.descendants(entry.pid):
@@ -97,11 +110,11 @@ class Registry:
         with self._lock:
             return list(self._entries.values())
 
-    def killed_by_stop(self, entry) -> bool:
+    def killed_by_stop(self, entry: Entry) -> bool:
         with self._lock:
             return id(entry) in self._killed
 
-    def stop_all(self, origin) -> ReapReport:
+    def stop_all(self, origin: str | None) -> ReapReport:
         """Mark stopping, kill every registered tree. Thread-safe and idempotent: a
         second call waits for the first and returns its report, or, if the first one
         failed (it raised), kills again what is still registered."""
@@ -120,7 +133,7 @@ class Registry:
             self._stop_done.set()
         return self._stop_report
 
-    def _mark_killed(self):
+    def _mark_killed(self) -> list[Entry]:
         with self._lock:
             entries = list(self._entries.values())
             # Recorded before any signal: the child's runner may wake the instant
@@ -128,7 +141,7 @@ class Registry:
             self._killed.update(id(e) for e in entries)
         return entries
 
-    def _kill_entries(self, entries) -> ReapReport:
+    def _kill_entries(self, entries: list[Entry]) -> ReapReport:
         for entry in entries:
             try:
                 self.snapshot(entry)

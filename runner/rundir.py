@@ -5,6 +5,8 @@ lock when the engine dies, however it dies, so "is a live engine here?" is answe
 probing the lock, never by trusting a pid that may have been reused.
 """
 
+from __future__ import annotations
+
 import errno
 import fcntl
 import os
@@ -12,7 +14,9 @@ import re
 import secrets
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Self
 
 from . import defaults, untrusted
 from .atomic import atomic_write_text, fsync_dir
@@ -22,7 +26,7 @@ from .errors import BadInput, Damaged, NoLiveRun, RunLocked
 class EngineLock:
     """The engine's exclusive lock on its run directory; held until release() or exit."""
 
-    def __init__(self, path, fd):
+    def __init__(self, path: Path, fd: int | None) -> None:
         self.path, self.fd = path, fd
 
     def release(self) -> None:
@@ -30,15 +34,15 @@ class EngineLock:
             fd, self.fd = self.fd, None
             os.close(fd)  # closing the only descriptor drops the flock
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 
 class RunDir:
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(os.path.abspath(path))
         p = self.path
         self.spec = p / "spec.toml"
@@ -57,13 +61,13 @@ class RunDir:
         self.engine_log = p / "engine.log"
         self.run_id_file = p / "run-id"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, RunDir) and other.path == self.path
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self.path)
 
     @property
@@ -86,7 +90,9 @@ class RunDir:
         return os.path.lexists(self.spec)
 
     @classmethod
-    def create(cls, path, spec_path, data=None) -> "RunDir":
+    def create(
+        cls, path: str | os.PathLike[str], spec_path: str | os.PathLike[str], data: bytes | None = None
+    ) -> RunDir:
         """Make the run directory and freeze a copy of the spec into it.
 
         Refuses (BadInput) a directory that already holds a run. The frozen spec is
@@ -187,7 +193,7 @@ def default_base() -> Path:
     return Path(".runner/runs")
 
 
-def list_runs(base) -> list[RunDir]:
+def list_runs(base: str | os.PathLike[str]) -> list[RunDir]:
     """Every run under `base` (directories holding a frozen spec), oldest id first."""
     try:
         entries = sorted(Path(base).iterdir())
@@ -196,7 +202,13 @@ def list_runs(base) -> list[RunDir]:
     return [RunDir(e) for e in entries if e.is_dir() and os.path.lexists(e / "spec.toml")]
 
 
-def resolve(run_dir, base=None, *, want=None, what="live") -> RunDir:
+def resolve(
+    run_dir: str | os.PathLike[str] | None,
+    base: str | os.PathLike[str] | None = None,
+    *,
+    want: Callable[[RunDir], bool] | None = None,
+    what: str = "live",
+) -> RunDir:
     """The run a command acts on.
 
     Given `run_dir`: it must hold a run (NoLiveRun otherwise). Not given: exactly one run

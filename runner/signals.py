@@ -15,9 +15,13 @@ import logging
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from . import identity
 from .identity import Identity
+
+if TYPE_CHECKING:
+    from .membership import Membership
 
 log = logging.getLogger("runner.signals")
 
@@ -97,7 +101,7 @@ def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
     return fd, Outcome.SENT
 
 
-def _refuse_stale(fd, ident, st):
+def _refuse_stale(fd: int, ident: Identity, st: identity.Stat) -> tuple[None, Outcome]:
     os.close(fd)
     log.warning(
         "refusing to signal pid %d: start ticks %d, expected %d (pid reused by another process)",
@@ -108,7 +112,7 @@ def _refuse_stale(fd, ident, st):
     return None, Outcome.STALE
 
 
-def signal_process(ident: Identity, sig, membership) -> Outcome:
+def signal_process(ident: Identity, sig: int, membership: Membership) -> Outcome:
     """Signal one recorded process, if it is still itself and proven the run's."""
     if ident.pid in protected_pids():
         log.warning("refusing to signal pid %d: it is this process or one of its ancestors", ident.pid)
@@ -134,7 +138,7 @@ def signal_process(ident: Identity, sig, membership) -> Outcome:
     return Outcome.SENT
 
 
-def _signal_process_psutil(ident: Identity, sig) -> Outcome:
+def _signal_process_psutil(ident: Identity, sig: int) -> Outcome:
     # Elsewhere (no pidfd): psutil compares the create time before sending; a window
     # between its check and the kill remains, which pidfd closes on Linux.
     import psutil
@@ -149,14 +153,14 @@ def _signal_process_psutil(ident: Identity, sig) -> Outcome:
     return Outcome.SENT
 
 
-def has_tag(pid, run_id) -> bool:
+def has_tag(pid: int, run_id: str | None) -> bool:
     """Whether /proc/PID/environ holds exactly RUNNER_RUN_ID=run_id."""
     if not run_id:
         return False
     return f"{TAG}={run_id}".encode() in _environ(pid).split(b"\0")
 
 
-def _environ(pid) -> bytes:
+def _environ(pid: int) -> bytes:
     """/proc/PID/environ. Empty for a kernel thread, and also for a user process caught
     mid-exec: a vfork parent (subprocess) resumes before the kernel has laid out the
     new image's environment. So an empty read is retried briefly for user processes."""
@@ -175,9 +179,9 @@ def _environ(pid) -> bytes:
     return b""
 
 
-def group_stats(pgid) -> list[identity.Stat]:
+def group_stats(pgid: int) -> list[identity.Stat]:
     """Every process (zombies included) currently in process group `pgid`."""
-    out = []
+    out: list[identity.Stat] = []
     for pid in identity.all_pids():
         st = identity.stat(pid)
         if st is not None and st.pgid == pgid:
@@ -185,7 +189,7 @@ def group_stats(pgid) -> list[identity.Stat]:
     return out
 
 
-def refusal(pgid) -> str | None:
+def refusal(pgid: int) -> str | None:
     """Why a group may never be signalled, or None."""
     if pgid <= 1:
         return f"process group {pgid} is never signalled"

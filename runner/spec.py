@@ -5,10 +5,15 @@ naming the file, the dotted key (array entries indexed, e.g. `verify[1].timeout`
 what was expected, so the CLI can print it as is and exit BAD_INPUT.
 """
 
+from __future__ import annotations
+
 import math
+import os
 import re
 import tomllib
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from . import defaults
 from .errors import SpecError
@@ -60,14 +65,14 @@ _MISSING = object()
 class _Reader:
     """Walks one parsed document; knows the file name for every error it raises."""
 
-    def __init__(self, source):
+    def __init__(self, source: str | os.PathLike[str]) -> None:
         self.source = source
 
-    def fail(self, key, expected, got=_MISSING):
+    def fail(self, key: str, expected: str, got: object = _MISSING) -> NoReturn:
         # SpecError renders `got` with repr; a missing value has nothing to show.
         raise SpecError(self.source, key, expected, None if got is _MISSING else _show(got))
 
-    def table(self, doc, key, allowed, required=False):
+    def table(self, doc: dict[str, Any], key: str, allowed: Collection[str], required: bool = False) -> dict[str, Any]:
         """A top-level table `key` of the document."""
         value = doc.get(key, _MISSING)
         if value is _MISSING:
@@ -79,13 +84,22 @@ class _Reader:
         self.no_unknown(value, key, allowed)
         return value
 
-    def no_unknown(self, table, prefix, allowed):
+    def no_unknown(self, table: dict[str, Any], prefix: str, allowed: Collection[str]) -> None:
         for name in table:
             if name not in allowed:
                 dotted = f"{prefix}.{name}" if prefix else name
                 self.fail(dotted, "one of the known keys " + ", ".join(sorted(allowed)) + " (unknown key)")
 
-    def number(self, table, prefix, name, default, *, minimum=0.0, exclusive=False):
+    def number(
+        self,
+        table: dict[str, Any],
+        prefix: str,
+        name: str,
+        default: float,
+        *,
+        minimum: float = 0.0,
+        exclusive: bool = False,
+    ) -> float:
         key = f"{prefix}.{name}" if prefix else name
         value = table.get(name, _MISSING)
         if value is _MISSING:
@@ -97,7 +111,9 @@ class _Reader:
             self.fail(key, _bound_text("a number", minimum, exclusive), value)
         return float(value)
 
-    def integer(self, table, prefix, name, default, *, minimum, exclusive=False):
+    def integer(
+        self, table: dict[str, Any], prefix: str, name: str, default: int, *, minimum: int, exclusive: bool = False
+    ) -> int:
         key = f"{prefix}.{name}" if prefix else name
         value = table.get(name, _MISSING)
         if value is _MISSING:
@@ -108,21 +124,21 @@ class _Reader:
             self.fail(key, _bound_text("an integer", minimum, exclusive), value)
         return value
 
-    def choice(self, table, prefix, name, default, choices):
+    def choice(self, table: dict[str, Any], prefix: str, name: str, default: str, choices: Collection[str]) -> str:
         key = f"{prefix}.{name}"
         value = table.get(name, default)
         if not isinstance(value, str) or value not in choices:
             self.fail(key, "one of " + ", ".join(f'"{c}"' for c in choices), value)
         return value
 
-    def boolean(self, table, prefix, name, default):
+    def boolean(self, table: dict[str, Any], prefix: str, name: str, default: bool) -> bool:
         key = f"{prefix}.{name}"
         value = table.get(name, default)
         if not isinstance(value, bool):
             self.fail(key, "true or false", value)
         return value
 
-    def argv(self, table, prefix):
+    def argv(self, table: dict[str, Any], prefix: str) -> tuple[str, ...]:
         key = f"{prefix}.command"
         value = table.get("command", _MISSING)
         if value is _MISSING:
@@ -136,13 +152,15 @@ class _Reader:
             self.fail(f"{key}[0]", "a non-empty program name", value[0])
         return tuple(value)
 
-    def commands(self, doc, key, name, default_timeout, allowed):
+    def commands(
+        self, doc: dict[str, Any], key: str, name: str, default_timeout: float, allowed: Collection[str]
+    ) -> tuple[CommandSpec, ...]:
         value = doc.get(name, _MISSING)
         if value is _MISSING:
             return ()
         if not isinstance(value, list):
             self.fail(key, f"an array of tables ([[{key}]])", value)
-        out = []
+        out: list[CommandSpec] = []
         for i, entry in enumerate(value):
             prefix = f"{key}[{i}]"
             if not isinstance(entry, dict):
@@ -154,13 +172,13 @@ class _Reader:
             out.append(CommandSpec(command=command, timeout=timeout, fixable=fixable))
         return tuple(out)
 
-    def items(self, doc):
+    def items(self, doc: dict[str, Any]) -> tuple[str, ...]:
         value = doc.get("items", _MISSING)
         if value is _MISSING:
             self.fail("items", "a non-empty list of unique non-empty strings (required)")
         if not isinstance(value, list) or not value:
             self.fail("items", "a non-empty list of unique non-empty strings", value)
-        seen = set()
+        seen: set[str] = set()
         for i, item in enumerate(value):
             if not isinstance(item, str) or not item:
                 self.fail(f"items[{i}]", "a non-empty string", item)
@@ -170,11 +188,11 @@ class _Reader:
         return tuple(value)
 
 
-def _bound_text(kind, minimum, exclusive):
+def _bound_text(kind: str, minimum: float, exclusive: bool) -> str:
     return f"{kind} {'>' if exclusive else '>='} {minimum:g}"
 
 
-def _show(value):
+def _show(value: object) -> object:
     # Keep the error short, whatever was pasted into the spec (repr keeps it on one line).
     if isinstance(value, str) and len(value) > 60:
         return value[:57] + "..."
@@ -190,7 +208,7 @@ _HOOK = {"command", "timeout"}
 _VERIFY = {"command", "timeout", "fixable"}
 
 
-def _validate(doc, source) -> Spec:
+def _validate(doc: dict[str, Any], source: str | os.PathLike[str]) -> Spec:
     r = _Reader(source)
     r.no_unknown(doc, "", _TOP)
     items = r.items(doc)
@@ -233,7 +251,7 @@ def _validate(doc, source) -> Spec:
     )
 
 
-def loads(text, source) -> Spec:
+def loads(text: str, source: str | os.PathLike[str]) -> Spec:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -242,11 +260,11 @@ def loads(text, source) -> Spec:
     return _validate(doc, source)
 
 
-def load(path) -> Spec:
+def load(path: str | os.PathLike[str]) -> Spec:
     return load_bytes(path)[0]
 
 
-def load_bytes(path) -> tuple[Spec, bytes]:
+def load_bytes(path: str | os.PathLike[str]) -> tuple[Spec, bytes]:
     """The spec and the exact bytes it was validated from (what a run freezes)."""
     try:
         with open(path, "rb") as f:
@@ -263,7 +281,7 @@ FROZEN_CAP = 1024 * 1024
 """The frozen spec.toml in a run directory: far larger than any spec, small enough to read."""
 
 
-def load_frozen(path) -> Spec:
+def load_frozen(path: str | os.PathLike[str]) -> Spec:
     """The spec frozen into a run directory, which is untrusted input: no link followed,
     no FIFO waited on, capped (Damaged); then validated like any spec (SpecError)."""
     from . import untrusted
@@ -272,14 +290,14 @@ def load_frozen(path) -> Spec:
     return loads(text, str(path))
 
 
-def _one_line(exc):
+def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
 _PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 
 
-def substitute(argv, **values) -> list[str]:
+def substitute(argv: Iterable[str], **values: object) -> list[str]:
     """Replace `{item}` / `{feedback}` in each argument by plain text.
 
     One pass per argument, so a value that itself contains `{feedback}` is never expanded
@@ -291,7 +309,7 @@ def substitute(argv, **values) -> list[str]:
             raise TypeError(f"substitute: unknown placeholder {name!r}")
     strs = {k: str(v) for k, v in values.items()}
 
-    def repl(m):
+    def repl(m: re.Match[str]) -> str:
         name = m.group(1)
         return strs[name] if name in strs else m.group(0)
 

@@ -7,10 +7,14 @@ keeps an in-memory State that may predate the stop; saving it must not clobber t
 `runner resume` starts a new attempt, which is the only way back to stopped=False.
 """
 
+from __future__ import annotations
+
 import copy
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any, NoReturn
 
 from . import untrusted
 from .atomic import atomic_write_json
@@ -45,17 +49,17 @@ class State:
     updated: float = 0.0
 
     @classmethod
-    def new(cls, run_id, items) -> "State":
+    def new(cls, run_id: str, items: Iterable[str]) -> State:
         return cls(run_id=run_id, items={name: ItemState() for name in items})
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data, source="state") -> "State":
+    def from_dict(cls, data: Any, source: str | os.PathLike[str] = "state") -> State:
         """Strict: a malformed state is refused with one line, never half-read."""
 
-        def bad(what):
+        def bad(what: str) -> NoReturn:
             raise Damaged(source, f"malformed state: {what}")
 
         if not isinstance(data, dict):
@@ -69,7 +73,7 @@ class State:
         raw_items = data.get("items", {})
         if not isinstance(raw_items, dict):
             bad("items: expected an object")
-        items = {}
+        items: dict[str, ItemState] = {}
         for name, raw in raw_items.items():
             if not isinstance(raw, dict):
                 bad(f"items.{name}: expected an object")
@@ -81,7 +85,7 @@ class State:
         return cls(**{**data, "items": items})
 
 
-_STATE_TYPES = {
+_STATE_TYPES: dict[str, tuple[type, ...]] = {
     "attempt": (int,),
     "status": (str,),
     "stopped": (bool,),
@@ -92,7 +96,7 @@ _STATE_TYPES = {
     "exit_code": (int, type(None)),
     "updated": (int, float),
 }
-_ITEM_TYPES = {
+_ITEM_TYPES: dict[str, tuple[type, ...]] = {
     "status": (str,),
     "session_done": (bool,),
     "post_session_done": (bool,),
@@ -102,14 +106,18 @@ _ITEM_TYPES = {
 }
 
 
-def _check_keys(data, cls, bad, prefix):
+def _check_keys(
+    data: dict[str, Any], cls: type[State] | type[ItemState], bad: Callable[[str], NoReturn], prefix: str
+) -> None:
     known = {f.name for f in fields(cls)}
     for key in data:
         if key not in known:
             bad(f"{prefix}{key}: unknown key")
 
 
-def _check_types(data, types, bad, prefix):
+def _check_types(
+    data: dict[str, Any], types: dict[str, tuple[type, ...]], bad: Callable[[str], NoReturn], prefix: str
+) -> None:
     for key, allowed in types.items():
         if key not in data:
             continue
@@ -119,15 +127,15 @@ def _check_types(data, types, bad, prefix):
             bad(f"{prefix}{key}: expected {'/'.join(t.__name__ for t in allowed)}, got {value!r}")
 
 
-def _keep_recorded_stop(state, recorded):
+def _keep_recorded_stop(state: State, recorded: tuple[str | None] | None) -> None:
     if recorded is not None and not state.stopped:
         state.stopped, state.stop_origin, state.status = True, recorded[0], "stopped"
 
 
 class StateStore:
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = path
-        self._saved_stop = None  # (attempt, origin) of a stop this store itself saved
+        self._saved_stop: tuple[int, str | None] | None = None  # (attempt, origin) of a stop this store itself saved
 
     def load(self) -> State:
         # The run directory is untrusted: no link followed, no FIFO waited on, a size
@@ -147,7 +155,7 @@ class StateStore:
             return None
         return self.load()
 
-    def _recorded_stop(self, attempt):
+    def _recorded_stop(self, attempt: int) -> tuple[str | None] | None:
         """(origin,) if a stop is recorded for `attempt`, on disk or by this store's last save."""
         try:
             disk = self.load()
@@ -159,7 +167,7 @@ class StateStore:
             return (self._saved_stop[1],)
         return None
 
-    def save(self, state) -> None:
+    def save(self, state: State) -> None:
         """Write `state` atomically. Updates `state` in place (updated time, and the guard).
 
         The read-then-write below is not atomic against another writer; it does not need to
@@ -172,7 +180,7 @@ class StateStore:
         if state.stopped:
             self._saved_stop = (state.attempt, state.stop_origin)
 
-    def new_attempt(self, state) -> State:
+    def new_attempt(self, state: State) -> State:
         """For resume: a copy with attempt + 1, not stopped, running. Items the stop cut
         short go back to pending; done and failed items keep their results (and their
         session_done / post_session_done flags, so a completed session is not run again)."""

@@ -6,11 +6,14 @@ file channel). While the engine lives, only the engine writes `stopped`: a stopp
 records a stop only after proving the engine dead, and only if the engine did not.
 """
 
+from __future__ import annotations
+
 import os
 import select
 import signal
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from . import defaults, identity, reaper, run_view, signals, stop_request
 from .errors import ControlFileError, Damaged, NoLiveRun, RunLocked
@@ -18,9 +21,15 @@ from .events import Event
 from .exitcodes import Exit
 from .journal import Journal
 from .journal import read as read_journal
-from .membership import Membership, run_cgroup_relative
+from .membership import Membership
 from .rundir import RunDir
 from .state import StateStore
+
+if TYPE_CHECKING:
+    from .identity import Identity
+    from .reaper import ReapReport
+    from .run_view import RunView
+    from .rundir import EngineLock
 
 
 @dataclass
@@ -28,10 +37,10 @@ class StopResult:
     code: Exit
     message: str
     elapsed: float
-    unkillable: list = field(default_factory=list)
+    unkillable: list[int] = field(default_factory=list)
     recorded_by: str | None = None
-    refused: list = field(default_factory=list)
-    damaged: list = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         """What the command prints: the result, then (each on one line) what was refused
@@ -44,11 +53,11 @@ class StopResult:
         return out
 
 
-def wait_engine_gone(engine, timeout):
+def wait_engine_gone(engine: Identity, timeout: float) -> bool:
     """Wait until the engine process is gone (a zombie counts as gone). Event-driven
     on Linux: a pidfd becomes readable when the process exits, child of ours or not."""
     deadline = time.monotonic() + timeout
-    fd = None
+    fd: int | None = None
     try:
         fd = os.pidfd_open(engine.pid)
     except (AttributeError, OSError):
@@ -74,15 +83,15 @@ def wait_engine_gone(engine, timeout):
             os.close(fd)
 
 
-def _membership(view) -> Membership:
-    return Membership(view.run_id, run_cgroup_relative(view.cgroup.path) if view.cgroup else None)
+def _membership(view: RunView) -> Membership:
+    return Membership(view.run_id, view.cgroup.relative if view.cgroup else None)
 
 
-def _attempt_records(rd):
+def _attempt_records(rd: RunDir) -> list[dict[str, Any]]:
     """Journal records of the current attempt: after the last `resume` (journaled by
     `runner resume` before its engine starts) or `run-start`, whichever is later, so
     that the previous attempt's `run-stop` never counts for this one."""
-    records = []
+    records: list[dict[str, Any]] = []
     for record in read_journal(rd.journal):
         if record.get("event") in ("run-start", "resume"):
             records = []
@@ -90,7 +99,7 @@ def _attempt_records(rd):
     return records
 
 
-def kill_leftovers(rd, kill_grace):
+def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, RunView]:
     """Kill what a dead engine's attempt left running: its calls (recorded in
     children/), whatever carries the run's tag, and its cgroup's work members. Resume
     runs this first, so an orphaned call never works on an item beside its replay.
@@ -108,7 +117,7 @@ def kill_leftovers(rd, kill_grace):
     return report, view
 
 
-def _recording_lock(rd):
+def _recording_lock(rd: RunDir) -> EngineLock:
     """The engine lock, taken by a stopper that records a stop. Holding it proves the
     engine dead and keeps two stoppers from both recording (two `run-stop`s)."""
     deadline = time.monotonic() + defaults.LOCK_WAIT
@@ -121,7 +130,7 @@ def _recording_lock(rd):
             time.sleep(0.01)
 
 
-def force(rd, kill_grace=None, *, fallback, view=None):
+def force(rd: RunDir, kill_grace: float | None = None, *, fallback: bool, view: RunView | None = None) -> StopResult:
     """The immediate stop: every group of the run and the engine's pid at once, SIGKILL
     after kill_grace, then the tag sweep and the cgroup kill (reaper.kill_everything).
     Total: whatever the run directory holds, every process proven the run's (by its tag
@@ -149,7 +158,7 @@ def force(rd, kill_grace=None, *, fallback, view=None):
         except (Damaged, OSError) as exc:
             view.note(exc)
     recorded_by = None
-    if engine_ours and identity.is_running(engine):
+    if engine_ours and engine is not None and identity.is_running(engine):
         unkillable = sorted(set(unkillable) | {engine.pid})
     elif _engine_gone(rd, view):
         try:
@@ -162,14 +171,14 @@ def force(rd, kill_grace=None, *, fallback, view=None):
             except OSError:
                 pass  # still populated (an unkillable member) or removed by the engine
     elapsed = time.monotonic() - started
-    extra = dict(refused=report.refused, damaged=view.damaged)
     if unkillable:
         return StopResult(
             Exit.UNKILLABLE,
             f"stop could not kill pids {unkillable} (uninterruptible sleep?); they are named in the journal",
             elapsed,
             unkillable,
-            **extra,
+            refused=report.refused,
+            damaged=view.damaged,
         )
     killed = f"{len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL, in {elapsed:.3f}s"
     code = Exit.DAMAGED if view.damaged else Exit.OK
@@ -179,18 +188,31 @@ def force(rd, kill_grace=None, *, fallback, view=None):
             f"run {view.run_id} had already finished; nothing to record ({killed})",
             elapsed,
             recorded_by=recorded_by,
-            **extra,
+            refused=report.refused,
+            damaged=view.damaged,
         )
     if recorded_by == "engine":
         return StopResult(
-            code, f"run {view.run_id} stopped by its engine ({killed})", elapsed, recorded_by=recorded_by, **extra
+            code,
+            f"run {view.run_id} stopped by its engine ({killed})",
+            elapsed,
+            recorded_by=recorded_by,
+            refused=report.refused,
+            damaged=view.damaged,
         )
     if fallback and code == Exit.OK:
         code = Exit.STOP_FORCED
-    return StopResult(code, f"run {view.run_id} killed ({killed})", elapsed, recorded_by=recorded_by, **extra)
+    return StopResult(
+        code,
+        f"run {view.run_id} killed ({killed})",
+        elapsed,
+        recorded_by=recorded_by,
+        refused=report.refused,
+        damaged=view.damaged,
+    )
 
 
-def _engine_gone(rd, view) -> bool:
+def _engine_gone(rd: RunDir, view: RunView) -> bool:
     """No engine of this run is left: the lock is free (or, with the lock damaged, no
     process carries the run's tag)."""
     try:
@@ -206,7 +228,7 @@ def stop_now(rd: RunDir, kill_grace: float | None = None) -> StopResult:
     return force(rd, kill_grace, fallback=False)
 
 
-def _record_forced_stop(rd, report, fallback):
+def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool) -> str:
     """Record a stop the engine did not record, once. Returns who recorded it:
     "engine" (it did, itself), "finished" (the run had completed: nothing to record)
     or "stopper" (this call)."""
@@ -241,7 +263,9 @@ def _record_forced_stop(rd, report, fallback):
         return "stopper"
 
 
-def stop_hard(rd, *, channel=None, grace=None, kill_grace=None):
+def stop_hard(
+    rd: RunDir, *, channel: str | None = None, grace: float | None = None, kill_grace: float | None = None
+) -> StopResult:
     """`runner stop`: lodge, signal (signal channel), wait up to grace for the engine's
     own teardown, and only then fall back to the force-kill. With a damaged run
     directory (no engine to signal, no request file to write) it goes straight on to
@@ -300,7 +324,7 @@ def stop_hard(rd, *, channel=None, grace=None, kill_grace=None):
     return result
 
 
-def stop_graceful(rd):
+def stop_graceful(rd: RunDir) -> StopResult:
     if not rd.is_live():
         raise NoLiveRun(f"{rd.path}: no live engine")
     request = stop_request.lodge(rd, stop_request.Mode.GRACEFUL, "file")
@@ -311,7 +335,7 @@ def stop_graceful(rd):
     )
 
 
-def wait_run(rd, timeout=None):
+def wait_run(rd: RunDir, timeout: float | None = None) -> Exit:
     """Block until the run's engine is gone; return the run's own exit code."""
     engine = run_view.require_engine(run_view.view(rd))
     while not wait_engine_gone(engine, defaults.WAIT_SLICE if timeout is None else timeout):

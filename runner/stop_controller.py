@@ -12,20 +12,33 @@ cancellation at a check point and not from inside a signal handler. The exceptio
 unwinds through every `finally` to the engine's top.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import select
 import signal
 import threading
 import traceback
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from . import defaults, stop_request
 from .errors import RunStopped
 from .events import Event
 from .stop_request import Mode, Origin, StopRequest
 
+if TYPE_CHECKING:
+    from .journal import Journal
+    from .registry import Registry
+    from .rundir import RunDir
+
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+"""What signal.signal() takes and gives back: a handler, SIG_DFL or SIG_IGN, or None."""
+
 # What each signal means as a stop origin (the journal's `origin`).
-_SIGNAL_ORIGINS = {
+_SIGNAL_ORIGINS: dict[int, Origin] = {
     signal.SIGTERM: Origin.SIGNAL,
     signal.SIGHUP: Origin.SIGNAL,
     signal.SIGINT: Origin.CTRL_C,
@@ -35,7 +48,9 @@ _REQUEST_ORIGINS = (Origin.SIGNAL, Origin.FILE, Origin.CTRL_C)
 
 
 class StopController:
-    def __init__(self, rundir, registry, journal, *, poll=defaults.WATCHDOG_POLL):
+    def __init__(
+        self, rundir: RunDir, registry: Registry, journal: Journal, *, poll: float = defaults.WATCHDOG_POLL
+    ) -> None:
         self._rundir = rundir
         self._registry = registry
         self._journal = journal
@@ -44,24 +59,24 @@ class StopController:
         self._stopping = threading.Event()
         self._closed = threading.Event()
         self._finishing = False
-        self._signal_origin = None
+        self._signal_origin: Origin | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._thread = None
-        self._previous_handlers = {}
+        self._thread: threading.Thread | None = None
+        self._previous_handlers: dict[int, _Handler] = {}
         self._kill_failed = False
         self.origin: Origin | None = None
 
     # -- set-up and tear-down ------------------------------------------------------
 
-    def install_signals(self):
+    def install_signals(self) -> None:
         for signum in _SIGNAL_ORIGINS:
             self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
 
-    def start(self):
+    def start(self) -> None:
         self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
         self._thread.start()
 
-    def close(self, *, ignore_signals=False):
+    def close(self, *, ignore_signals: bool = False) -> None:
         """Stop the watchdog and give back the signal handlers. An engine on its way
         out ignores the stop signals instead (`ignore_signals`): a late SIGTERM must not
         kill it between here and the removal of its cgroup."""
@@ -76,19 +91,19 @@ class StopController:
 
     # -- the two channels ----------------------------------------------------------
 
-    def _on_signal(self, signum, frame):
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Async-signal context: no locks, no I/O beyond one write to the self-pipe.
         if self._signal_origin is None:
             self._signal_origin = _SIGNAL_ORIGINS.get(signum, Origin.SIGNAL)
         self._wake()
 
-    def _wake(self):
+    def _wake(self) -> None:
         try:
             os.write(self._wake_w, b"!")
         except (BlockingIOError, OSError):
             pass  # the pipe is full or closed: the watchdog is awake or gone either way
 
-    def _watch(self):
+    def _watch(self) -> None:
         while not self._closed.is_set():
             ready, _, _ = select.select([self._wake_r], [], [], self._poll)
             if ready:
@@ -107,7 +122,7 @@ class StopController:
                 logging.getLogger(__name__).exception("stop watchdog tick failed")
                 self._journal_quietly(Event.WATCHDOG_ERROR, error=traceback.format_exc(limit=5))
 
-    def _tick(self):
+    def _tick(self) -> None:
         if self._kill_failed:
             self._kill()
         if self._signal_origin is not None:
@@ -115,13 +130,13 @@ class StopController:
         else:
             self._read_control_file()
 
-    def _journal_quietly(self, event, **fields):
+    def _journal_quietly(self, event: str, **fields: object) -> None:
         try:
             self._journal.append(event, **fields)
         except Exception:
             pass  # the journal itself may be what failed
 
-    def _read_control_file(self):
+    def _read_control_file(self) -> None:
         request = stop_request.peek(self._rundir)
         if request is not None and request.mode == Mode.HARD and not request.unreadable:
             self.request(Origin.FILE)  # ablate: watchdog-reads-hard-request
@@ -147,7 +162,7 @@ class StopController:
             self._stopping.set()
         self._kill()
 
-    def _kill(self):
+    def _kill(self) -> None:
         """Kill every registered child tree; retried on the next tick if it failed."""
         try:
             report = self._registry.stop_all(self.origin)  # ablate: stop-kills-registered-children

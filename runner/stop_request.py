@@ -11,58 +11,30 @@ unreadable=True: an operator meant *some* stop, and a spurious hard stop is wors
 a graceful one.
 """
 
+from __future__ import annotations
+
 import fcntl
 import os
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import IntEnum, StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import untrusted
 from .atomic import atomic_write_json
 from .errors import ControlFileError, Damaged
+from .events import Mode as Mode
+from .events import Origin as Origin
+
+if TYPE_CHECKING:
+    from .rundir import RunDir
 
 
-class Origin(StrEnum):
-    """Where a stop came from: the journal's and the state's `origin` (trio records why
-    each cancel happened; so does every stop here)."""
-
-    SIGNAL = "signal"  # SIGTERM or SIGHUP: `runner stop` on the signal channel, or `kill`
-    FILE = "file"  # stop-request.json or the STOP file
-    CTRL_C = "ctrl-c"  # SIGINT: a foreground run's terminal
-    FORCED = "forced"  # the stopper recorded it: the engine was killed, not asked
-    UNKNOWN = "unknown"  # a request whose origin cannot be read
-
-    @classmethod
-    def parse(cls, value) -> "Origin":
-        try:
-            return cls(value)
-        except ValueError:
-            return cls.UNKNOWN
-
-
+# The stop vocabularies live with the others (events.py); re-exported here, where the
+# request file spells them.
 UNKNOWN_ORIGIN = Origin.UNKNOWN
-
-
-class Mode(IntEnum):
-    """Ordered: a request is never downgraded (absent < graceful < hard)."""
-
-    ABSENT = 0
-    GRACEFUL = 1
-    HARD = 2
-
-    @property
-    def label(self) -> str:
-        """How the journal and the request file spell it ("graceful", "hard")."""
-        return self.name.lower()
-
-    @classmethod
-    def parse(cls, value) -> "Mode":
-        if isinstance(value, Mode):
-            return value
-        if isinstance(value, str) and value.upper() in ("GRACEFUL", "HARD"):
-            return cls[value.upper()]
-        raise ValueError(f"stop mode must be 'graceful' or 'hard', got {value!r}")
 
 
 @dataclass
@@ -74,17 +46,17 @@ class StopRequest:
     archived: str | None = None
     """Where consume() moved the file (archive/...), for the journal."""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str | float]:
         return {"mode": self.mode.label, "origin": self.origin.value, "t": self.t}
 
 
-_after_read = None
+_after_read: Callable[[StopRequest | None], object] | None = None
 """Test seam: if set, lodge() calls it with the request it read, while holding the lock,
 before it writes. A test parks one stopper there to race a second one deterministically."""
 
 
 @contextmanager
-def _locked(run_dir):
+def _locked(run_dir: RunDir) -> Iterator[None]:
     try:
         fd = untrusted.open_regular(run_dir.stop_request_lock, flags=os.O_RDWR | os.O_CREAT)
     except FileNotFoundError:
@@ -96,7 +68,7 @@ def _locked(run_dir):
         os.close(fd)  # drops the lock
 
 
-def _read(path) -> StopRequest | None:
+def _read(path: str | os.PathLike[str]) -> StopRequest | None:
     # Untrusted: a FIFO, a link to /dev/zero or a JSON bomb here reads as unreadable
     # (graceful) at once; it never hangs the watchdog or a stopper.
     try:
@@ -118,24 +90,24 @@ def _read(path) -> StopRequest | None:
     return StopRequest(Mode.parse(mode), Origin.parse(origin), float(t))
 
 
-def _mtime(path):
+def _mtime(path: str | os.PathLike[str]) -> float:
     try:
         return os.lstat(path).st_mtime
     except OSError:
         return time.time()
 
 
-def _unreadable(path):
+def _unreadable(path: str | os.PathLike[str]) -> StopRequest:
     return StopRequest(Mode.GRACEFUL, UNKNOWN_ORIGIN, _mtime(path), unreadable=True)
 
 
-def _rank(request):
+def _rank(request: StopRequest) -> tuple[Mode, bool]:
     # Stronger mode wins; on a tie a readable request beats an unreadable one, and
     # otherwise the first (older) one stays, keeping its origin and time.
     return (request.mode, not request.unreadable)
 
 
-def lodge(run_dir, mode, origin) -> StopRequest:
+def lodge(run_dir: RunDir, mode: Mode | str, origin: Origin | str) -> StopRequest:
     """Record a stop request; returns the request now pending (possibly an older, stronger one)."""
     new = StopRequest(Mode.parse(mode), Origin(origin), time.time())
     with _locked(run_dir):
@@ -152,17 +124,17 @@ def lodge(run_dir, mode, origin) -> StopRequest:
     return winner
 
 
-def peek(run_dir) -> StopRequest | None:
+def peek(run_dir: RunDir) -> StopRequest | None:
     """The pending request, without consuming it; None when there is none."""
     return _read(run_dir.stop_request)
 
 
-def _archive_name(run_dir, name):
+def _archive_name(run_dir: RunDir, name: str) -> Path:
     run_dir.archive.mkdir(exist_ok=True)
     return run_dir.archive / f"{time.time_ns()}-{os.getpid()}-{name}"
 
 
-def consume(run_dir) -> StopRequest | None:
+def consume(run_dir: RunDir) -> StopRequest | None:
     """Take the pending request: one atomic rename into archive/, then read the moved file.
 
     The engine is the single consumer; the rename makes a request consumed exactly once
@@ -180,18 +152,18 @@ def consume(run_dir) -> StopRequest | None:
     return request
 
 
-def stop_file(run_dir) -> bool:
+def stop_file(run_dir: RunDir) -> bool:
     return os.path.lexists(run_dir.stop_file)
 
 
-def pause_file(run_dir) -> bool:
+def pause_file(run_dir: RunDir) -> bool:
     return os.path.lexists(run_dir.pause_file)
 
 
-def archive_pending(run_dir) -> list[str]:
+def archive_pending(run_dir: RunDir) -> list[str]:
     """For resume: move a pending stop-request.json, STOP and PAUSE into archive/, so the
     resumed run does not stop at once. Returns the names that were moved."""
-    moved = []
+    moved: list[str] = []
     with _locked(run_dir):
         for path in (run_dir.stop_request, run_dir.stop_file, run_dir.pause_file):
             try:

@@ -16,13 +16,13 @@ log = logging.getLogger("runner.sweep")
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def tagged(run_id) -> list[Identity]:
+def tagged(run_id: str | None) -> list[Identity]:
     """Every living process whose environment holds RUNNER_RUN_ID=run_id, minus this
     process and its ancestors (a `runner stop` run from a hook carries the tag too)."""
     if not run_id:
         return []
     protected = signals.protected_pids()
-    out = []
+    out: list[Identity] = []
     for pid in identity.all_pids():
         if pid in protected:
             continue
@@ -43,11 +43,12 @@ def _children_map() -> dict[int, list[identity.Stat]]:
     return children
 
 
-def descendants(pid) -> list[Identity]:
+def descendants(pid: int) -> list[Identity]:
     """Snapshot of a process's living descendants (by parent links, so a child that
     called setsid is still found while its parent lives)."""
     children = _children_map()
-    out, stack, seen = [], [int(pid)], {int(pid)}
+    out: list[Identity] = []
+    stack, seen = [int(pid)], {int(pid)}
     while stack:
         for st in children.get(stack.pop(), ()):
             if st.pid in seen:
@@ -64,14 +65,15 @@ def make_subreaper() -> bool:
     to us instead of init, so the tag and descendant sweeps find and reap them at once."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        rc: int = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return rc == 0
     except (OSError, AttributeError):
         return False
 
 
 def _zombie_children() -> list[int]:
     me = os.getpid()
-    out = []
+    out: list[int] = []
     for pid in identity.all_pids():
         st = identity.stat(pid)
         if st is not None and st.ppid == me and st.zombie:
@@ -90,7 +92,7 @@ def reap_orphans(exclude: set[int]) -> list[int]:
         return []
     if peek is None:
         return []
-    reaped = []
+    reaped: list[int] = []
     for pid in _zombie_children():
         if pid in exclude:
             continue
