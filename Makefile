@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv test measure mutate docs docs-check bench lint
+.PHONY: venv test measure mutate docs docs-check bench lint soak soak-short
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
@@ -58,3 +58,16 @@ docs-check: $(STAMP)
 bench: $(STAMP)
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
+
+# The reliability soak: 200 engine SIGKILLs with resume, 50 runs stopped at once (hard,
+# then --now), 10 stoppers on one run; then the fuzz tests with thousands of examples.
+# Writes docs/soak.json, which `make docs` renders into the Reliability section.
+soak: $(STAMP)
+	$(PY) bench/soak.py --kills 200 --runs 50 --stoppers 10 --json docs/soak.json --check
+	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -p no:xdist -q tests/runner/test_fuzz.py
+	$(MAKE) --no-print-directory docs
+
+# CI's short soak: fails on any loss; never writes the committed docs/soak.json.
+soak-short: $(STAMP)
+	mkdir -p $(ARTIFACTS)
+	$(PY) bench/soak.py --kills 20 --runs 10 --stoppers 10 --json $(ARTIFACTS)/soak-ci.json --check

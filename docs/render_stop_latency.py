@@ -16,6 +16,8 @@ No number is typed into the template. Placeholders:
     {{measurement_source}}    which measure run / mutate run the figures come from
     {{measured_table}}        every label of the measure run (the plugin's own included)
     {{ablation_table}}        the mutate run's verdicts
+    {{reliability}}           the `make soak` figures (docs/soak.json), MEASURED
+    {{limits}}                the spec's limits (runner.defaults), DERIVED
 """
 
 from __future__ import annotations
@@ -100,9 +102,11 @@ class Context:
         mutate: dict | None,
         measure_name: str = "docs/measure.json",
         mutate_name: str = "docs/mutate.json",
+        soak: dict | None = None,
+        soak_name: str = "docs/soak.json",
     ):
-        self.measure, self.mutate = measure, mutate
-        self.measure_name, self.mutate_name = measure_name, mutate_name
+        self.measure, self.mutate, self.soak = measure, mutate, soak
+        self.measure_name, self.mutate_name, self.soak_name = measure_name, mutate_name, soak_name
 
     # -- MEASURED -------------------------------------------------------------------
     def _run_tag(self) -> str:
@@ -163,7 +167,7 @@ class Context:
             shown = f"`{v!r}`"
         elif name.endswith("_BYTES"):
             shown = f"{v:,} bytes"
-        elif name.endswith(("_ATTEMPTS", "_COUNT")):
+        elif name.endswith(("_ATTEMPTS", "_COUNT", "_ITEMS", "_DEPTH")):
             shown = f"{v}"
         else:  # every other number of runner/defaults.py is a duration in seconds
             shown = _seconds(float(v))
@@ -223,6 +227,40 @@ class Context:
         parts.append("DERIVED figures: imported from `runner/defaults.py` and `runner/exitcodes.py` at render time.")
         return "\n".join(f"- {p}" for p in parts)
 
+    def reliability(self) -> str:
+        s = self.soak
+        if not s:
+            return f"*No soak run recorded (`{self.soak_name}` absent): run `make soak`.*"
+        crash, hard, now, many = s["crash_and_resume"], s["load_stop"], s["load_stop_now"], s["many_stoppers"]
+        src = f"MEASURED by `make soak` (`{self.soak_name}`, {s.get('date', '?')}, {s.get('cpus', '?')} CPUs, seed {s.get('seed')})"
+        rows = [
+            "| what | figure |",
+            "|---|---|",
+            f"| engine SIGKILLs at random points, each followed by `runner resume` | {crash['kills']} over "
+            f"{crash['runs']} runs ({crash['engine_group_kills']} with the engine's whole group, "
+            f"{crash['child_group_kills']} with a call's group too) |",
+            f"| torn or unreadable state, lost or re-run items, leftovers after resume | {len(crash['problems'])} |",
+            f"| {hard['runs']} runs stopped at once by `runner stop` | median {_human(hard['median_s'])}, "
+            f"p95 {_human(hard['p95_s'])}; exit codes {hard['codes']}; problems {len(hard['problems'])} |",
+            f"| {now['runs']} runs stopped at once by `runner stop --now` | median {_human(now['median_s'])}, "
+            f"p95 {_human(now['p95_s'])}; exit codes {now['codes']}; problems {len(now['problems'])} |",
+            f"| {many['stoppers']} concurrent stoppers (hard, `--now`, graceful) on one run | exit codes "
+            f"{many['codes']}; problems {len(many['problems'])} |",
+        ]
+        return src + ":\n\n" + "\n".join(rows)
+
+    def limits(self) -> str:
+        names = [
+            "MAX_DURATION",
+            "MAX_ITEMS",
+            "MAX_COUNT",
+            "MAX_OUTPUT_CAP_BYTES",
+            "SPEC_MAX_BYTES",
+            "SPEC_MAX_DEPTH",
+            "MAX_ARG_BYTES",
+        ]
+        return "\n".join(f"- {self.derived(n)}" for n in names)
+
     def ablation_table(self) -> str:
         muts = (self.mutate or {}).get("mutations", [])
         if not muts:
@@ -258,6 +296,8 @@ def render(template: str, ctx: Context) -> str:
             "measurement_source",
             "measured_table",
             "ablation_table",
+            "reliability",
+            "limits",
         ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")
@@ -265,8 +305,15 @@ def render(template: str, ctx: Context) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
-def render_files(template: Path, measure: Path | None, mutate: Path | None) -> str:
-    ctx = Context(_load(measure), _load(mutate), measure_name=_rel(measure), mutate_name=_rel(mutate))
+def render_files(template: Path, measure: Path | None, mutate: Path | None, soak: Path | None = None) -> str:
+    ctx = Context(
+        _load(measure),
+        _load(mutate),
+        measure_name=_rel(measure),
+        mutate_name=_rel(mutate),
+        soak=_load(soak),
+        soak_name=_rel(soak),
+    )
     return render(template.read_text(encoding="utf-8"), ctx)
 
 
@@ -284,11 +331,12 @@ def main(argv=None) -> int:
     ap.add_argument("--template", type=Path, default=HERE / "stop-latency.template.md")
     ap.add_argument("--measure", type=Path, default=HERE / "measure.json")
     ap.add_argument("--mutate", type=Path, default=HERE / "mutate.json")
+    ap.add_argument("--soak", type=Path, default=HERE / "soak.json")
     ap.add_argument("--out", type=Path, default=HERE / "stop-latency.md")
     ap.add_argument("--check", action="store_true", help="render to a temp file and fail with a diff if --out differs")
     args = ap.parse_args(argv)
     try:
-        text = render_files(args.template, args.measure, args.mutate)
+        text = render_files(args.template, args.measure, args.mutate, args.soak)
     except (RenderError, ValueError, KeyError) as exc:
         print(f"render_stop_latency: {exc}", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import shutil
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from . import _procs, _records, _token
 from .victim import KINDS
@@ -90,6 +92,24 @@ class Victim:
             _procs.signal_identified(pid, ticks, signal.SIGKILL)
 
 
+MAX_CHILDREN = 64
+"""Most children one victim may fork (a forker with more would be a fork bomb)."""
+
+
+def check_seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
+    """A duration argument of the plugin: a finite number of seconds, above 0 (or at least
+    0 where 0 means something). Anything else is a pytest.UsageError naming the argument,
+    never a victim that sleeps NaN seconds or a bound no latency can meet."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        seconds = None
+    else:
+        seconds = float(value)
+    if seconds is None or seconds < 0 or (seconds == 0 and not allow_zero):
+        need = "a finite number of seconds" + (" >= 0" if allow_zero else " > 0")
+        raise pytest.UsageError(f"stop_latency: {name} must be {need}, got {value!r}")
+    return seconds
+
+
 class PreparedVictim:
     """A victim not started yet: ``argv`` is self-contained (token and ready path set by env)."""
 
@@ -100,6 +120,10 @@ class PreparedVictim:
             raise ValueError(f"unknown victim kind {kind!r}; one of {', '.join(KINDS)}")
         if lang not in LANGS:
             raise ValueError(f"unknown victim language {lang!r}; one of {', '.join(LANGS)}")
+        check_seconds("sleep", sleep, allow_zero=True)
+        check_seconds("cleanup", cleanup, allow_zero=True)
+        if isinstance(children, bool) or not isinstance(children, int) or not 0 <= children <= MAX_CHILDREN:
+            raise pytest.UsageError(f"victim: children must be an integer from 0 to {MAX_CHILDREN}, got {children!r}")
         self.kind, self.lang = kind, lang
         self.token = _token.new_token()
         self.ready_path = _records.ready_path(self.token)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from . import _cleanup, _procs, _records
+from ._handle import check_seconds
 
 
 @dataclass
@@ -40,8 +41,10 @@ class Recorder:
         self.measurements: list[Measurement] = []
 
     @contextmanager
-    def measure(self, label, *victims, bound=None):
-        """Time from entering the block until every process of ``victims`` is gone."""
+    def measure(self, label, *victims, bound=None, processes=()):
+        """Time from entering the block until every process of ``victims`` is gone (and
+        every ``processes`` entry, a (pid, start_ticks) pair: a process that is no victim,
+        such as the engine a test stops)."""
         label = label or self.marker_label or self.nodeid
         bound = bound if bound is not None else self.marker_bound
         if bound is None:
@@ -49,11 +52,17 @@ class Recorder:
                 "stop_latency.measure needs a bound: pass bound=SECONDS or mark the test "
                 "@pytest.mark.stop_latency(bound=SECONDS)"
             )
-        m = Measurement(label=label, bound=float(bound))
+        if not victims and not processes:
+            # A block timed against nothing measures nothing: its sample would be a lie.
+            raise pytest.UsageError(
+                "stop_latency.measure needs at least one victim (or processes=[(pid, start_ticks)]) whose stop it times"
+            )
+        m = Measurement(label=label, bound=check_seconds("bound", bound))
         t0 = time.monotonic()
         yield m
         m.returned = time.monotonic() - t0
         tokens, extras = _lineage_of(victims)  # extras read late: a prepared victim may be ready now
+        extras += [(int(pid), int(ticks)) for pid, ticks in processes]
         survivors = _procs.wait_gone(tokens, extras, timeout=max(m.bound - m.returned, 0.0))
         m.latency = time.monotonic() - t0
         m.ok = not survivors and m.latency <= m.bound

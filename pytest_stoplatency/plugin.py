@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from . import _cleanup, _records, _report
+from . import _cleanup, _guardian, _records, _report
 from ._handle import PreparedVictim, Victim
 from ._recorder import Recorder
 
@@ -94,6 +94,9 @@ class VictimFactory:
 
     def prepare(self, kind, *, lang="python", sleep=7200, children=2, cleanup=1.0) -> PreparedVictim:
         p = PreparedVictim(kind, lang=lang, sleep=sleep, children=children, cleanup=cleanup)
+        # Before anything can start it: if this pytest process dies without teardown,
+        # its guardian kills what it started (_guardian.py).
+        _guardian.ensure_started()
         self.prepared.append(p)  # registered before anyone can start it: cleanup finds it by token
         return p
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from . import lifecycle, stop_command
-from .errors import BadInput, RunnerError
+from .errors import BadInput, RunnerError, printable
 from .exitcodes import Exit
 from .rundir import resolve
 
@@ -57,6 +57,7 @@ def _parser() -> _Parser:
 
     engine = sub.add_parser("_engine", help=argparse.SUPPRESS)
     engine.add_argument("run_dir")
+    engine.add_argument("--lock-fd", type=int, default=None)
     return p
 
 
@@ -69,14 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         return int(_dispatch(args))
     except RunnerError as exc:
-        print(f"runner: {exc}", file=sys.stderr)
+        print(f"runner: {printable(exc, None)}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("runner: interrupted", file=sys.stderr)
         return int(Exit.STOPPED)
     except Exception as exc:  # a bug: still one line and a documented code, never exit 1
         where = _save_traceback()
-        print(f"runner: internal error: {type(exc).__name__}: {exc} (traceback: {where})", file=sys.stderr)
+        print(f"runner: internal error: {type(exc).__name__}: {printable(exc)} (traceback: {where})", file=sys.stderr)
         return int(Exit.INTERNAL)
 
 
@@ -92,10 +93,13 @@ def _save_traceback() -> str:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if getattr(args, "run_dir", None) == "":
+        # An empty path would silently make the current directory the run directory.
+        raise BadInput(f"runner {args.command}: --run-dir: expected a directory path, got ''")
     if args.command == "_engine":
         from .engine_main import main as engine_main
 
-        return engine_main(args.run_dir)
+        return engine_main(args.run_dir, lock_fd=args.lock_fd)
     if args.command == "run":
         return _run(args)
     if args.command == "resume":
@@ -111,7 +115,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _say(line: str) -> None:
-    print(f"runner: {line}", file=sys.stderr)
+    print(f"runner: {printable(line, None)}", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -139,13 +143,13 @@ def _stop(args: argparse.Namespace) -> Exit:
         result = stop_command.stop_now(rd)
     elif args.graceful:
         result = stop_command.stop_graceful(rd)
-        print(f"runner: {result.message}")
+        print(f"runner: {printable(result.message, None)}")
         return stop_command.wait_run(rd) if args.wait else result.code
     else:
         result = stop_command.stop_hard(rd)
     stream = sys.stdout if result.code == Exit.OK else sys.stderr
     for line in result.lines():
-        print(f"runner: {line}", file=stream)
+        print(f"runner: {printable(line, None)}", file=stream)
     return result.code
 
 

@@ -71,3 +71,24 @@ ENGINE_START_POLL = 0.005
 """How often `runner run` looks for the new engine's identity file while it starts."""
 FOREGROUND_POLL = 0.05
 """How often a foreground `runner run` forwards the terminal's signals to the engine."""
+
+# Limits on what a spec may ask for (runner/spec.py enforces them; the generated
+# document prints them). A value past a limit is refused with one line naming its key.
+MAX_DURATION = 30 * 24 * 3600.0
+"""Longest duration any spec key may hold (a timeout, a grace, a backoff): 30 days."""
+MAX_ITEMS = 100_000
+"""Most items one run may queue."""
+MAX_COUNT = 1000
+"""Largest count a spec may hold (`[repair] max_attempts`)."""
+MAX_OUTPUT_CAP_BYTES = 1024 * 1024 * 1024
+"""Largest `[output] cap_bytes`: 1 GiB kept per command."""
+SPEC_MAX_BYTES = 1024 * 1024
+"""Largest spec file read (the spec path, and the copy frozen into a run directory)."""
+SPEC_MAX_DEPTH = 32
+"""Deepest nesting of arrays and inline tables a spec may use."""
+MAX_ARG_BYTES = 128 * 1024 - 1
+"""Longest single argument of a command after substitution (Linux's MAX_ARG_STRLEN is
+32 pages, 128 KiB, with its NUL); longer ones fail exec with E2BIG."""
+FILE_POLL = 0.01
+"""How often a command re-tries a lock held by another command (a stopper recording, a
+stopper forcing)."""

@@ -29,10 +29,15 @@ from .state import State, StateStore
 from .stop_controller import StopController
 
 
-def main(run_dir: str | os.PathLike[str]) -> Exit:
+def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
+    """`lock_fd`: the engine lock, taken by `runner run` or `resume` and inherited, so
+    that it is never free between their preparation and this engine."""
     rd = RunDir(run_dir)
+    if not rd.exists():
+        print(f"runner engine: {rd.path}: no run there (no spec.toml)", file=sys.stderr)
+        return Exit.NO_LIVE_RUN
     try:
-        lock = rd.acquire_lock()
+        lock = rd.adopt_lock(lock_fd) if lock_fd is not None else rd.acquire_lock()
     except RunnerError as exc:
         print(f"runner engine: {exc}", file=sys.stderr)
         return exc.exit_code

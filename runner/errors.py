@@ -7,6 +7,7 @@
      +-- Damaged                 exit DAMAGED: a file of the run directory cannot be read
      |    +-- IdentityError      a malformed identity file (never read as "nothing to kill")
      +-- NoLiveRun               exit NO_LIVE_RUN
+     +-- Crashed                 exit CRASHED: the engine died without recording an end
      +-- RunLocked               exit REFUSED: a live engine holds the run directory
 
     RunStopped (BaseException)   the stop, raised at the engine's next check point
@@ -27,6 +28,19 @@ if TYPE_CHECKING:
     from .events import Mode, Origin
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def printable(text: object, limit: int | None = 200) -> str:
+    """User text made safe for a one-line message: control characters (newlines, ESC)
+    escaped, never sent raw to a terminal, and cut to `limit` characters."""
+    out = str(text).translate(_CONTROL)
+    if limit is not None and len(out) > limit:
+        out = out[: limit - 3] + "..."
+    return out
+
+
 class RunnerError(Exception):
     exit_code = Exit.INTERNAL
 
@@ -38,7 +52,7 @@ class BadInput(RunnerError):
 class SpecError(BadInput):
     def __init__(self, path: str | os.PathLike[str], key: str, expected: str, got: object = None) -> None:
         self.path, self.key, self.expected, self.got = str(path), key, expected, got
-        msg = f"{self.path}: {key}: expected {expected}"
+        msg = f"{printable(self.path, 400)}: {printable(key)}: expected {expected}"
         if got is not None:
             msg += f", got {got!r}"
         super().__init__(msg)
@@ -53,6 +67,7 @@ class Damaged(RunnerError):
 
     def __init__(self, path: str | os.PathLike[str], what: str | None = None) -> None:
         self.path = str(path)
+        self.what = what or ""
         super().__init__(self.path if what is None else f"{self.path}: {what}")
 
 
@@ -66,6 +81,10 @@ class ControlFileError(BadInput):
 
 class NoLiveRun(RunnerError):
     exit_code = Exit.NO_LIVE_RUN
+
+
+class Crashed(RunnerError):
+    exit_code = Exit.CRASHED
 
 
 class RunLocked(RunnerError):

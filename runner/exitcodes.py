@@ -25,5 +25,8 @@ class Exit(IntEnum):
     DAMAGED = 10
     """A file of the run directory is damaged (named on one line); a stop still stopped
     every process it could prove the run's."""
+    CRASHED = 11
+    """The run's engine died without recording how the run ended (SIGKILL, out of
+    memory); `runner resume` continues it."""
     INTERNAL = 70
     """An unexpected error inside the runner (see engine.log in the run directory)."""

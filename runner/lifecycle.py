@@ -20,7 +20,7 @@ from .events import Event
 from .exitcodes import Exit
 from .journal import Journal
 from .membership import Membership
-from .rundir import RunDir, default_base, new_run_id, resolve
+from .rundir import EngineLock, RunDir, default_base, new_run_id, resolve
 from .spec import Spec, load_frozen
 from .spec import load_bytes as load_spec_bytes
 from .state import StateStore
@@ -73,7 +73,8 @@ def run(
     else:
         rd = RunDir(default_base() / new_run_id())
     rd = RunDir.create(rd.path, spec_path, data=raw)
-    return start_engine(rd, spec, detach, say), rd
+    with rd.acquire_lock() as lock:
+        return start_engine(rd, spec, detach, say, lock), rd
 
 
 def resume(run_dir: str | os.PathLike[str] | None = None, *, detach: bool, say: Say) -> tuple[int, RunDir]:
@@ -81,8 +82,18 @@ def resume(run_dir: str | os.PathLike[str] | None = None, *, detach: bool, say: 
     left running is killed first (only what is proven the run's), pending control files
     are archived, the dead attempt's identity files removed."""
     rd = resolve(run_dir, want=resumable, what="resumable")
-    if rd.is_live():
-        raise RunLocked(f"{rd.path}: an engine of this run is alive; stop it first")
+    # The engine lock is taken before anything is touched and handed to the new engine
+    # (it inherits the locked descriptor): never released in between, so of two resumes
+    # racing, exactly one prepares and starts an engine; the other is REFUSED.
+    try:
+        lock = rd.acquire_lock()
+    except RunLocked:
+        raise RunLocked(f"{rd.path}: an engine of this run is alive, or another resume is starting one") from None
+    with lock:
+        return _resume_locked(rd, lock, detach, say), rd
+
+
+def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say) -> int:
     spec = load_frozen(rd.spec)
     store = StateStore(rd.state)
     state = store.load()
@@ -121,7 +132,7 @@ def resume(run_dir: str | os.PathLike[str] | None = None, *, detach: bool, say: 
     store.save(store.new_attempt(state))
     journal.append(Event.RESUME, attempt=state.attempt + 1)
     journal.close()
-    return start_engine(rd, spec, detach, say), rd
+    return start_engine(rd, spec, detach, say, lock)
 
 
 def resumable(rd: RunDir) -> bool:
@@ -132,17 +143,23 @@ def resumable(rd: RunDir) -> bool:
     return state is not None and (state.stopped or state.status in ("stopped", "crashed", "running"))
 
 
-def start_engine(rd: RunDir, spec: Spec, detach: bool, say: Say) -> int:
+def start_engine(rd: RunDir, spec: Spec, detach: bool, say: Say, lock: EngineLock) -> int:
+    """Start the engine with the run's tag in its initial environment, handing it the
+    engine lock this command holds (the locked descriptor is inherited; the kernel's lock
+    stays held by the engine when this command lets go of its copy)."""
+    assert lock.fd is not None
     env = dict(os.environ, RUNNER_RUN_ID=rd.run_id)
     with open(rd.engine_log, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runner", "_engine", str(rd.path)],
+            [sys.executable, "-m", "runner", "_engine", str(rd.path), "--lock-fd", str(lock.fd)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
             env=env,
             start_new_session=True,
+            pass_fds=(lock.fd,),
         )
+    lock.release()  # ours only: the engine's inherited copy holds the lock now
     engine = _await_engine(rd, proc)
     if engine is None:
         code = proc.wait()
@@ -210,10 +227,7 @@ def _foreground(rd: RunDir, spec: Spec, proc: subprocess.Popen[bytes], engine: I
                 stop_request.lodge(rd, stop_request.Mode.HARD, "signal")
                 signals.signal_process(engine, signum, tagged)
     if code < 0:  # killed by a signal: the state says what the run was
-        state = StateStore(rd.state).load()
-        if state.exit_code is not None:
-            return state.exit_code
-        return Exit.STOPPED if state.stopped else Exit.INTERNAL
+        return stop_command.run_outcome(rd)
     return code
 
 

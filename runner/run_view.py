@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from . import defaults, identity, signals, untrusted
+from . import defaults, identity, signals, sweep, untrusted
 from .cgroup import RunCgroup, run_cgroup_path
 from .errors import Damaged, NoLiveRun, RunnerError
 from .identity import Identity
@@ -50,27 +51,40 @@ class RunView:
             self.damaged.append(line)
 
 
-def lock_holders(rd: RunDir) -> list[int]:
-    """Pids that hold a lock on the run's lock file, from the kernel's lock table."""
+def lock_holders(rd: RunDir, candidates: Iterable[int] | None = None) -> list[int]:
+    """Pids holding the engine lock on the run's `lock` file, asked of the kernel: a
+    process with a descriptor on that very inode whose fdinfo shows the FLOCK WRITE lock.
+    (/proc/locks names the process that took the lock, which is `runner run` or
+    `resume`; they hand the locked descriptor to the engine.) `candidates`: the pids to
+    look at (the run's tagged processes); None looks at every process."""
     try:
         st = os.stat(rd.lock, follow_symlinks=False)
     except OSError:
         return []
     if not stat.S_ISREG(st.st_mode):
         return []
-    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    pids = []
+    pids = identity.all_pids() if candidates is None else list(candidates)
+    return [pid for pid in pids if _holds_flock(pid, st.st_dev, st.st_ino)]
+
+
+def _holds_flock(pid: int, dev: int, ino: int) -> bool:
     try:
-        with open("/proc/locks", "rb") as f:
-            lines = f.read(4 << 20).decode("ascii", "replace").splitlines()
+        fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return []
-    for line in lines:
-        fields = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 4550 fe:00:2146417 0 EOF"; waiters carry "->".
-        if len(fields) >= 6 and fields[1] != "->" and fields[5] == key and fields[4].isdigit():
-            pids.append(int(fields[4]))
-    return pids
+        return False
+    for fd in fds:
+        try:
+            target = os.stat(f"/proc/{pid}/fd/{fd}")
+            if (target.st_dev, target.st_ino) != (dev, ino):
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as f:
+                info = f.read(64 * 1024)
+        except OSError:
+            continue
+        # "lock:\t1: FLOCK  ADVISORY  WRITE 4550 fe:00:2146417 0 EOF"
+        if any(b"FLOCK" in line and b"WRITE" in line for line in info.splitlines() if line.startswith(b"lock:")):
+            return True
+    return False
 
 
 def _environ_run_id(pid: int) -> str | None:
@@ -95,7 +109,7 @@ def _run_id(view: RunView) -> str | None:
             return value
     except (FileNotFoundError, Damaged):
         pass
-    for pid in lock_holders(rd):
+    for pid in lock_holders(rd):  # every process: slow, and only when both files are damaged
         found = _environ_run_id(pid)
         if found:
             return found
@@ -107,7 +121,7 @@ def _engine(view: RunView, wait: bool) -> None:
     deadline = time.monotonic() + (defaults.IDENTITY_WAIT if wait else 0.0)
     # Only a holder carrying the run's tag is an engine: a stopper recording a stop
     # takes the lock too, once the engine is dead.
-    holders = [pid for pid in lock_holders(rd) if view.run_id and signals.has_tag(pid, view.run_id)]
+    holders = lock_holders(rd, [i.pid for i in sweep.tagged(view.run_id)]) if view.run_id else []
     while True:
         try:
             recorded = identity.read(rd.engine_identity)

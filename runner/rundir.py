@@ -159,6 +159,25 @@ class RunDir:
         os.write(fd, f"{os.getpid()}\n".encode())
         return EngineLock(self.lock, fd)
 
+    def adopt_lock(self, fd: int) -> EngineLock:
+        """The engine lock handed down by `runner run` or `resume` (an inherited, locked
+        descriptor): checked to be this run's `lock` file and locked, then kept
+        non-inheritable so no child of the engine can keep the run looking alive."""
+        try:
+            held, here = os.fstat(fd), os.stat(self.lock, follow_symlinks=False)
+        except OSError as e:
+            raise RunLocked(f"{self.lock}: the handed-down lock descriptor {fd} is unusable ({e})") from None
+        if (held.st_dev, held.st_ino) != (here.st_dev, here.st_ino):
+            raise RunLocked(f"{self.lock}: descriptor {fd} is not this run's lock file")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # already ours: a no-op that proves it
+        except OSError:
+            raise RunLocked(f"{self.path}: a live engine holds this run directory") from None
+        os.set_inheritable(fd, False)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return EngineLock(self.lock, fd)
+
     def is_live(self) -> bool:
         """A live engine holds the lock. Probed on a separate descriptor with LOCK_SH|LOCK_NB,
         so the probe never blocks and never creates a lock file. Damaged if `lock` is

@@ -99,29 +99,45 @@ class _Reader:
         *,
         minimum: float = 0.0,
         exclusive: bool = False,
+        maximum: float = defaults.MAX_DURATION,
     ) -> float:
+        """A duration in seconds: finite, in [minimum, maximum] (above minimum if
+        exclusive). Compared before any float() conversion, so an integer beyond 64 bits
+        is refused with its key instead of overflowing."""
         key = f"{prefix}.{name}" if prefix else name
         value = table.get(name, _MISSING)
         if value is _MISSING:
             return float(default)
+        expected = _bound_text("a number of seconds", minimum, exclusive, maximum)
         # bool is an int in Python; `timeout = true` is a mistake, not 1 second.
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            self.fail(key, _bound_text("a number", minimum, exclusive), value)
-        if value < minimum or (exclusive and value == minimum):
-            self.fail(key, _bound_text("a number", minimum, exclusive), value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(key, expected, value)
+        if isinstance(value, float) and not math.isfinite(value):
+            self.fail(key, expected, value)
+        if value < minimum or (exclusive and value == minimum) or value > maximum:
+            self.fail(key, expected, value)
         return float(value)
 
     def integer(
-        self, table: dict[str, Any], prefix: str, name: str, default: int, *, minimum: int, exclusive: bool = False
+        self,
+        table: dict[str, Any],
+        prefix: str,
+        name: str,
+        default: int,
+        *,
+        minimum: int,
+        maximum: int,
+        exclusive: bool = False,
     ) -> int:
         key = f"{prefix}.{name}" if prefix else name
         value = table.get(name, _MISSING)
         if value is _MISSING:
             return int(default)
+        expected = _bound_text("an integer", minimum, exclusive, maximum)
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(key, _bound_text("an integer", minimum, exclusive), value)
-        if value < minimum or (exclusive and value == minimum):
-            self.fail(key, _bound_text("an integer", minimum, exclusive), value)
+            self.fail(key, expected, value)
+        if value < minimum or (exclusive and value == minimum) or value > maximum:
+            self.fail(key, expected, value)
         return value
 
     def choice(self, table: dict[str, Any], prefix: str, name: str, default: str, choices: Collection[str]) -> str:
@@ -148,6 +164,10 @@ class _Reader:
         for i, arg in enumerate(value):
             if not isinstance(arg, str):
                 self.fail(f"{key}[{i}]", "a string", arg)
+            if "\0" in arg:
+                self.fail(f"{key}[{i}]", "a string without NUL (exec cannot pass one)", arg)
+            if len(arg.encode("utf-8", "surrogatepass")) > defaults.MAX_ARG_BYTES:
+                self.fail(f"{key}[{i}]", f"an argument of at most {defaults.MAX_ARG_BYTES} bytes", arg)
         if not value[0]:
             self.fail(f"{key}[0]", "a non-empty program name", value[0])
         return tuple(value)
@@ -178,18 +198,22 @@ class _Reader:
             self.fail("items", "a non-empty list of unique non-empty strings (required)")
         if not isinstance(value, list) or not value:
             self.fail("items", "a non-empty list of unique non-empty strings", value)
+        if len(value) > defaults.MAX_ITEMS:
+            self.fail("items", f"at most {defaults.MAX_ITEMS} items", value)
         seen: set[str] = set()
         for i, item in enumerate(value):
             if not isinstance(item, str) or not item:
                 self.fail(f"items[{i}]", "a non-empty string", item)
+            if "\0" in item:
+                self.fail(f"items[{i}]", "a string without NUL (it is passed as an argument)", item)
             if item in seen:
                 self.fail(f"items[{i}]", "a unique item (duplicate)", item)
             seen.add(item)
         return tuple(value)
 
 
-def _bound_text(kind: str, minimum: float, exclusive: bool) -> str:
-    return f"{kind} {'>' if exclusive else '>='} {minimum:g}"
+def _bound_text(kind: str, minimum: float, exclusive: bool, maximum: float) -> str:
+    return f"{kind} {'>' if exclusive else '>='} {minimum:g} and <= {maximum:g}"
 
 
 def _show(value: object) -> object:
@@ -237,6 +261,14 @@ def _validate(doc: dict[str, Any], source: str | os.PathLike[str]) -> Spec:
     retry = r.table(doc, "retry", {"backoff"})
     output = r.table(doc, "output", {"cap_bytes"})
 
+    _check_exec_sizes(
+        r,
+        items,
+        [("provider.command", provider.command)]
+        + [(f"hooks.post_session[{i}].command", c.command) for i, c in enumerate(post_session)]
+        + [(f"hooks.post_run[{i}].command", c.command) for i, c in enumerate(post_run)]
+        + [(f"verify[{i}].command", c.command) for i, c in enumerate(verify)],
+    )
     return Spec(
         items=items,
         provider=provider,
@@ -244,16 +276,77 @@ def _validate(doc: dict[str, Any], source: str | os.PathLike[str]) -> Spec:
         post_session=post_session,
         post_run=post_run,
         verify=verify,
-        repair_max_attempts=r.integer(repair, "repair", "max_attempts", defaults.REPAIR_MAX_ATTEMPTS, minimum=0),
+        repair_max_attempts=r.integer(
+            repair, "repair", "max_attempts", defaults.REPAIR_MAX_ATTEMPTS, minimum=0, maximum=defaults.MAX_COUNT
+        ),
         retry_backoff=r.number(retry, "retry", "backoff", defaults.RETRY_BACKOFF),
-        output_cap_bytes=r.integer(output, "output", "cap_bytes", defaults.OUTPUT_CAP_BYTES, minimum=0, exclusive=True),
+        output_cap_bytes=r.integer(
+            output,
+            "output",
+            "cap_bytes",
+            defaults.OUTPUT_CAP_BYTES,
+            minimum=0,
+            exclusive=True,
+            maximum=defaults.MAX_OUTPUT_CAP_BYTES,
+        ),
         source=str(source),
     )
 
 
+_TOML_SKIP = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*')
+
+
+def toml_depth(text: str) -> int:
+    """How deep arrays and inline tables nest (strings and comments skipped); counted
+    with regular expressions, so a 1 MiB bomb costs milliseconds, not a recursion."""
+    level = deepest = 0
+    for match in re.finditer(r"[\[\]{}]", _TOML_SKIP.sub("", text)):
+        level += 1 if match.group() in "[{" else -1
+        deepest = max(deepest, level)
+    return deepest
+
+
+_FEEDBACK_STAND_IN = "f" * 4096
+"""What {feedback} may become: a path in the run directory, at most PATH_MAX long."""
+
+
+def _exec_budget() -> int:
+    """Bytes left for a command's argv: the kernel's ARG_MAX less this environment (the
+    engine passes it on, plus a few variables of its own) and a margin."""
+    try:
+        arg_max = os.sysconf("SC_ARG_MAX")
+    except (ValueError, OSError):
+        arg_max = 2 * 1024 * 1024
+    env = sum(len(k) + len(v) + 2 for k, v in os.environ.items())
+    return arg_max - env - 64 * 1024
+
+
+def _check_exec_sizes(r: _Reader, items: tuple[str, ...], commands: list[tuple[str, tuple[str, ...]]]) -> None:
+    """Every command must still exec once the longest item (and a long feedback path) is
+    substituted: no argument past MAX_ARG_BYTES, the whole argv within ARG_MAX. Checked
+    at load, so a run never fails at its 9,000th item with E2BIG."""
+    longest = max(items, key=lambda i: len(i.encode("utf-8", "surrogatepass")))
+    budget = _exec_budget()
+    for key, command in commands:
+        argv = substitute(command, item=longest, feedback=_FEEDBACK_STAND_IN)
+        for i, arg in enumerate(argv):
+            if len(arg.encode("utf-8", "surrogatepass")) > defaults.MAX_ARG_BYTES:
+                r.fail(
+                    f"{key}[{i}]",
+                    f"an argument of at most {defaults.MAX_ARG_BYTES} bytes once the longest item is substituted",
+                )
+        total = sum(len(arg.encode("utf-8", "surrogatepass")) + 1 for arg in argv)
+        if total > budget:
+            r.fail(key, f"an argv of at most {budget} bytes once the longest item is substituted (it has {total})")
+
+
 def loads(text: str, source: str | os.PathLike[str]) -> Spec:
+    if toml_depth(text) > defaults.SPEC_MAX_DEPTH:
+        raise SpecError(source, "(toml)", f"arrays and tables nested at most {defaults.SPEC_MAX_DEPTH} deep")
     try:
         doc = tomllib.loads(text)
+    except RecursionError:
+        raise SpecError(source, "(toml)", f"arrays and tables nested at most {defaults.SPEC_MAX_DEPTH} deep") from None
     except tomllib.TOMLDecodeError as e:
         # tomllib's message already carries line and column, on one line.
         raise SpecError(source, "(toml)", f"valid TOML ({_one_line(e)})") from None
@@ -265,20 +358,25 @@ def load(path: str | os.PathLike[str]) -> Spec:
 
 
 def load_bytes(path: str | os.PathLike[str]) -> tuple[Spec, bytes]:
-    """The spec and the exact bytes it was validated from (what a run freezes)."""
+    """The spec and the exact bytes it was validated from (what a run freezes). The file
+    must be a regular file (a FIFO or /dev/zero is refused at once, never read) of at
+    most SPEC_MAX_BYTES."""
+    from . import untrusted
+    from .errors import Damaged
+
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = untrusted.read_bytes(path, defaults.SPEC_MAX_BYTES, follow=True)
+    except FileNotFoundError:
+        raise SpecError(path, "(file)", "a readable file (no such file)") from None
+    except Damaged as e:
+        raise SpecError(
+            path, "(file)", f"a regular file of at most {defaults.SPEC_MAX_BYTES} bytes ({e.what})"
+        ) from None
+    try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SpecError(path, "(file)", f"UTF-8 text ({_one_line(e)})") from None
-    except OSError as e:
-        raise SpecError(path, "(file)", f"a readable file ({e.strerror or _one_line(e)})") from None
     return loads(text, str(path)), raw
-
-
-FROZEN_CAP = 1024 * 1024
-"""The frozen spec.toml in a run directory: far larger than any spec, small enough to read."""
 
 
 def load_frozen(path: str | os.PathLike[str]) -> Spec:
@@ -286,7 +384,7 @@ def load_frozen(path: str | os.PathLike[str]) -> Spec:
     no FIFO waited on, capped (Damaged); then validated like any spec (SpecError)."""
     from . import untrusted
 
-    text = untrusted.read_text(path, FROZEN_CAP)
+    text = untrusted.read_text(path, defaults.SPEC_MAX_BYTES)
     return loads(text, str(path))
 
 

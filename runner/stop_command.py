@@ -8,16 +8,19 @@ records a stop only after proving the engine dead, and only if the engine did no
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import defaults, identity, reaper, run_view, signals, stop_request
-from .errors import ControlFileError, Damaged, NoLiveRun, RunLocked
-from .events import Event
+from . import defaults, identity, reaper, run_view, signals, stop_request, untrusted
+from .errors import ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked
+from .events import Event, Origin
 from .exitcodes import Exit
 from .journal import Journal
 from .journal import read as read_journal
@@ -117,6 +120,44 @@ def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, RunView]:
     return report, view
 
 
+@contextmanager
+def _stop_lock(rd: RunDir, view: RunView, timeout: float) -> Iterator[None]:
+    """Held by a stopper for the whole of its forced stop (stop.lock in the run
+    directory): two stoppers never force at once, and the second one finds the stop the
+    first recorded instead of forcing (and claiming) it again. A damaged lock file is
+    named and the stop goes on without it: a stop is never blocked by the directory."""
+    try:
+        fd = untrusted.open_regular(rd.path / "stop.lock", flags=os.O_RDWR | os.O_CREAT)
+    except (Damaged, FileNotFoundError) as exc:
+        view.note(exc)
+        yield
+        return
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break  # a wedged stopper never blocks this one past its bound
+                time.sleep(defaults.FILE_POLL)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _recorded_by_someone(rd: RunDir) -> str | None:
+    """ "engine" or "other" when this attempt's stop is already recorded."""
+    try:
+        state = StateStore(rd.state).load()
+    except Damaged:
+        return None
+    if state.stopped and any(r.get("event") == Event.RUN_STOP for r in _attempt_records(rd)):
+        return "engine" if state.stop_origin != Origin.FORCED else "other"
+    return None
+
+
 def _recording_lock(rd: RunDir) -> EngineLock:
     """The engine lock, taken by a stopper that records a stop. Holding it proves the
     engine dead and keeps two stoppers from both recording (two `run-stop`s)."""
@@ -139,6 +180,13 @@ def force(rd: RunDir, kill_grace: float | None = None, *, fallback: bool, view: 
     started = time.monotonic()
     view = view or run_view.view(rd)
     kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
+    # One forcing stopper at a time: a second one runs after the first has recorded the
+    # stop, kills what may be left (usually nothing), and reports who recorded it.
+    with _stop_lock(rd, view, kill_grace + 2 * defaults.CONFIRM_TIMEOUT + defaults.LOCK_WAIT):
+        return _force_locked(rd, kill_grace, fallback, view, started)
+
+
+def _force_locked(rd: RunDir, kill_grace: float, fallback: bool, view: RunView, started: float) -> StopResult:
     engine, children = view.engine, view.children
     engine_ours = (
         engine is not None
@@ -191,10 +239,12 @@ def force(rd: RunDir, kill_grace: float | None = None, *, fallback: bool, view: 
             refused=report.refused,
             damaged=view.damaged,
         )
-    if recorded_by == "engine":
+    if recorded_by in ("engine", "other"):
+        # Someone else recorded the stop: STOP_FORCED says that THIS stopper forced it.
+        who = "its engine" if recorded_by == "engine" else "another stopper"
         return StopResult(
             code,
-            f"run {view.run_id} stopped by its engine ({killed})",
+            f"run {view.run_id} stopped by {who} ({killed})",
             elapsed,
             recorded_by=recorded_by,
             refused=report.refused,
@@ -230,14 +280,15 @@ def stop_now(rd: RunDir, kill_grace: float | None = None) -> StopResult:
 
 def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool) -> str:
     """Record a stop the engine did not record, once. Returns who recorded it:
-    "engine" (it did, itself), "finished" (the run had completed: nothing to record)
-    or "stopper" (this call)."""
+    "engine" (it did, itself), "other" (another stopper forced it first, e.g. a
+    `--now` racing this `runner stop`), "finished" (the run had completed: nothing to
+    record) or "stopper" (this call)."""
     with _recording_lock(rd):
         store = StateStore(rd.state)
         state = store.load()
         journaled = any(r.get("event") == "run-stop" for r in _attempt_records(rd))
         if state.stopped and journaled:
-            return "engine" if state.stop_origin != "forced" else "stopper"
+            return "engine" if state.stop_origin != Origin.FORCED else "other"
         if state.status in ("completed", "failed") and not state.stopped:
             return "finished"
         # Not stopped, or stopped by an engine that died before journaling it: this
@@ -294,6 +345,19 @@ def stop_hard(
             signals.signal_process(engine, signal.SIGTERM, members)
         gone = wait_engine_gone(engine, grace)
     if gone and engine is not None:
+        # Gone within grace: the engine honored the stop, or a concurrent `--now` killed
+        # it. Wait for any stopper that is forcing to finish recording before reading.
+        with _stop_lock(rd, view, view.stop.kill_grace + 2 * defaults.CONFIRM_TIMEOUT + defaults.LOCK_WAIT):
+            pass
+        if _recorded_by_someone(rd) == "other":
+            elapsed = time.monotonic() - started
+            return StopResult(
+                Exit.DAMAGED if view.damaged else Exit.OK,
+                f"run {view.run_id} stopped by another stopper in {elapsed:.3f}s",
+                elapsed,
+                recorded_by="other",
+                damaged=view.damaged,
+            )
         try:
             state = StateStore(rd.state).load()
         except Damaged as exc:
@@ -319,6 +383,8 @@ def stop_hard(
     if result.recorded_by == "engine":
         # The engine recorded its own stop while the fallback ran: it honored it, late.
         result.message = f"engine honored the stop after grace {grace}s: {result.message}"
+    elif result.recorded_by == "other":
+        result.message = f"another stopper stopped the run first: {result.message}"
     elif result.code == Exit.STOP_FORCED:
         result.message = f"engine did not honor the stop within grace {grace}s; force-killed: {result.message}"
     return result
@@ -341,7 +407,19 @@ def wait_run(rd: RunDir, timeout: float | None = None) -> Exit:
     while not wait_engine_gone(engine, defaults.WAIT_SLICE if timeout is None else timeout):
         if timeout is not None:
             raise NoLiveRun(f"{rd.path}: still running after {timeout}s")
+    return run_outcome(rd)
+
+
+def run_outcome(rd: RunDir) -> Exit:
+    """The code of a run whose engine is gone, from its state: its own exit code; STOPPED
+    for a recorded stop; CRASHED when the engine died without recording an end (SIGKILL,
+    out of memory), which `runner resume` continues. A damaged state raises Damaged."""
     state = StateStore(rd.state).load()
-    if state.exit_code is None:
-        return Exit.INTERNAL if not state.stopped else Exit.STOPPED
-    return Exit(state.exit_code)
+    if state.exit_code is not None and state.exit_code in Exit._value2member_map_:
+        return Exit(state.exit_code)
+    if state.stopped:
+        return Exit.STOPPED
+    raise Crashed(
+        f"run {state.run_id}: its engine died without recording how the run ended "
+        f"(status {state.status!r}); `runner resume` continues it"
+    )

@@ -52,11 +52,14 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None, flags: int = os.O_RDONLY) -> int:
+def open_regular(
+    path: str | os.PathLike[str], *, dir_fd: int | None = None, flags: int = os.O_RDONLY, follow: bool = False
+) -> int:
     """A descriptor on `path` if it is a regular file (no link followed, never blocks).
     FileNotFoundError propagates: a missing file is the caller's call, not damage."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        nofollow = 0 if follow else os.O_NOFOLLOW
+        fd = os.open(path, flags | nofollow | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -78,8 +81,12 @@ def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None, fla
     return fd
 
 
-def read_bytes(path: str | os.PathLike[str], cap: int = SMALL_CAP, *, dir_fd: int | None = None) -> bytes:
-    fd = open_regular(path, dir_fd=dir_fd)
+def read_bytes(
+    path: str | os.PathLike[str], cap: int = SMALL_CAP, *, dir_fd: int | None = None, follow: bool = False
+) -> bytes:
+    """`follow`: a path the user named (the spec to run) may be a link; a run-directory
+    file never is."""
+    fd = open_regular(path, dir_fd=dir_fd, follow=follow)
     try:
         if os.fstat(fd).st_size > cap:
             raise Damaged(path, f"larger than its cap of {cap} bytes")

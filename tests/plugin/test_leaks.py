@@ -7,10 +7,12 @@ and kills whatever it finds so that a red run still leaks nothing.
 
 import json
 import signal
+import time
 
 import pytest
 
 from pytest_stoplatency import _procs
+from pytest_stoplatency._guardian import ENV_DISABLE as ENV_NO_GUARDIAN
 
 INNER_PRELUDE = """
 import json, os, time, pytest
@@ -152,12 +154,14 @@ def test_hangs(victim):
     result.assert_outcomes(failed=1, errors=1)
 
 
-def test_pytest_timeout_thread_method_is_swept_by_the_next_session(pytester):
+def test_pytest_timeout_thread_method_is_swept_by_the_next_session(pytester, monkeypatch):
     """Path: pytest-timeout's thread method ends the process without teardown; the victims outlive their
-    owner (the env-scrubber's grandchild too, token-less), and the next session's sweep kills them.
+    owner (the env-scrubber's grandchild too, token-less), and the next session's sweep kills them. The
+    session guardian is off here (it would kill them first): this proves the sweep alone.
 
     Ablation: skip the sweep in pytest_sessionstart/pytest_sessionfinish and the orphans stay alive.
     """
+    monkeypatch.setenv(ENV_NO_GUARDIAN, "1")
     pytester.makepyfile(
         test_hang=INNER_PRELUDE
         + """
@@ -244,7 +248,7 @@ def test_killed_before_its_handshake(victim):
 
 
 @pytest.mark.parametrize("ending", ["teardown", "crash"])
-def test_env_scrubber_killed_before_its_handshake_leaks_nothing(pytester, ending):
+def test_env_scrubber_killed_before_its_handshake_leaks_nothing(pytester, ending, monkeypatch):
     """Path: an env-scrubber killed after its grandchild dropped the token but before the ready file
     exists (as code under test may do to a prepared victim): the grandchild is named only by the
     <id>.extras line it appended before its exec. The per-test cleanup kills it (and reports the
@@ -252,7 +256,9 @@ def test_env_scrubber_killed_before_its_handshake_leaks_nothing(pytester, ending
 
     Ablation: read only the ready files (not <id>.extras) in VictimFactory.lineage (teardown) or
     _records.recorded_extras (crash), or have the victim not write the record, and the grandchild lives.
+    The session guardian is off (it would kill the grandchild first): this proves the sweep alone.
     """
+    monkeypatch.setenv(ENV_NO_GUARDIAN, "1")
     pytester.makepyfile(test_window=INNER_PRELUDE + WINDOW.replace("{ending}", ending))
     result = run_inner(pytester, "test_window.py")
     path = pytester.path / "grandchild.json"
@@ -278,8 +284,10 @@ def test_a_live_sessions_victims_survive_another_sessions_sweep(victim, pytester
     sessions run with different TMPDIRs: the record directory is machine-wide, not per temp dir.
 
     Ablation: skip the sweep and the dead owner's victims live; drop the owner check and ours die;
-    put the records under TMPDIR and the dead owner's grandchild is never found.
+    put the records under TMPDIR and the dead owner's grandchild is never found. The session guardian
+    is off in the inner sessions (it would kill the dead owner's victims first).
     """
+    monkeypatch.setenv(ENV_NO_GUARDIAN, "1")
     mine = victim("trap-term")
     scrubber = victim("env-scrubber")
     pytester.makepyfile(
@@ -312,3 +320,40 @@ def test_dies(victim):
     mine.kill()
     scrubber.kill()
     assert mine.wait_gone(5.0) and scrubber.wait_gone(5.0)
+
+
+@pytest.mark.parametrize("death", ["os-exit", "sigkill", "timeout-thread"])
+def test_the_guardian_kills_a_dead_sessions_victims_within_a_second(pytester, death):
+    """Path: _guardian.py. A pytest process that dies with no teardown (os._exit, a SIGKILL
+    of itself, pytest-timeout's thread method) leaves trap-term victims (and an env-scrubber's
+    token-less grandchild) behind; its guardian, watching it through a pidfd from a session of
+    its own, kills them all within about a second, with no next session to sweep.
+
+    Ablation: return early from _guardian.ensure_started and the victims live on (red)."""
+    end = {
+        "os-exit": "os._exit(3)",
+        "sigkill": "os.kill(os.getpid(), 9)",
+        "timeout-thread": "time.sleep(60)",
+    }[death]
+    mark = '@pytest.mark.timeout(1, method="thread")\n' if death == "timeout-thread" else ""
+    pytester.makepyfile(
+        test_dies=INNER_PRELUDE
+        + f"""
+{mark}def test_dies(victim):
+    record(victim("trap-term"))
+    record(victim("env-scrubber", lang="bash"))
+    {end}
+"""
+    )
+    result = run_inner(pytester, "test_dies.py")
+    assert result.ret != 0
+    try:
+        assert len(recorded(pytester)) == 2, result.stdout.str()
+        deadline = time.monotonic() + 1.5  # "within 1 s", with a margin for a shared machine
+        left = living(pytester)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.02)
+            left = living(pytester)
+    finally:
+        kill_all(living(pytester))
+    assert not left, f"the dead session's victims outlived it: {left}"

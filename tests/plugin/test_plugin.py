@@ -3,6 +3,8 @@
 import json
 import subprocess
 
+import pytest
+
 from pytest_stoplatency import _procs, _report, plugin
 
 LATENCY_TESTS = """
@@ -225,3 +227,49 @@ def test_git_dirty_counts_code_not_docs(tmp_path):
     (tmp_path / "new_module.py").unlink()
     (tmp_path / "mod.py").write_text("X = 2\n")
     assert _report.git_dirty(tmp_path) is True
+
+
+BAD_ARGUMENTS = {
+    "bound-minus-one": (
+        "@pytest.mark.stop_latency(bound=-1)\ndef test_x(victim, stop_latency):\n"
+        '    v = victim("cooperative")\n    with stop_latency.measure(None, v):\n        v.kill()\n',
+        "bound",
+    ),
+    "bound-zero": (
+        'def test_x(victim, stop_latency):\n    v = victim("cooperative")\n'
+        '    with stop_latency.measure("x", v, bound=0):\n        v.kill()\n',
+        "bound",
+    ),
+    "bound-nan": (
+        'def test_x(victim, stop_latency):\n    v = victim("cooperative")\n'
+        '    with stop_latency.measure("x", v, bound=float("nan")):\n        v.kill()\n',
+        "bound",
+    ),
+    "bound-soon": (
+        '@pytest.mark.stop_latency(bound="soon")\ndef test_x(victim, stop_latency):\n'
+        '    v = victim("cooperative")\n    with stop_latency.measure(None, v):\n        v.kill()\n',
+        "bound",
+    ),
+    "sleep-nan": ('def test_x(victim):\n    victim("cooperative", sleep=float("nan"))\n', "sleep"),
+    "children-minus-three": ('def test_x(victim):\n    victim("forker", children=-3)\n', "children"),
+    "no-victims": (
+        'def test_x(stop_latency):\n    with stop_latency.measure("x", bound=1.0):\n        pass\n',
+        "at least one victim",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ARGUMENTS))
+def test_bad_plugin_arguments_are_usage_errors_naming_the_argument(pytester, case):
+    """Path: _handle.check_seconds and the children check (victim), and the recorder's
+    bound and victim checks (measure): a bound of -1, 0, NaN or "soon", sleep=NaN,
+    children=-3 and a measure() timing no victim are pytest.UsageErrors naming the
+    argument; nothing is measured, nothing leaks, no raw ValueError."""
+    body, needle = BAD_ARGUMENTS[case]
+    pytester.makepyfile(test_bad="import pytest\n\n" + body)
+    result = run(pytester, "--stop-latency")
+    out = result.stdout.str()
+    errors = [line for line in out.splitlines() if line.startswith("E ") and "Error" in line]
+    assert errors and all("UsageError" in line for line in errors), errors
+    assert needle in out, out
+    assert result.parseoutcomes().get("failed") == 1, out

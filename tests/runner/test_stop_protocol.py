@@ -64,7 +64,10 @@ def test_hard_stop_lands_in_every_phase(runs, victim, stop_latency, phase, chann
     rd = runs.start(phase_spec(runs, phase, prepared.argv, channel))
     runs.wait_event(rd, "phase-start", phase=phase.split("#")[0])
     victims = [] if phase == "backoff" else [prepared.adopt(timeout=10)]
-    with stop_latency.measure(f"hard stop matrix / {channel} / {phase}", *victims, bound=BOUND):
+    engine = identity.read(rd.engine_identity)  # timed too: the stop ends when the engine is gone
+    with stop_latency.measure(
+        f"hard stop matrix / {channel} / {phase}", *victims, bound=BOUND, processes=[(engine.pid, engine.start_ticks)]
+    ):
         proc = runs.runner("stop", "--run-dir", rd.path)
     assert proc.returncode == Exit.OK, proc.stderr
     runs.wait_engine_exit(rd)
@@ -220,7 +223,7 @@ def test_stop_file_while_paused(runs, stop_latency):
     rd = runs.start(runs.spec(items=["a", "b"], provider=["true"]))
     runs.wait_event(rd, "paused")
     engine = identity.read(rd.engine_identity)
-    with stop_latency.measure(None):
+    with stop_latency.measure(None, processes=[(engine.pid, engine.start_ticks)]):
         rd.stop_file.write_text("")
         runs.wait_engine_exit(rd, timeout=BOUND)
     assert not identity.is_running(engine)
@@ -237,7 +240,8 @@ def test_stop_file_during_backoff(runs, stop_latency):
     backoff (the run would wait out the backoff)."""
     rd = runs.start(runs.spec(provider=["true"], verify=[{"command": ["false"]}], retry={"backoff": 600}))
     runs.wait_event(rd, "phase-start", phase="backoff")
-    with stop_latency.measure(None):
+    engine = identity.read(rd.engine_identity)
+    with stop_latency.measure(None, processes=[(engine.pid, engine.start_ticks)]):
         rd.stop_file.write_text("")
         runs.wait_engine_exit(rd, timeout=BOUND)
     stops = runs.events(rd, "run-stop")

@@ -1,0 +1,323 @@
+"""`make soak`: the reliability figures (crash and resume, stops under load).
+
+Crash and resume: one run of several items whose provider, hook and verify commands
+each take a moment; it is SIGKILLed at a random point of a random phase (the engine;
+in some rounds the engine's whole group or a live call's group too), then
+`runner resume`d, again and again, until the run completes. After every kill:
+state.json parses, the journal parses, every item recorded done stays done, no item's
+session starts again after its `item-done`, and after the resume nothing of the killed
+attempt is alive.
+
+Load: N runs with a SIGTERM-trapping provider, stopped at once by N concurrent
+`runner stop`, then N more by `runner stop --now`; and one run stopped by 10 concurrent
+stoppers of mixed kinds. Every run: exactly one `run-stop`, every exit code documented,
+no process of the run left.
+
+    python bench/soak.py [--kills 200] [--runs 50] [--json docs/soak.json] [--check]
+
+--check exits 1 on any loss (CI runs a short soak with it). Every process the soak
+starts is killed at the end, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from runner import identity, journal, stop_command  # noqa: E402
+from runner.exitcodes import Exit  # noqa: E402
+from runner.rundir import RunDir  # noqa: E402
+from runner.state import StateStore  # noqa: E402
+
+RUNNER = [sys.executable, "-m", "runner"]
+DOCUMENTED = {int(e) for e in Exit} - {int(Exit.INTERNAL)}
+STEP = 'sleep "$1"; echo "$2"'  # a command that takes a moment and says something
+
+
+def sh(script: str, *args: str) -> list[str]:
+    return ["/bin/sh", "-c", script, "sh", *args]
+
+
+def runner(*args: object, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RUNNER, *map(str, args)], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def toml(value: object) -> str:
+    return json.dumps(value)
+
+
+def write_spec(path: Path, items: list[str], provider: list[str], *, kill_grace: float = 0.2, extra: str = "") -> Path:
+    path.write_text(
+        f"items = {toml(items)}\n[provider]\ncommand = {toml(provider)}\n"
+        f"[stop]\nkill_grace = {kill_grace}\ngrace = 10.0\n" + extra
+    )
+    return path
+
+
+def tagged(run_id: str) -> list[int]:
+    needle = f"RUNNER_RUN_ID={run_id}".encode()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            st = identity.stat(int(name))
+            if st is None or st.zombie:
+                continue
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    out.append(int(name))
+        except OSError:
+            continue
+    return out
+
+
+# -- crash and resume ---------------------------------------------------------------------
+
+
+def crash_and_resume(work: Path, kills: int, rng: random.Random) -> dict:
+    items = [f"item-{i}" for i in range(6)]
+    extra = (
+        '[[hooks.post_session]]\ncommand = ["/bin/sh", "-c", "sleep 0.05"]\n'
+        '[[verify]]\ncommand = ["/bin/sh", "-c", "sleep 0.05"]\n'
+        '[[hooks.post_run]]\ncommand = ["/bin/sh", "-c", "sleep 0.05"]\n'
+    )
+    problems: list[str] = []
+    done_kills = rounds = 0
+    group_kills = child_kills = 0
+    run_index = 0
+    while done_kills < kills:
+        run_index += 1
+        spec = write_spec(work / f"crash-{run_index}.toml", items, sh(STEP, "0.15", "{item}"), extra=extra)
+        rd = RunDir(work / f"crash-{run_index}")
+        proc = runner("run", spec, "--run-dir", rd.path, "--detach")
+        if proc.returncode != 0:
+            problems.append(f"run {run_index}: start exited {proc.returncode}: {proc.stderr.strip()}")
+            break
+        while done_kills < kills:
+            rounds += 1
+            time.sleep(rng.uniform(0.0, 0.6))
+            try:
+                engine = identity.read(rd.engine_identity)
+            except (FileNotFoundError, OSError):
+                break
+            children = [identity.read(p) for p in rd.children.glob("*.json") if p.exists()]
+            if not identity.is_running(engine):
+                break  # finished before the kill
+            how = rng.random()
+            try:
+                if how < 0.15:
+                    os.killpg(engine.pgid, signal.SIGKILL)
+                    group_kills += 1
+                elif how < 0.3 and children:
+                    os.killpg(children[0].pgid, signal.SIGKILL)
+                    os.kill(engine.pid, signal.SIGKILL)
+                    child_kills += 1
+                else:
+                    os.kill(engine.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            stop_command.wait_engine_gone(engine, 10)
+            done_kills += 1
+            problems += check_after_kill(rd)
+            resumed = runner("resume", "--run-dir", rd.path, "--detach")
+            if resumed.returncode == Exit.BAD_INPUT and "expected a stopped or crashed run" in resumed.stderr:
+                break  # it had completed just before the kill
+            if resumed.returncode != 0:
+                problems.append(f"resume after kill {done_kills}: exit {resumed.returncode}: {resumed.stderr.strip()}")
+                break
+            left = [c.pid for c in children if identity.is_running(c)]
+            if left:
+                problems.append(f"kill {done_kills}: the killed attempt's calls {left} outlived the resume")
+        code = runner("wait", "--run-dir", rd.path, timeout=600)
+        if code.returncode not in (Exit.OK, Exit.CRASHED, Exit.BAD_INPUT, Exit.NO_LIVE_RUN):
+            problems.append(f"run {run_index}: wait exited {code.returncode}: {code.stderr.strip()}")
+        problems += check_after_kill(rd)
+        runner("stop", "--now", "--run-dir", rd.path)
+    return {
+        "kills": done_kills,
+        "engine_group_kills": group_kills,
+        "child_group_kills": child_kills,
+        "runs": run_index,
+        "problems": problems,
+    }
+
+
+def check_after_kill(rd: RunDir) -> list[str]:
+    out = []
+    try:
+        state = StateStore(rd.state).load()
+    except Exception as exc:  # the property: never torn, never unreadable
+        return [f"{rd.path.name}: state.json does not parse: {exc}"]
+    records = journal.read(rd.journal)
+    done_at: dict[str, int] = {}
+    for n, record in enumerate(records):
+        item = record.get("item")
+        if record.get("event") == "item-done":
+            done_at.setdefault(item, n)
+        if record.get("event") == "session-start" and item in done_at:
+            out.append(f"{rd.path.name}: item {item} ran again after it was recorded done")
+    for item in done_at:
+        if state.items[item].status != "done":
+            out.append(f"{rd.path.name}: item {item} was done and is now {state.items[item].status}")
+    return out
+
+
+# -- load -----------------------------------------------------------------------------------
+
+
+def load(work: Path, n: int, flags: list[str], label: str) -> dict:
+    runs = []
+    for i in range(n):
+        spec = write_spec(work / f"{label}-{i}.toml", ["a"], sh('trap "" TERM; sleep 600 & wait'))
+        rd = RunDir(work / f"{label}-{i}")
+        proc = runner("run", spec, "--run-dir", rd.path, "--detach")
+        if proc.returncode == 0:
+            runs.append(rd)
+    for rd in runs:  # every provider is running before the stops begin
+        deadline = time.monotonic() + 30
+        while not list(rd.children.glob("*.json")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    results: dict[RunDir, tuple[int, float, str]] = {}
+
+    def stop(rd: RunDir) -> None:
+        t0 = time.monotonic()
+        proc = runner("stop", *flags, "--run-dir", rd.path)
+        results[rd] = (proc.returncode, time.monotonic() - t0, proc.stderr.strip())
+
+    threads = [threading.Thread(target=stop, args=(rd,)) for rd in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return summarize(runs, results, label)
+
+
+def many_stoppers(work: Path, stoppers: int) -> dict:
+    spec = write_spec(work / "many.toml", ["a"], sh('trap "" TERM; sleep 600 & wait'))
+    rd = RunDir(work / "many")
+    runner("run", spec, "--run-dir", rd.path, "--detach")
+    deadline = time.monotonic() + 30
+    while not list(rd.children.glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    kinds = [[], ["--now"], ["--graceful"]]
+    results: list[tuple[int, float, str]] = []
+
+    def stop(flags: list[str]) -> None:
+        t0 = time.monotonic()
+        proc = runner("stop", *flags, "--run-dir", rd.path)
+        results.append((proc.returncode, time.monotonic() - t0, proc.stderr.strip()))
+
+    threads = [threading.Thread(target=stop, args=(kinds[i % 3],)) for i in range(stoppers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out = summarize([rd], {rd: (0, 0.0, "")}, "many-stoppers")
+    bad = [r for r in results if r[0] not in DOCUMENTED]
+    out["stoppers"] = stoppers
+    out["codes"] = sorted({r[0] for r in results})
+    out["problems"] += [f"a stopper exited {c}: {e}" for c, _, e in bad]
+    return out
+
+
+def summarize(runs: list[RunDir], results: dict, label: str) -> dict:
+    problems = []
+    for rd in runs:
+        code, _, err = results.get(rd, (None, 0.0, "no result"))
+        if code not in DOCUMENTED:
+            problems.append(f"{label} {rd.path.name}: exit {code}: {err}")
+        R = [r for r in journal.read(rd.journal) if r.get("event") == "run-stop"]
+        if len(R) != 1:
+            problems.append(f"{label} {rd.path.name}: {len(R)} run-stop records")
+        deadline = time.monotonic() + 10
+        while tagged(rd.run_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if tagged(rd.run_id):
+            problems.append(f"{label} {rd.path.name}: processes left: {tagged(rd.run_id)}")
+    latencies = sorted(r[1] for r in results.values()) if results else []
+    return {
+        "runs": len(runs),
+        "median_s": statistics.median(latencies) if latencies else None,
+        "p95_s": latencies[int(0.95 * (len(latencies) - 1))] if latencies else None,
+        "codes": sorted({r[0] for r in results.values()}),
+        "problems": problems,
+    }
+
+
+def cleanup(work: Path) -> None:
+    for path in work.glob("*/run-id"):
+        try:
+            run_id = path.read_text().strip()
+        except OSError:
+            continue
+        runner("stop", "--now", "--run-dir", path.parent)
+        for pid in tagged(run_id):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="the reliability soak")
+    ap.add_argument("--kills", type=int, default=200)
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--stoppers", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--check", action="store_true", help="exit 1 on any loss")
+    args = ap.parse_args(argv)
+    rng = random.Random(args.seed)
+    work = Path(tempfile.mkdtemp(prefix="runner-soak-"))
+    t0 = time.monotonic()
+    try:
+        crash = crash_and_resume(work, args.kills, rng)
+        hard = load(work, args.runs, [], "stop")
+        now = load(work, args.runs, ["--now"], "stop-now")
+        many = many_stoppers(work, args.stoppers)
+    finally:
+        cleanup(work)
+    doc = {
+        "seed": args.seed,
+        "machine": os.uname().nodename,
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": round(time.monotonic() - t0, 1),
+        "crash_and_resume": crash,
+        "load_stop": hard,
+        "load_stop_now": now,
+        "many_stoppers": many,
+    }
+    problems = crash["problems"] + hard["problems"] + now["problems"] + many["problems"]
+    print(
+        f"soak: {crash['kills']} kills over {crash['runs']} runs ({crash['engine_group_kills']} engine groups, "
+        f"{crash['child_group_kills']} call groups), losses {len(crash['problems'])}; "
+        f"{hard['runs']} runs stopped at once: median {hard['median_s']:.2f} s, p95 {hard['p95_s']:.2f} s; "
+        f"--now: median {now['median_s']:.2f} s, p95 {now['p95_s']:.2f} s; "
+        f"{many['stoppers']} stoppers on one run: codes {many['codes']}; problems {len(problems)}"
+    )
+    for p in problems:
+        print(f"soak: problem: {p}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return 1 if (args.check and problems) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

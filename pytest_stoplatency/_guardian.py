@@ -1,0 +1,84 @@
+"""The session guardian: kills a pytest process's victims within moments of its death.
+
+A pytest process can die without any teardown: pytest-timeout's thread method ends it
+with os._exit, a test may kill pytest's own group, the OOM killer or a CI runner may
+SIGKILL it. Its victims (adversarial by design: they trap SIGTERM and would sleep two
+hours) then outlive it until the next session's sweep, possibly forever on a one-off CI
+machine. So the first victim a pytest process prepares starts one guardian:
+
+    python -m pytest_stoplatency._guardian OWNER_PID OWNER_START_TICKS
+
+in a session of its own (a signal to pytest's group never reaches it), watching the
+owner through a pidfd. When the owner is gone, it runs the same sweep a new session
+runs (only dead owners' victims; never a live session's) and exits. It is not a
+PR_SET_PDEATHSIG on the victims: a victim that dies with its parent would hide a broken
+stop in the code under test, which is what the victims are there to catch.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._token import Owner
+
+ENV_DISABLE = "STOPLATENCY_NO_GUARDIAN"
+"""Set (to anything) in pytest's environment to start no guardian (tests that prove the
+next session's sweep on its own set it)."""
+
+_started_for: int | None = None  # the pid that started one (a forked child starts its own)
+_process: subprocess.Popen[bytes] | None = None  # kept: it outlives every test of the session
+
+
+def ensure_started() -> None:
+    """Start this process's guardian once (cheap after the first call)."""
+    global _started_for, _process
+    if _started_for == os.getpid() or os.environ.get(ENV_DISABLE):
+        return
+    from . import _token
+
+    _process = _spawn(_token.me())  # ablate: session-guardian
+    _started_for = os.getpid()
+
+
+def _spawn(owner: Owner) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest_stoplatency._guardian", str(owner.pid), str(owner.start_ticks)],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+    )
+
+
+def _watch(pid: int, start_ticks: int) -> None:
+    from . import _procs
+
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return  # already gone
+    try:
+        if not _procs.is_alive(pid, start_ticks):
+            return  # the pid is someone else's now: our owner is gone
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str]) -> int:
+    pid, start_ticks = int(argv[0]), int(argv[1])
+    _watch(pid, start_ticks)
+    from . import _cleanup
+
+    _cleanup.sweep_ownerless()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
