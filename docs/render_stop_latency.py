@@ -232,7 +232,10 @@ class Context:
         if not s:
             return f"*No soak run recorded (`{self.soak_name}` absent): run `make soak`.*"
         crash, hard, now, many = s["crash_and_resume"], s["load_stop"], s["load_stop_now"], s["many_stoppers"]
-        src = f"MEASURED by `make soak` (`{self.soak_name}`, {s.get('date', '?')}, {s.get('cpus', '?')} CPUs, seed {s.get('seed')})"
+        src = (
+            f"MEASURED by `make soak` (`{self.soak_name}`, {s.get('date', '?')}, "
+            f"{s.get('cpus', '?')} CPUs, seed {s.get('seed')})"
+        )
         rows = [
             "| what | figure |",
             "|---|---|",
