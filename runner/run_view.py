@@ -119,13 +119,21 @@ def _run_id(view: RunView) -> str | None:
 def _engine(view: RunView, wait: bool) -> None:
     rd = view.rd
     deadline = time.monotonic() + (defaults.IDENTITY_WAIT if wait else 0.0)
-    # Only a holder carrying the run's tag is an engine: a stopper recording a stop
-    # takes the lock too, once the engine is dead.
-    holders = lock_holders(rd, [i.pid for i in sweep.tagged(view.run_id)]) if view.run_id else []
+    holders: list[int] | None = None  # looked up only when engine.json is not the holder
+
+    def tagged_holders() -> list[int]:
+        # Only a holder carrying the run's tag is an engine: a stopper recording a stop
+        # takes the lock too, once the engine is dead. (A scan of every tagged process:
+        # paid only when engine.json does not name the holder itself.)
+        nonlocal holders
+        if holders is None:
+            holders = lock_holders(rd, [i.pid for i in sweep.tagged(view.run_id)]) if view.run_id else []
+        return holders
+
     while True:
         try:
             recorded = identity.read(rd.engine_identity)
-            if not holders or recorded.pid in holders:
+            if lock_holders(rd, [recorded.pid]) or not tagged_holders() or recorded.pid in tagged_holders():
                 view.engine = recorded
                 return
             # The kernel says another process holds the run's lock: engine.json is stale
@@ -134,7 +142,7 @@ def _engine(view: RunView, wait: bool) -> None:
             view.note(
                 Damaged(
                     rd.engine_identity,
-                    f"names pid {recorded.pid}, which does not hold the run's lock (pid {holders[0]} does)",
+                    f"names pid {recorded.pid}, which does not hold the run's lock (pid {tagged_holders()[0]} does)",
                 )
             )
             break
@@ -146,7 +154,7 @@ def _engine(view: RunView, wait: bool) -> None:
             view.note(exc)
         break
     # engine.json says nothing: the kernel knows who holds the run's lock.
-    for pid in holders:
+    for pid in tagged_holders():
         ident = identity.current(pid)
         if ident is not None:
             view.engine = ident
