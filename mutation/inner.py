@@ -121,6 +121,25 @@ def _environ_has(pid: int, needle: bytes) -> bool:
         return False
 
 
+LEFTOVER_GRACE = 2.0
+"""After the inner pytest exits, how long its tagged processes get to exit by themselves
+before they count as left behind: the plugin's session guardian outlives pytest by design,
+for the moment it takes to sweep a dead session's victims."""
+
+
+def _tagged(tag: str) -> list[int]:
+    needle = f"{TAG_VAR}={tag}".encode()
+    return [
+        int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) != os.getpid() and _environ_has(int(n), needle)
+    ]
+
+
+def _settle(tag: str) -> None:
+    deadline = time.monotonic() + LEFTOVER_GRACE
+    while _tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def sweep_tagged(tag: str) -> list[int]:
     """SIGKILL every process still carrying this run's tag; returns their pids.
 
@@ -202,6 +221,7 @@ def run(
             with _lock:
                 _live.pop(proc.pid, None)
             proc.wait()
+            _settle(tag)
             leaked = sweep_tagged(tag)
         duration = time.monotonic() - t0
         if timed_out:
