@@ -84,17 +84,45 @@ def cmdline(pid: int) -> str:
         return "?"
 
 
-def token_of(pid: int) -> str | None:
+def _read(path: str) -> bytes | None:
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
+        with open(path, "rb") as f:
+            return f.read(1 << 20)
     except OSError:
         return None
-    i = data.find(_TOKEN_KEY)
-    if i < 0 or (i > 0 and data[i - 1] != 0):
-        return None
-    end = data.find(b"\0", i)
-    return data[i + len(_TOKEN_KEY) : end if end >= 0 else None].decode(errors="replace")
+
+
+def token_of(pid: int) -> str | None:
+    """The victim token a process carries: in its environment, or, before the victim
+    program proper has started, as a whole argument of its launcher (a prepared victim's
+    argv is `/usr/bin/env STOPLATENCY_VICTIM=<token> ...`, possibly behind a shell
+    trampoline; until env execs the victim, the token is only in that argv).
+
+    While a process is inside execve its environ and cmdline read as the old image, the
+    new one, or nothing, and may disagree: that is exactly when a prepared victim's
+    launcher becomes the victim, and a test that returns the instant after starting one
+    must still have it found. So an answer counts only when cmdline reads the same,
+    non-empty, before and after environ; otherwise it is read again (briefly)."""
+    for attempt in range(20):
+        before = _read(f"/proc/{pid}/cmdline")
+        env = _read(f"/proc/{pid}/environ")
+        after = _read(f"/proc/{pid}/cmdline")
+        if before is None or env is None or after is None:
+            return None  # gone (or not ours to read)
+        i = env.find(_TOKEN_KEY)
+        if i >= 0 and (i == 0 or env[i - 1] == 0):
+            end = env.find(b"\0", i)
+            return env[i + len(_TOKEN_KEY) : end if end >= 0 else None].decode(errors="replace")
+        for arg in after.split(b"\0"):
+            if arg.startswith(_TOKEN_KEY):
+                return arg[len(_TOKEN_KEY) :].decode(errors="replace")
+        if before == after and after:
+            return None  # one whole image throughout, with no token
+        f = _stat(pid)
+        if f is None or f[0] in (b"Z", b"X", b"x") or int(f[1]) == 2 or pid == 2:
+            return None  # gone, dead, or a kernel thread (which has no cmdline)
+        time.sleep(0.0005 * (attempt + 1))  # mid-exec: at most ~100 ms in all
+    return None
 
 
 def scan_tokens() -> dict[int, str]:

@@ -106,6 +106,21 @@ def stat(pid: int) -> Stat | None:
     )
 
 
+def killed_by(pid: int) -> int | None:
+    """For a zombie not yet reaped: the signal that killed it (field 52 of
+    /proc/PID/stat, its wait status), or None (alive, reaped, exited normally)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    if not fields or fields[0] not in (b"Z", b"X") or len(fields) < 50:
+        return None
+    status = int(fields[-1])  # field 52, exit_code: the wait(2) status
+    return status & 0x7F or None
+
+
 def all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 

@@ -56,6 +56,7 @@ class Watch:
         self.membership = membership
         self.fds: dict[int, int] = {}  # pid -> pidfd
         self.done: set[int] = set()
+        self.sigkilled: set[int] = set()  # seen dead of a SIGKILL someone else sent
         self.proven: dict[tuple[int, int], Proof] = {}
         self.refused: list[str] = []
         self._protected = signals.protected_pids()
@@ -148,7 +149,14 @@ class Watch:
         if not by_fd:
             return
         for fd, _ in poller.poll(max(0, int(timeout * 1000 + 0.999))):
-            self.done.add(by_fd[fd])
+            pid = by_fd[fd]
+            self.done.add(pid)
+            # Readable pidfd: the process is a zombie now, its exit status still in
+            # /proc until its parent reaps it. A SIGKILL there was not ours yet (a
+            # concurrent stopper's, or the engine's own kill of its children): such a
+            # death is never reported as a death at SIGTERM.
+            if identity.killed_by(pid) == signal.SIGKILL:
+                self.sigkilled.add(pid)
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -302,7 +310,7 @@ def kill_everything(
             for st in signals.group_stats(pgid):
                 if not st.zombie:
                     watch.add(_ident(st), named=False, vouched=True)
-        left = set(watch.alive())
+        left = set(watch.alive()) | (watch.sigkilled & at_term)  # ablate: died-at-term-accuracy
 
         if left:
             _kill_groups(watch, signalled)  # ablate: kill-everything-group-sigkill

@@ -357,3 +357,39 @@ def test_the_guardian_kills_a_dead_sessions_victims_within_a_second(pytester, de
     finally:
         kill_all(living(pytester))
     assert not left, f"the dead session's victims outlived it: {left}"
+
+
+def test_prepared_victims_never_adopted_are_reported_and_killed(pytester):
+    """Path: VictimFactory.lineage for prepared victims the code under test starts and the
+    test never adopts (double-fork: the daemon leaves its parent at once; env-scrubber: the
+    grandchild drops the token). Every test reports a leak and nothing outlives the inner
+    run, including a test that returns the instant after the start.
+
+    Ablation: drop the launcher-argv check or the mid-exec re-read in _procs.token_of and
+    tests whose launcher had not yet become the victim pass without a leak report (red in
+    most runs: about one test in sixteen hits that window)."""
+    pytester.makepyfile(
+        INNER_PRELUDE
+        + """
+import subprocess
+
+@pytest.mark.parametrize("kind", ["double-fork", "env-scrubber", "double-fork", "escapee"] * 3)
+def test_starts_and_forgets(victim, kind):
+    p = victim.prepare(kind)
+    proc = subprocess.Popen(p.argv, start_new_session=True, stdin=subprocess.DEVNULL)
+    with open("tokens.txt", "a") as f:
+        f.write(str(p.token) + "\\n")
+"""
+    )
+    result = run_inner(pytester, timeout=120)
+    tokens = (pytester.path / "tokens.txt").read_text().split()
+    assert len(tokens) == 12
+    deadline = time.monotonic() + 5
+    left = _procs.lineage(tokens)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = _procs.lineage(tokens)
+    kill_all(left)
+    assert not left, f"prepared victims outlived their tests: {left}"
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 12 and outcomes.get("error", outcomes.get("errors")) == 12, outcomes

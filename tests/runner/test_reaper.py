@@ -191,3 +191,21 @@ def test_kill_everything_state_D_is_reported_within_its_bound(spawn, frozen_cgro
     )
     assert report.unkillable == [v.pid]
     assert report.elapsed < 2 * SHORT + MARGIN
+
+
+def test_a_process_someone_else_sigkilled_during_the_grace_is_not_a_death_at_term(spawn):
+    """Path: kill_everything's report. A trapping victim is SIGKILLed by someone else (as
+    the engine's own registry kill does while a stopper waits out its grace) before this
+    stop's SIGKILL: it ignored the SIGTERM, so it is reported as needing SIGKILL, never as
+    a death at SIGTERM (the zombie's exit status, read before its parent reaps it, says
+    SIGKILL). Ablation: `died-at-term-accuracy` (it reads as died_at_term again, red)."""
+    import signal
+    import threading
+
+    rid = new_run_id()
+    v = spawn("trap-term", run_id=rid)
+    threading.Timer(0.2, os.kill, args=(v.pid, signal.SIGKILL)).start()
+    report = pid_route(ident_of(v), rid, KILL_GRACE)
+    assert report.died_at_term == [], report
+    assert report.needed_kill == [v.pid], report
+    assert v.wait_gone(2)
