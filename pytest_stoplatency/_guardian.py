@@ -71,12 +71,23 @@ def _watch(pid: int, start_ticks: int) -> None:
         os.close(fd)
 
 
+ENV_LOG = "STOPLATENCY_GUARDIAN_LOG"
+"""If set in pytest's environment: a file the guardian appends one JSON line to when it
+has swept for its dead owner (how tests tell its work from another session's sweep)."""
+
+
 def main(argv: list[str]) -> int:
     pid, start_ticks = int(argv[0]), int(argv[1])
     _watch(pid, start_ticks)
     from . import _cleanup
 
-    _cleanup.sweep_ownerless()
+    killed = _cleanup.sweep_ownerless()
+    log = os.environ.get(ENV_LOG)
+    if log:
+        import json
+
+        with open(log, "a") as f:
+            f.write(json.dumps({"owner": pid, "owner_start_ticks": start_ticks, "killed": killed}) + "\n")
     return 0
 
 
