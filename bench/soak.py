@@ -99,6 +99,7 @@ def crash_and_resume(work: Path, kills: int, rng: random.Random) -> dict:
     problems: list[str] = []
     done_kills = rounds = 0
     group_kills = child_kills = 0
+    phases: dict[str, int] = {}  # the phase each kill landed in (state.json just before it)
     run_index = 0
     while done_kills < kills:
         run_index += 1
@@ -118,6 +119,11 @@ def crash_and_resume(work: Path, kills: int, rng: random.Random) -> dict:
             children = [identity.read(p) for p in rd.children.glob("*.json") if p.exists()]
             if not identity.is_running(engine):
                 break  # finished before the kill
+            try:
+                phase = StateStore(rd.state).load().phase or "start"
+            except Exception:
+                phase = "unknown"
+            phases[phase] = phases.get(phase, 0) + 1
             how = rng.random()
             try:
                 if how < 0.15:
@@ -153,6 +159,7 @@ def crash_and_resume(work: Path, kills: int, rng: random.Random) -> dict:
         "engine_group_kills": group_kills,
         "child_group_kills": child_kills,
         "runs": run_index,
+        "phases": dict(sorted(phases.items())),
         "problems": problems,
     }
 

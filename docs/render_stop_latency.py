@@ -242,6 +242,9 @@ class Context:
             f"| engine SIGKILLs at random points, each followed by `runner resume` | {crash['kills']} over "
             f"{crash['runs']} runs ({crash['engine_group_kills']} with the engine's whole group, "
             f"{crash['child_group_kills']} with a call's group too) |",
+            "| the phase each kill landed in | "
+            + (", ".join(f"{k} {v}" for k, v in crash.get("phases", {}).items()) or "not recorded")
+            + " |",
             f"| torn or unreadable state, lost or re-run items, leftovers after resume | {len(crash['problems'])} |",
             f"| {hard['runs']} runs stopped at once by `runner stop` | median {_human(hard['median_s'])}, "
             f"p95 {_human(hard['p95_s'])}; exit codes {hard['codes']}; problems {len(hard['problems'])} |",

@@ -137,9 +137,11 @@ def test_runner_run_on_a_hostile_spec_is_one_line_and_documented(tmp_path_factor
     proc = _runner(["run", str(path), "--run-dir", str(work / "run"), "--detach"], cwd=work)
     try:
         assert proc.returncode in (Exit.OK, Exit.BAD_INPUT), (proc.returncode, proc.stderr)
+        assert len(proc.stderr.splitlines()) <= 1, proc.stderr
     finally:
         if proc.returncode == Exit.OK:
             R.runner("stop", "--now", "--run-dir", work / "run")
+            assert R.tagged(RunDir(work / "run").run_id) == [], "a process of the run was left"
 
 
 # -- run-directory files --------------------------------------------------------------------
@@ -221,6 +223,7 @@ def test_any_argument_vector_gets_a_documented_code_and_one_line(tmp_path_factor
     finally:
         for run_dir in (work / ".runner" / "runs").glob("*") if (work / ".runner").exists() else ():
             R.runner("stop", "--now", "--run-dir", run_dir)
+            assert R.tagged(RunDir(run_dir).run_id) == [], "a process of the run was left"
 
 
 def _runner(argv, cwd):

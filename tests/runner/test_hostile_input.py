@@ -218,3 +218,23 @@ def test_wait_on_a_run_whose_engine_was_killed_says_crashed(runs, victim):
     assert "resume" in line and line.startswith("runner: ")
     assert R.runner("stop", "--now", "--run-dir", rd.path).returncode in (Exit.OK,)
     assert v.wait_gone(5)
+
+
+def test_wait_on_a_dead_run_with_a_damaged_state_says_damaged(runs, victim):
+    """Path: stop_command.run_outcome reads state.json through untrusted.py: `runner wait`
+    on a run whose engine is dead and whose state.json is a FIFO exits DAMAGED with one
+    line naming state.json (never a hang, never 70)."""
+    rd, v = live_run(runs, victim)
+    assert R.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+    assert v.wait_gone(5)
+    original = rd.state.read_bytes()
+    rd.state.unlink()
+    os.mkfifo(rd.state)
+    try:
+        proc = R.runner("wait", "--run-dir", rd.path, timeout=30)
+    finally:
+        rd.state.unlink()
+        rd.state.write_bytes(original)
+    assert proc.returncode == Exit.DAMAGED, (proc.returncode, proc.stderr)
+    (line,) = proc.stderr.splitlines()
+    assert "state.json" in line and "FIFO" in line
