@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runner import identity, journal, stop_command  # noqa: E402
+from runner import identity, journal, stop_command, sweep  # noqa: E402
 from runner.exitcodes import Exit  # noqa: E402
 from runner.rundir import RunDir  # noqa: E402
 from runner.state import StateStore  # noqa: E402
@@ -69,21 +69,7 @@ def write_spec(path: Path, items: list[str], provider: list[str], *, kill_grace:
 
 
 def tagged(run_id: str) -> list[int]:
-    needle = f"RUNNER_RUN_ID={run_id}".encode()
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            st = identity.stat(int(name))
-            if st is None or st.zombie:
-                continue
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    out.append(int(name))
-        except OSError:
-            continue
-    return out
+    return [i.pid for i in sweep.tagged(run_id)]
 
 
 # -- crash and resume ---------------------------------------------------------------------

@@ -59,13 +59,10 @@ def _spawn(owner: Owner) -> subprocess.Popen[bytes]:
 def _watch(pid: int, start_ticks: int) -> None:
     from . import _procs
 
+    fd = _procs.open_pidfd(pid, start_ticks)
+    if fd is None:
+        return  # already gone (or the pid is someone else's now)
     try:
-        fd = os.pidfd_open(pid)
-    except OSError:
-        return  # already gone
-    try:
-        if not _procs.is_alive(pid, start_ticks):
-            return  # the pid is someone else's now: our owner is gone
         select.select([fd], [], [])
     finally:
         os.close(fd)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from . import identity, signals
 from .errors import BadInput
 from .identity import Identity
+from .membership import Membership, cgroup_of
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -97,12 +98,8 @@ def _own_cgroup() -> Path | None:
     root = cgroup2_root()
     if root is None:
         return None
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            hierarchy, _, path = line.rstrip("\n").split(":", 2)
-            if hierarchy == "0":
-                return root / path.lstrip("/")
-    return root
+    here = cgroup_of(os.getpid())
+    return root if here is None else root / here.lstrip("/")
 
 
 def run_cgroup_path(run_id: str) -> Path | None:
@@ -199,8 +196,6 @@ class RunCgroup:
         protected = signals.protected_pids()
         if protected & set(self.members(which)):
             log.warning("%s holds this process or an ancestor: killing its other members one by one", base)
-            from .membership import Membership
-
             members = Membership(cgroup=self.relative)
             for ident in self.member_identities(which):
                 signals.signal_process(ident, signal.SIGKILL, members)

@@ -66,6 +66,8 @@ class Stat:
     pgid: int
     sid: int
     start_ticks: int
+    wait_status: int | None = None
+    """Field 52 (exit_code): a zombie's wait(2) status, until its parent reaps it."""
 
     @property
     def zombie(self) -> bool:
@@ -103,22 +105,17 @@ def stat(pid: int) -> Stat | None:
         pgid=int(rest[2]),
         sid=int(rest[3]),
         start_ticks=int(rest[19]),
+        wait_status=int(rest[49]) if len(rest) >= 50 else None,
     )
 
 
 def killed_by(pid: int) -> int | None:
-    """For a zombie not yet reaped: the signal that killed it (field 52 of
-    /proc/PID/stat, its wait status), or None (alive, reaped, exited normally)."""
-    try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
+    """For a zombie not yet reaped: the signal that killed it (from its wait status), or
+    None (alive, reaped, exited normally)."""
+    st = stat(pid)
+    if st is None or not st.zombie or st.wait_status is None:
         return None
-    fields = raw[raw.rindex(b")") + 2 :].split()
-    if not fields or fields[0] not in (b"Z", b"X") or len(fields) < 50:
-        return None
-    status = int(fields[-1])  # field 52, exit_code: the wait(2) status
-    return status & 0x7F or None
+    return st.wait_status & 0x7F or None
 
 
 def all_pids() -> list[int]:
@@ -185,9 +182,15 @@ def _load(path: str | os.PathLike[str], dir_fd: int | None = None) -> dict[str, 
 
 
 def read(path: str | os.PathLike[str], dir_fd: int | None = None) -> Identity:
-    return Identity.from_json(_load(path, dir_fd), source=str(path))
+    return read_record(path, dir_fd)[0]
 
 
 def read_extra(path: str | os.PathLike[str], dir_fd: int | None = None) -> dict[str, Any]:
+    return read_record(path, dir_fd)[1]
+
+
+def read_record(path: str | os.PathLike[str], dir_fd: int | None = None) -> tuple[Identity, dict[str, Any]]:
+    """The identity and the extra keys written beside it (a child's name), from one read."""
     data = _load(path, dir_fd)
-    return {k: v for k, v in data.items() if k not in FIELDS and k != "format"}
+    extra = {k: v for k, v in data.items() if k not in FIELDS and k != "format"}
+    return Identity.from_json(data, source=str(path)), extra

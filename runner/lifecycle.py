@@ -99,39 +99,39 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say) -> int:
     state = store.load()
     if state.status in ("completed", "failed") and not state.stopped:
         raise BadInput(f"{rd.state}: status: expected a stopped or crashed run, got {state.status!r}")
-    journal = Journal(rd.journal)
-    for name in stop_request.archive_pending(rd):
-        journal.append(Event.CONTROL_FILE_ARCHIVED, file=name, reason="resume")
-    left, view = stop_command.kill_leftovers(rd, spec.stop.kill_grace)
-    if left.died_at_term or left.needed_kill or left.unkillable:
-        journal.append(
-            Event.LEFTOVERS_KILLED,
-            died_at_term=left.died_at_term,
-            needed_kill=left.needed_kill,
-            unkillable=left.unkillable,
-        )
-    if left.refused:
-        journal.append(Event.SIGNAL_REFUSED, by="resume", refused=left.refused)
-        say("refused to signal (not proven the run's): " + "; ".join(left.refused))
-    # engine.json and the files in children/ are the dead attempt's: resume removes them
-    # below, so their damage does not hold it up (nothing was signalled on their word).
-    stale_idents = (f"{rd.engine_identity}:", f"{rd.children}/")
-    blocking = [d for d in view.damaged if not d.startswith(stale_idents)]
-    if blocking:
-        raise Damaged(
-            rd.path, "; ".join(blocking) + " (leftovers were killed; repair or remove these files, then resume again)"
-        )
-    # The previous attempt's identities name dead processes (or, later, someone else's):
-    # a stopper must only ever find the new engine's, once it has written it. Removed by
-    # name inside children/ (never through a link), whatever each one is.
-    for stale in [rd.engine_identity, *(rd.children / n for n in untrusted.list_dir(rd.children))]:
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale)
-        elif os.path.lexists(stale):
-            stale.unlink()
-    store.save(store.new_attempt(state))
-    journal.append(Event.RESUME, attempt=state.attempt + 1)
-    journal.close()
+    with Journal(rd.journal) as journal:  # closed on every way out, a refusal included
+        for name in stop_request.archive_pending(rd):
+            journal.append(Event.CONTROL_FILE_ARCHIVED, file=name, reason="resume")
+        left, view = stop_command.kill_leftovers(rd, spec.stop.kill_grace)
+        if left.died_at_term or left.needed_kill or left.unkillable:
+            journal.append(
+                Event.LEFTOVERS_KILLED,
+                died_at_term=left.died_at_term,
+                needed_kill=left.needed_kill,
+                unkillable=left.unkillable,
+            )
+        if left.refused:
+            journal.append(Event.SIGNAL_REFUSED, by="resume", refused=left.refused)
+            say("refused to signal (not proven the run's): " + "; ".join(left.refused))
+        # engine.json and the files in children/ are the dead attempt's: resume removes them
+        # below, so their damage does not hold it up (nothing was signalled on their word).
+        stale_idents = (f"{rd.engine_identity}:", f"{rd.children}/")
+        blocking = [d for d in view.damaged if not d.startswith(stale_idents)]
+        if blocking:
+            raise Damaged(
+                rd.path,
+                "; ".join(blocking) + " (leftovers were killed; repair or remove these files, then resume again)",
+            )
+        # The previous attempt's identities name dead processes (or, later, someone else's):
+        # a stopper must only ever find the new engine's, once it has written it. Removed by
+        # name inside children/ (never through a link), whatever each one is.
+        for stale in [rd.engine_identity, *(rd.children / n for n in untrusted.list_dir(rd.children))]:
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale)
+            elif os.path.lexists(stale):
+                stale.unlink()
+        store.save(store.new_attempt(state))
+        journal.append(Event.RESUME, attempt=state.attempt + 1)
     return start_engine(rd, spec, detach, say, lock)
 
 
@@ -243,11 +243,7 @@ def status_of(rd: RunDir) -> RunStatus:
     children: list[ChildStatus] = []
     for ident in view.children:
         if identity.is_running(ident):
-            try:
-                name = identity.read_extra(rd.children / f"{ident.pid}.json").get("name")
-            except (Damaged, FileNotFoundError):
-                name = None
-            children.append({"pid": ident.pid, "pgid": ident.pgid, "name": name})
+            children.append({"pid": ident.pid, "pgid": ident.pgid, "name": view.child_names.get(ident.pid)})
     live = view.live
     return {
         "run_id": view.run_id,

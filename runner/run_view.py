@@ -2,9 +2,9 @@
 
 Each file of the run directory is read on its own through untrusted.py; a damaged one
 is named in `damaged` and the rest still count. Where a file says nothing, the kernel
-is asked instead: the holder of the run's lock (/proc/locks) is its engine, the run's
-cgroup is at the one path the runner creates for the run's id, and every process of
-the run carries its tag. Nothing learnt here is a licence to signal: the reaper still
+is asked instead: the holder of the run's lock (the process whose fdinfo shows it) is
+its engine, the run's cgroup is at the one path the runner creates for the run's id,
+and every process of the run carries its tag. Nothing learnt here is a licence to signal: the reaper still
 proves each process a member of the run (membership.py) before it signals it.
 """
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from . import defaults, identity, signals, sweep, untrusted
 from .cgroup import RunCgroup, run_cgroup_path
 from .errors import Damaged, NoLiveRun, RunnerError
+from .exitcodes import Exit
 from .identity import Identity
 from .rundir import RUN_ID_SHAPE, RunDir
 from .spec import Spec, load_frozen
@@ -39,11 +40,18 @@ class RunView:
     run_id: str | None = None
     engine: Identity | None = None
     children: list[Identity] = field(default_factory=list)
+    child_names: dict[int, str | None] = field(default_factory=dict)  # pid -> the call's name
     cgroup: RunCgroup | None = None
     live: bool | None = None  # None: the lock itself is damaged
     stop: StopSettings = field(default_factory=StopSettings)
     spec: Spec | None = None
     damaged: list[str] = field(default_factory=list)
+
+    @property
+    def ok_code(self) -> Exit:
+        """OK, or DAMAGED when a file of the run directory was damaged (the command did
+        its work all the same and names the files)."""
+        return Exit.DAMAGED if self.damaged else Exit.OK
 
     def note(self, exc: Exception) -> None:
         line = " ".join(str(exc).split())
@@ -174,11 +182,14 @@ def _children(view: RunView) -> None:
         if not name.endswith(".json"):
             continue
         try:
-            view.children.append(identity.read(rd.children / name))
+            ident, extra = identity.read_record(rd.children / name)
         except FileNotFoundError:
             continue
         except Damaged as exc:
             view.note(exc)
+            continue
+        view.children.append(ident)
+        view.child_names[ident.pid] = extra["name"] if isinstance(extra.get("name"), str) else None
 
 
 def _cgroup(view: RunView) -> None:

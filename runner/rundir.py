@@ -34,6 +34,14 @@ class EngineLock:
             fd, self.fd = self.fd, None
             os.close(fd)  # closing the only descriptor drops the flock
 
+    @classmethod
+    def holding(cls, path: Path, fd: int) -> EngineLock:
+        """The lock now held on `fd`, with this process's pid written into the file for a
+        human reading the directory (liveness is the flock, never this pid)."""
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return cls(path, fd)
+
     def __enter__(self) -> Self:
         return self
 
@@ -154,10 +162,7 @@ class RunDir:
                     os.close(fd)
                     raise RunLocked(f"{self.path}: a live engine holds this run directory") from None
                 time.sleep(0.005)
-        # For a human reading the directory only; liveness is the flock, not this pid.
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        return EngineLock(self.lock, fd)
+        return EngineLock.holding(self.lock, fd)
 
     def adopt_lock(self, fd: int) -> EngineLock:
         """The engine lock handed down by `runner run` or `resume` (an inherited, locked
@@ -174,9 +179,7 @@ class RunDir:
         except OSError:
             raise RunLocked(f"{self.path}: a live engine holds this run directory") from None
         os.set_inheritable(fd, False)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        return EngineLock(self.lock, fd)
+        return EngineLock.holding(self.lock, fd)
 
     def is_live(self) -> bool:
         """A live engine holds the lock. Probed on a separate descriptor with LOCK_SH|LOCK_NB,

@@ -18,15 +18,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import defaults, identity, reaper, run_view, signals, stop_request, untrusted
+from . import defaults, identity, reaper, run_view, signals, stop_request, sweep, untrusted
 from .errors import ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked
-from .events import Event, Origin
+from .events import Event, Mode, Origin
 from .exitcodes import Exit
 from .journal import Journal
 from .journal import read as read_journal
 from .membership import Membership
 from .rundir import RunDir
-from .state import StateStore
+from .state import State, StateStore
 
 if TYPE_CHECKING:
     from .identity import Identity
@@ -147,15 +147,25 @@ def _stop_lock(rd: RunDir, view: RunView, timeout: float) -> Iterator[None]:
         os.close(fd)
 
 
+def _who_recorded(rd: RunDir, state: State) -> str | None:
+    """ "engine" or "other" (another stopper) when this attempt's stop is already
+    recorded: stopped in state.json and its run-stop journaled."""
+    if state.stopped and any(r.get("event") == Event.RUN_STOP for r in _attempt_records(rd)):
+        return "engine" if state.stop_origin != Origin.FORCED else "other"
+    return None
+
+
 def _recorded_by_someone(rd: RunDir) -> str | None:
-    """ "engine" or "other" when this attempt's stop is already recorded."""
     try:
         state = StateStore(rd.state).load()
     except Damaged:
         return None
-    if state.stopped and any(r.get("event") == Event.RUN_STOP for r in _attempt_records(rd)):
-        return "engine" if state.stop_origin != Origin.FORCED else "other"
-    return None
+    return _who_recorded(rd, state)
+
+
+def _force_bound(kill_grace: float) -> float:
+    """How long a stopper waits for another one that is forcing: its whole forced stop."""
+    return kill_grace + 2 * defaults.CONFIRM_TIMEOUT + defaults.LOCK_WAIT
 
 
 def _recording_lock(rd: RunDir) -> EngineLock:
@@ -168,7 +178,7 @@ def _recording_lock(rd: RunDir) -> EngineLock:
         except RunLocked:
             if time.monotonic() > deadline:
                 raise
-            time.sleep(0.01)
+            time.sleep(defaults.FILE_POLL)
 
 
 def force(rd: RunDir, kill_grace: float | None = None, *, fallback: bool, view: RunView | None = None) -> StopResult:
@@ -182,7 +192,7 @@ def force(rd: RunDir, kill_grace: float | None = None, *, fallback: bool, view: 
     kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
     # One forcing stopper at a time: a second one runs after the first has recorded the
     # stop, kills what may be left (usually nothing), and reports who recorded it.
-    with _stop_lock(rd, view, kill_grace + 2 * defaults.CONFIRM_TIMEOUT + defaults.LOCK_WAIT):
+    with _stop_lock(rd, view, _force_bound(kill_grace)):
         return _force_locked(rd, kill_grace, fallback, view, started)
 
 
@@ -229,7 +239,7 @@ def _force_locked(rd: RunDir, kill_grace: float, fallback: bool, view: RunView, 
             damaged=view.damaged,
         )
     killed = f"{len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL, in {elapsed:.3f}s"
-    code = Exit.DAMAGED if view.damaged else Exit.OK
+    code = view.ok_code
     if recorded_by == "finished":
         return StopResult(
             code,
@@ -268,8 +278,6 @@ def _engine_gone(rd: RunDir, view: RunView) -> bool:
     try:
         return not rd.is_live()
     except Damaged:
-        from . import sweep
-
         return not (view.run_id and sweep.tagged(view.run_id))
 
 
@@ -286,9 +294,9 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool) -> str:
     with _recording_lock(rd):
         store = StateStore(rd.state)
         state = store.load()
-        journaled = any(r.get("event") == "run-stop" for r in _attempt_records(rd))
-        if state.stopped and journaled:
-            return "engine" if state.stop_origin != Origin.FORCED else "other"
+        prior = _who_recorded(rd, state)
+        if prior is not None:
+            return prior
         if state.status in ("completed", "failed") and not state.stopped:
             return "finished"
         # Not stopped, or stopped by an engine that died before journaling it: this
@@ -296,15 +304,15 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool) -> str:
         if not state.stopped:
             state.stopped = True
             state.status = "stopped"
-            state.stop_origin = "forced"
+            state.stop_origin = Origin.FORCED.value
             state.exit_code = int(Exit.STOPPED)
             state.updated = time.time()
             store.save(state)
         with Journal(rd.journal) as journal:
             journal.append(
                 Event.RUN_STOP,
-                origin="forced",
-                mode="hard",
+                origin=Origin.FORCED,
+                mode=Mode.HARD.label,
                 forced=True,
                 fallback=fallback,
                 died_at_term=sorted(report.died_at_term),
@@ -347,12 +355,12 @@ def stop_hard(
     if gone and engine is not None:
         # Gone within grace: the engine honored the stop, or a concurrent `--now` killed
         # it. Wait for any stopper that is forcing to finish recording before reading.
-        with _stop_lock(rd, view, view.stop.kill_grace + 2 * defaults.CONFIRM_TIMEOUT + defaults.LOCK_WAIT):
+        with _stop_lock(rd, view, _force_bound(view.stop.kill_grace)):
             pass
         if _recorded_by_someone(rd) == "other":
             elapsed = time.monotonic() - started
             return StopResult(
-                Exit.DAMAGED if view.damaged else Exit.OK,
+                view.ok_code,
                 f"run {view.run_id} stopped by another stopper in {elapsed:.3f}s",
                 elapsed,
                 recorded_by="other",
@@ -366,14 +374,14 @@ def stop_hard(
         elapsed = time.monotonic() - started
         if state is not None and state.stopped:
             return StopResult(
-                Exit.DAMAGED if view.damaged else Exit.OK,
+                view.ok_code,
                 f"run {view.run_id} stopped by its engine (origin {state.stop_origin}) in {elapsed:.3f}s",
                 elapsed,
                 damaged=view.damaged,
             )
         if state is not None and state.status in ("completed", "failed"):
             return StopResult(
-                Exit.DAMAGED if view.damaged else Exit.OK,
+                view.ok_code,
                 f"run {view.run_id} had already {state.status}; the stop arrived late",
                 elapsed,
                 damaged=view.damaged,
