@@ -89,6 +89,14 @@ class Runs:
         self.started.append(run_dir)
         return runs_helpers.start(spec_path, run_dir)
 
+    def live_trap_term(self, victim, *, stop, name="run"):
+        """A live run whose provider (a prepared victim) traps SIGTERM, in its session
+        phase; returns (run dir, the provider's victim handle)."""
+        prepared = victim.prepare("trap-term")
+        rd = self.start(self.spec(name=f"{name}.toml", provider=prepared.argv, stop=stop), name=name)
+        runs_helpers.wait_event(rd, "phase-start", phase="session")
+        return rd, prepared.adopt(timeout=10)
+
 
 @pytest.fixture
 def runs(tmp_path):

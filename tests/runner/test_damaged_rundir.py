@@ -104,11 +104,7 @@ def runner(*args):
 
 
 def start(runs, victim):
-    prepared = victim.prepare("trap-term")
-    rd = runs.start(runs.spec(provider=prepared.argv, stop=STOP))
-    runs.wait_event(rd, "phase-start", phase="session")
-    v = prepared.adopt(timeout=10)
-    return rd, v
+    return runs.live_trap_term(victim, stop=STOP)
 
 
 @contextlib.contextmanager

@@ -145,10 +145,7 @@ STOP = {"kill_grace": 0.2, "grace": 10.0}
 
 
 def live_run(runs, victim, name="run"):
-    prepared = victim.prepare("trap-term")
-    rd = runs.start(runs.spec(name=f"{name}.toml", provider=prepared.argv, stop=STOP), name=name)
-    runs.wait_event(rd, "phase-start", phase="session")
-    return rd, prepared.adopt(timeout=10)
+    return runs.live_trap_term(victim, stop=STOP, name=name)
 
 
 def test_a_stop_racing_stop_now_is_never_reported_as_forced(runs, victim):

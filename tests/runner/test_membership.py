@@ -48,10 +48,7 @@ def foreign(procs):
 
 def live_run(runs, victim):
     """A live run whose provider traps SIGTERM; returns (rd, engine, provider victim)."""
-    prepared = victim.prepare("trap-term")
-    rd = runs.start(runs.spec(provider=prepared.argv, stop=STOP))
-    runs.wait_event(rd, "phase-start", phase="session")
-    v = prepared.adopt(timeout=10)
+    rd, v = runs.live_trap_term(victim, stop=STOP)
     return rd, identity.read(rd.engine_identity), v
 
 

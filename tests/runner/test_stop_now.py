@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_stoplatency.victim import KINDS
 from runner import cgroup as cgroupmod
 from runner import defaults
 from runner.exitcodes import Exit
@@ -14,19 +15,7 @@ from runner.exitcodes import Exit
 KILL_GRACE = 0.3
 BOUND = 5.0
 
-ZOO = [
-    "cooperative",
-    "trap-term",
-    "ignore-term",
-    "slow-exit",
-    "forker",
-    "escapee",
-    "double-fork",
-    "pipe-holder",
-    "respawner",
-    "stopped",
-    "env-scrubber",
-]
+ZOO = list(KINDS)  # every victim kind the plugin has, new ones included
 
 
 def _stop_now_against(runs, victim, stop_latency, kind, lang, kill_grace, label):
