@@ -4,17 +4,21 @@
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
 
-from . import lifecycle, stop_command
 from .errors import BadInput, RunnerError, printable
 from .exitcodes import Exit
-from .rundir import resolve
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import NoReturn
+
+# Each command imports only what it runs (inside its function below): a `runner stop`
+# never pays for the spec parser, subprocess or the engine. Start-up is part of the
+# stop's latency (docs/stop-latency.md, "Against other stoppers").
 
 RUN_DIR_HELP = (
     "the run directory; may be left off when exactly one run is live (runs live under .runner/runs/<run-id> by default)"
@@ -65,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Warnings of the process layer (a stale identity refused, a pid that survived its
     # SIGKILL) reach the operator on stderr, each on its own line; the engine's go to
     # its engine.log.
-    logging.basicConfig(level=logging.WARNING, format="runner: warning: %(message)s")
+    from . import log
+
+    log.to_stderr()
     try:
         args = _parser().parse_args(argv)
         return int(_dispatch(args))
@@ -109,8 +115,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "status":
         return _status(args)
     if args.command == "wait":
-        rd = resolve(args.run_dir)
-        return stop_command.wait_run(rd)
+        from . import stop_command
+        from .rundir import resolve
+
+        return stop_command.wait_run(resolve(args.run_dir))
     raise BadInput(f"runner: unknown command {args.command}")
 
 
@@ -119,6 +127,8 @@ def _say(line: str) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from . import lifecycle
+
     code, rd = lifecycle.run(args.spec, args.run_dir, detach=args.detach, say=_say)
     if args.detach and code == Exit.OK:
         print(rd.path)
@@ -126,6 +136,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
+    from . import lifecycle
+
     code, rd = lifecycle.resume(args.run_dir, detach=args.detach, say=_say)
     if args.detach and code == Exit.OK:
         print(rd.path)
@@ -138,6 +150,9 @@ def _resume(args: argparse.Namespace) -> int:
 def _stop(args: argparse.Namespace) -> Exit:
     if args.wait and not args.graceful:
         raise BadInput("runner stop: --wait: expected together with --graceful")
+    from . import stop_command
+    from .rundir import resolve
+
     rd = resolve(args.run_dir)
     if args.now:
         result = stop_command.stop_now(rd)
@@ -154,6 +169,11 @@ def _stop(args: argparse.Namespace) -> Exit:
 
 
 def _status(args: argparse.Namespace) -> Exit:
+    import json
+
+    from . import lifecycle
+    from .rundir import resolve
+
     rd = resolve(args.run_dir, want=lambda r: True, what="known") if args.run_dir is None else resolve(args.run_dir)
     info = lifecycle.status_of(rd)
     if args.json:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from . import atomic, untrusted
 from .errors import Damaged, IdentityError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 FIELDS = ("pid", "pgid", "sid", "start_ticks", "boot_id")
 FORMAT = 1

@@ -15,23 +15,24 @@ to the test that turns red.
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from . import defaults, identity, signals, sweep
+from . import log as _log
 from .identity import Identity
 from .membership import Membership, Proof
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
     from .cgroup import RunCgroup
 
-log = logging.getLogger("runner.reaper")
+log = _log.get("runner.reaper")
 
 CONFIRM_TIMEOUT = defaults.CONFIRM_TIMEOUT
 """After SIGKILL, how long to wait for the kernel to confirm each death. Only a process

@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import enum
 import errno
-import logging
 import os
 import signal
 import time
-from typing import TYPE_CHECKING
 
 from . import identity
+from . import log as _log
 from .identity import Identity
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
     from .membership import Membership
 
-log = logging.getLogger("runner.signals")
+log = _log.get("runner.signals")
 
 HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 TAG = "RUNNER_RUN_ID"

@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from . import defaults, identity, reaper, run_view, signals, stop_request, sweep, untrusted
 from .errors import ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked
@@ -28,7 +27,11 @@ from .membership import Membership
 from .rundir import RunDir
 from .state import State, StateStore
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+
 if TYPE_CHECKING:
+    from typing import Any
+
     from .identity import Identity
     from .reaper import ReapReport
     from .run_view import RunView

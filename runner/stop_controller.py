@@ -14,7 +14,6 @@ unwinds through every `finally` to the engine's top.
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 import signal
@@ -22,20 +21,24 @@ import threading
 import traceback
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
 
 from . import defaults, stop_request
+from . import log as _log
 from .errors import RunStopped
 from .events import Event
 from .stop_request import Mode, Origin, StopRequest
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+
 if TYPE_CHECKING:
+    from typing import Any
+
     from .journal import Journal
     from .registry import Registry
     from .rundir import RunDir
 
-_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
-"""What signal.signal() takes and gives back: a handler, SIG_DFL or SIG_IGN, or None."""
+    _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+    """What signal.signal() takes and gives back: a handler, SIG_DFL or SIG_IGN, or None."""
 
 # What each signal means as a stop origin (the journal's `origin`).
 _SIGNAL_ORIGINS: dict[int, Origin] = {
@@ -119,7 +122,7 @@ class StopController:
             except Exception:
                 # The watchdog must outlive any one failed read or kill: if it died,
                 # every later stop (signal or file) would go unheard until the fallback.
-                logging.getLogger(__name__).exception("stop watchdog tick failed")
+                _log.get(__name__).exception("stop watchdog tick failed")
                 self._journal_quietly(Event.WATCHDOG_ERROR, error=traceback.format_exc(limit=5))
 
     def _tick(self) -> None:

@@ -4,14 +4,13 @@ reaper.py signals (it imports this module, never the other way round)."""
 
 from __future__ import annotations
 
-import ctypes
-import logging
 import os
 
 from . import identity, signals
+from . import log as _log
 from .identity import Identity
 
-log = logging.getLogger("runner.sweep")
+log = _log.get("runner.sweep")
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -63,6 +62,8 @@ def descendants(pid: int) -> list[Identity]:
 def make_subreaper() -> bool:
     """Become a child subreaper: double-forked daemons of our children are re-parented
     to us instead of init, so the tag and descendant sweeps find and reap them at once."""
+    import ctypes  # here, not at the top: only the engine becomes a subreaper
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         rc: int = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
