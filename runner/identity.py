@@ -125,6 +125,28 @@ def all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
+class Scan:
+    """One pass over /proc: every process's stat, read once. A stop round takes its
+    process groups and its tag sweep's candidates from one Scan, instead of one pass
+    over every process per group (the cost that grows with the machine, not the run)."""
+
+    def __init__(self) -> None:
+        self.stats: dict[int, Stat] = {}
+        for pid in all_pids():
+            st = stat(pid)
+            if st is not None:
+                self.stats[pid] = st
+        self._groups: dict[int, list[Stat]] | None = None
+
+    def group(self, pgid: int) -> list[Stat]:
+        """Every process (zombies included) that was in process group `pgid`."""
+        if self._groups is None:
+            self._groups = {}
+            for st in self.stats.values():
+                self._groups.setdefault(st.pgid, []).append(st)
+        return list(self._groups.get(pgid, ()))
+
+
 def start_ticks(pid: int) -> int | None:
     st = stat(pid)
     return None if st is None else st.start_ticks

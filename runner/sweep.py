@@ -15,21 +15,23 @@ log = _log.get("runner.sweep")
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def tagged(run_id: str | None) -> list[Identity]:
+def tagged(run_id: str | None, scan: identity.Scan | None = None) -> list[Identity]:
     """Every living process whose environment holds RUNNER_RUN_ID=run_id, minus this
-    process and its ancestors (a `runner stop` run from a hook carries the tag too)."""
+    process and its ancestors (a `runner stop` run from a hook carries the tag too).
+    `scan`: the round's pass over /proc, when the caller has one."""
     if not run_id:
         return []
     protected = signals.protected_pids()
+    # Start ticks first (the scan), the tag second: the reaper re-checks the ticks after
+    # it opens a pidfd, so a tag read in between belongs to the very process it signals.
+    stats = (scan or identity.Scan()).stats
+    boot = identity.boot_id()
     out: list[Identity] = []
-    for pid in identity.all_pids():
-        if pid in protected:
+    for pid, st in stats.items():
+        if pid in protected or st.zombie:
             continue
-        # Start ticks first, the tag second: the reaper re-checks the ticks after it
-        # opens a pidfd, so a tag read in between belongs to the very process it signals.
-        ident = identity.current(pid)
-        if ident is not None and signals.has_tag(pid, run_id):
-            out.append(ident)
+        if signals.has_tag(pid, run_id):
+            out.append(Identity(st.pid, st.pgid, st.sid, st.start_ticks, boot))
     return out
 
 
