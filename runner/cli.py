@@ -24,6 +24,7 @@ RUN_DIR_HELP = (
     "the run directory; may be left off when exactly one run is live (runs live under .runner/runs/<run-id> by default)"
 )
 DETACH_HELP = "return once the engine is up and print the run directory"
+STOP_ALL_HELP = "stop every live run under --runs-dir at once, from this one process"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,6 +52,8 @@ def _parser() -> _Parser:
     mode.add_argument("--now", action="store_true", help="kill every process of the run at once")
     mode.add_argument("--graceful", action="store_true", help="finish the phase in flight, then stop")
     stop.add_argument("--wait", action="store_true", help="with --graceful: wait for the run to end")
+    stop.add_argument("--all", action="store_true", help=STOP_ALL_HELP)
+    stop.add_argument("--runs-dir", help="with --all: where the runs live (default .runner/runs)")
 
     status = sub.add_parser("status", help="show a run")
     status.add_argument("--run-dir", help=RUN_DIR_HELP)
@@ -105,7 +108,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "_engine":
         from .engine_main import main as engine_main
 
-        return engine_main(args.run_dir, lock_fd=args.lock_fd)
+        code = engine_main(args.run_dir, lock_fd=args.lock_fd)
+        # Everything the engine owns is released by now (state and journal fsynced, the
+        # lock and the cgroup given back): skip the interpreter's teardown of every
+        # module, which a stopper waiting for this pid to exit would otherwise wait out.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
     if args.command == "run":
         return _run(args)
     if args.command == "resume":
@@ -151,8 +160,18 @@ def _stop(args: argparse.Namespace) -> Exit:
     if args.wait and not args.graceful:
         raise BadInput("runner stop: --wait: expected together with --graceful")
     from . import stop_command
-    from .rundir import resolve
+    from .rundir import default_base, resolve
 
+    if args.all:
+        if args.run_dir is not None or args.wait:
+            raise BadInput("runner stop --all: expected without --run-dir and --wait")
+        mode = "now" if args.now else "graceful" if args.graceful else "hard"
+        code, lines = stop_command.stop_every(args.runs_dir or default_base(), mode)
+        for line in lines:
+            print(f"runner: {printable(line, None)}", file=sys.stdout if code == Exit.OK else sys.stderr)
+        return code
+    if args.runs_dir is not None:
+        raise BadInput("runner stop: --runs-dir: expected together with --all")
     rd = resolve(args.run_dir)
     if args.now:
         result = stop_command.stop_now(rd)
