@@ -147,6 +147,19 @@ class Scan:
         return list(self._groups.get(pgid, ()))
 
 
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def age(st: Stat) -> float:
+    """Seconds since the process started (its start ticks against the boot clock)."""
+    try:
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return uptime - st.start_ticks / _CLK_TCK
+
+
 def start_ticks(pid: int) -> int | None:
     st = stat(pid)
     return None if st is None else st.start_ticks

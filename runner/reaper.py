@@ -19,7 +19,7 @@ import os
 import select
 import signal
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import defaults, identity, signals, sweep
@@ -323,10 +323,14 @@ def _signal_pids(watch: Watch, pids: Iterable[Identity], sig: int) -> None:
             watch.send(ident.pid, sig)
 
 
-def _signal_tagged(watch: Watch, run_id: str | None, sig: int, scan: identity.Scan) -> list[int]:
-    """The tag sweep: every living process that carries the run's tag; returns those reached."""
+def _signal_tagged(
+    watch: Watch, run_id: str | None, sig: int, scan: identity.Scan, skip: Collection[int] = ()
+) -> list[int]:
+    """The tag sweep: every living process that carries the run's tag; returns those
+    reached. `skip`: pids whose environment need not be read (already signalled this
+    round by another route, or dead)."""
     hit = []
-    for ident in sweep.tagged(run_id, scan):
+    for ident in sweep.tagged(run_id, scan, skip=skip):
         if watch.add(ident, named=False, proof=Proof.TAG) is not None and watch.send(ident.pid, sig):
             hit.append(ident.pid)
     return hit
@@ -380,7 +384,9 @@ def kill_everything(
         _signal_pids(watch, pids, signal.SIGTERM)
         _watch_members(watch, signalled, signal.SIGTERM, scan())
         if sweep_tag:
-            _signal_tagged(watch, run_id, signal.SIGTERM, scan())
+            # Every watched process has had its SIGTERM (group or pid route): the sweep
+            # reads the environment of the others only.
+            _signal_tagged(watch, run_id, signal.SIGTERM, scan(), skip=set(watch.fds))
         if cgroup is not None and cgroup_scope is not None:
             _signal_cgroup_members(watch, cgroup, cgroup_scope, signal.SIGTERM)
         at_term = set(watch.fds) | watch.early
@@ -393,7 +399,7 @@ def kill_everything(
             _signal_pids(watch, pids, signal.SIGKILL)  # ablate: kill-everything-pid-sigkill
         left |= _kill_groups(watch, signalled, left, scan)  # ablate: kill-everything-group-sigkill
         if sweep_tag:
-            left.update(_signal_tagged(watch, run_id, signal.SIGKILL, scan()))  # ablate: tag-sweep-sigkill
+            left.update(_signal_tagged(watch, run_id, signal.SIGKILL, scan(), watch.done))  # ablate: tag-sweep-sigkill
         if cgroup is not None and cgroup_scope is not None:
             for ident in cgroup.member_identities(cgroup_scope):
                 if watch.add(ident, named=False) is not None:

@@ -10,15 +10,21 @@ from . import identity, signals
 from . import log as _log
 from .identity import Identity
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
 log = _log.get("runner.sweep")
 
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def tagged(run_id: str | None, scan: identity.Scan | None = None) -> list[Identity]:
+def tagged(run_id: str | None, scan: identity.Scan | None = None, skip: Collection[int] = ()) -> list[Identity]:
     """Every living process whose environment holds RUNNER_RUN_ID=run_id, minus this
     process and its ancestors (a `runner stop` run from a hook carries the tag too).
-    `scan`: the round's pass over /proc, when the caller has one."""
+    `scan`: the round's pass over /proc, when the caller has one. `skip`: pids the
+    caller already watches, whose environment need not be read again (at a thousand
+    processes, those reads are most of a round)."""
     if not run_id:
         return []
     protected = signals.protected_pids()
@@ -28,7 +34,7 @@ def tagged(run_id: str | None, scan: identity.Scan | None = None) -> list[Identi
     boot = identity.boot_id()
     out: list[Identity] = []
     for pid, st in stats.items():
-        if pid in protected or st.zombie:
+        if pid in protected or pid in skip or st.zombie:
             continue
         if signals.has_tag(pid, run_id):
             out.append(Identity(st.pid, st.pgid, st.sid, st.start_ticks, boot))
