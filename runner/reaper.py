@@ -62,6 +62,8 @@ class Watch:
         self.proven: dict[tuple[int, int], Proof] = {}
         self.refused: list[str] = []
         self._protected = signals.protected_pids()
+        self._by_fd: dict[int, int] = {}  # pidfd -> pid
+        self._epoll = select.epoll()
 
     def refuse(self, why: str) -> None:
         if why not in self.refused:
@@ -109,6 +111,8 @@ class Watch:
                 self.refuse(self.membership.why_not(ident.pid))
             return None
         self.fds[ident.pid] = fd
+        self._by_fd[fd] = ident.pid
+        self._epoll.register(fd, select.EPOLLIN)
         return fd
 
     def send(self, pid: int, sig: int) -> bool:
@@ -124,6 +128,9 @@ class Watch:
     def discard(self, pid: int) -> None:
         fd = self.fds.pop(pid, None)
         if fd is not None:
+            self._by_fd.pop(fd, None)
+            if pid not in self.done:
+                self._epoll.unregister(fd)
             os.close(fd)
 
     def alive(self) -> list[int]:
@@ -142,17 +149,15 @@ class Watch:
             self._collect(remaining)
 
     def _collect(self, timeout: float) -> None:
-        poller = select.poll()
-        by_fd: dict[int, int] = {}
-        for pid, fd in self.fds.items():
-            if pid not in self.done:
-                poller.register(fd, select.POLLIN)
-                by_fd[fd] = pid
-        if not by_fd:
-            return
-        for fd, _ in poller.poll(max(0, int(timeout * 1000 + 0.999))):
-            pid = by_fd[fd]
+        # epoll, each pidfd registered once (in add): a round over a thousand processes
+        # that die one after another costs one wake-up per batch of deaths, not a
+        # re-registration of every pidfd per wake-up.
+        for fd, _ in self._epoll.poll(max(0.0, timeout)):
+            pid = self._by_fd.get(fd)
+            if pid is None or pid in self.done:
+                continue
             self.done.add(pid)
+            self._epoll.unregister(fd)
             # Readable pidfd: the process is a zombie now, its exit status still in
             # /proc until its parent reaps it. A SIGKILL there was not ours yet (a
             # concurrent stopper's, or the engine's own kill of its children): such a
@@ -164,6 +169,8 @@ class Watch:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
+        self._by_fd.clear()
+        self._epoll.close()
 
 
 def _ident(st: identity.Stat) -> Identity:
