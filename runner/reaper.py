@@ -397,6 +397,11 @@ def kill_everything(
         if cgroup is not None and cgroup_scope is not None:
             _signal_cgroup_members(watch, cgroup, cgroup_scope, signal.SIGTERM)
         at_term = set(watch.fds) | watch.early
+        if not at_term and not signalled:
+            # Nothing of the run was alive: a KILL round could find only what a process
+            # of the run forked after the scan, and there was none to fork. (The engine's
+            # own clean-up lands here on every stop: two scans of /proc saved.)
+            return ReapReport(refused=list(watch.refused), elapsed=time.monotonic() - t0)
 
         watch.wait(t0 + kill_grace)
         left = set(watch.alive()) | (watch.sigkilled & at_term)  # ablate: died-at-term-accuracy
