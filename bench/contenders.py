@@ -26,7 +26,7 @@ from .trees import Tree
 STOPPER_WAIT = 30.0  # longest a stopper is waited for; far past any kill grace used here
 
 
-def _popen(argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+def popen_session(argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
     # Its own session: a group signal never reaches the benchmark, and the terminal's
     # ^C never reaches the tree.
     return subprocess.Popen(
@@ -39,7 +39,7 @@ def _popen(argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
     )
 
 
-def _reap(proc: subprocess.Popen[bytes]) -> None:
+def reap(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.kill()
     proc.wait()
@@ -76,12 +76,12 @@ class _Direct(Stopper):
     """The tree is our child, in its own session."""
 
     def start(self, tree: Tree) -> subprocess.Popen[bytes]:
-        proc = _popen(tree.argv)
+        proc = popen_session(tree.argv)
         tree.adopt(process=proc)
         return proc
 
     def cleanup(self, handle: subprocess.Popen[bytes]) -> None:
-        _reap(handle)
+        reap(handle)
 
 
 class PopenTerminate(_Direct):
@@ -125,7 +125,7 @@ class _Wrapped(_Direct):
         raise NotImplementedError
 
     def start(self, tree: Tree) -> subprocess.Popen[bytes]:
-        proc = _popen(self.wrap(tree.argv))
+        proc = popen_session(self.wrap(tree.argv))
         tree.exclude.add(proc.pid)  # the wrapper is the stopper, not the tree
         tree.adopt(process=proc)
         return proc
@@ -223,7 +223,7 @@ class Supervisord(Stopper):
         )
         daemon = self._script("supervisord")
         assert daemon is not None
-        self.daemon = _popen([daemon, "-c", str(self.dir / "supervisord.conf")])
+        self.daemon = popen_session([daemon, "-c", str(self.dir / "supervisord.conf")])
         deadline = time.monotonic() + STOPPER_WAIT
         while self._ctl("status").returncode not in (0, 3):  # 3: no program running yet
             if time.monotonic() > deadline or self.daemon.poll() is not None:
@@ -260,7 +260,7 @@ class Supervisord(Stopper):
             try:
                 self.daemon.wait(STOPPER_WAIT)
             except subprocess.TimeoutExpired:
-                _reap(self.daemon)
+                reap(self.daemon)
             self.daemon = None
 
 

@@ -32,10 +32,11 @@ def sample(stopper: Stopper, tree: Tree) -> dict[str, Any]:
         return {"error": f"start: {exc}"}
     try:
         before = tree.members()
-        t0 = time.monotonic()
-        said = stopper.stop(handle)
-        returned = time.monotonic()
-        gone = trees.Deaths({tree: before}).wait(returned + SETTLE)[tree]
+        with trees.Deaths({tree: before}) as deaths:  # pidfds opened before the stop
+            t0 = time.monotonic()
+            said = stopper.stop(handle)
+            returned = time.monotonic()
+            gone = deaths.wait(returned + SETTLE)[tree]
         left = tree.members()  # a fresh scan: also whatever the tree started meanwhile
         stopped = gone is not None and not left
         out = {
@@ -74,13 +75,11 @@ def run(
         if s.missing() is not None:
             log(f"bench: skipping {s.id}: {s.missing()}")
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {s.id: {v.id: [] for v in victims} for s in present}
-    serial = 0
     try:
         for r in range(n):
             for s in present:
                 for v in victims:
-                    serial += 1
-                    samples[s.id][v.id].append(sample(s, Tree(v, work / "trees", serial)))
+                    samples[s.id][v.id].append(sample(s, Tree(v, work / "trees")))
             log(f"bench: stoppers: round {r + 1} of {n} done")
     finally:
         for s in present:

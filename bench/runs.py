@@ -58,7 +58,7 @@ def supports_stop_all() -> bool:
     return "--all" in runner("stop", "--help").stdout
 
 
-_FORCED = re.compile(r"\bin (\d+(?:\.\d+)?)s\)")
+_FORCED = re.compile(r"\bin (\d+(?:\.\d+)?) ?s\b")
 
 
 def forced_seconds(output: str) -> float | None:

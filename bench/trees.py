@@ -15,6 +15,7 @@ goes through a pidfd opened before the identity (start ticks) is checked again.
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
 import shutil
@@ -54,6 +55,8 @@ VICTIMS = (
     VictimSpec("env-scrubber", "env -i + setsid", "env-scrubber"),
 )
 
+_SERIAL = itertools.count(1)
+RECORD_DIRS: set[Path] = set()  # where the trees' ready files went (the plugin's owner directory)
 Member = tuple[int, int]  # (pid, start ticks): a process, never a reused pid
 
 
@@ -85,9 +88,9 @@ def _read(path: str) -> bytes:
 class Tree:
     """One victim tree, not started yet: ``argv`` starts it (whoever starts it)."""
 
-    def __init__(self, spec: VictimSpec, root: Path, index: int, *, children: int | None = None) -> None:
+    def __init__(self, spec: VictimSpec, root: Path, *, children: int | None = None) -> None:
         self.spec = spec
-        self.dir = Path(root) / f"t{index}"
+        self.dir = Path(root) / f"t{next(_SERIAL)}"
         self.dir.mkdir(parents=True)
         for name in ("victim.py", "victims.sh"):
             (self.dir / name).symlink_to(PROGRAMS / name)
@@ -95,6 +98,7 @@ class Tree:
         # The plugin's handle gives the token, the ready file and the handshake; the argv
         # is ours, so that it runs the program through the marked link.
         self.prepared = PreparedVictim(spec.kind, lang=spec.lang)
+        RECORD_DIRS.add(self.prepared.ready_path.parent)
         n = spec.children if children is None else children
         env = [
             "/usr/bin/env",
@@ -171,12 +175,14 @@ def _pidfd(pid: int, ticks: int) -> int | None:
 
 
 class Deaths:
-    """Watches processes die through pidfds: the time each group's last member died."""
+    """Watches processes die through pidfds: the time each group's last member died.
+    Opened before the stop (so that no death is missed), waited on after, then closed."""
 
     def __init__(self, groups: Mapping[Any, Iterable[Member]]) -> None:
         self.fds: dict[int, Any] = {}
         self.pending: dict[Any, int] = {}
         self.gone_at: dict[Any, float] = {}
+        self.poller = select.poll()
         now = time.monotonic()
         for key, members in groups.items():
             self.pending[key] = 0
@@ -185,30 +191,34 @@ class Deaths:
                 if fd is not None:
                     self.fds[fd] = key
                     self.pending[key] += 1
+                    self.poller.register(fd, select.POLLIN)
             if not self.pending[key]:
                 self.gone_at[key] = now
 
+    def __enter__(self) -> Deaths:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def wait(self, deadline: float) -> dict[Any, float | None]:
         """Until every group is gone or the deadline; then each group's time of death
-        (monotonic), None for a group with a member still alive."""
-        poller = select.poll()
-        for fd in self.fds:
-            poller.register(fd, select.POLLIN)
-        try:
-            while self.fds and (left := deadline - time.monotonic()) > 0:
-                for fd, _ in poller.poll(left * 1000):
-                    now = time.monotonic()
-                    poller.unregister(fd)
-                    os.close(fd)
-                    key = self.fds.pop(fd)
-                    self.pending[key] -= 1
-                    if not self.pending[key]:
-                        self.gone_at[key] = now
-        finally:
-            for fd in self.fds:
+        (monotonic), None for a group with a member still alive. May be called again."""
+        while self.fds and (left := deadline - time.monotonic()) > 0:
+            for fd, _ in self.poller.poll(left * 1000):
+                now = time.monotonic()
+                self.poller.unregister(fd)
                 os.close(fd)
-            self.fds.clear()
+                key = self.fds.pop(fd)
+                self.pending[key] -= 1
+                if not self.pending[key]:
+                    self.gone_at[key] = now
         return {key: self.gone_at.get(key) for key in self.pending}
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()
 
 
 def kill(members: Iterable[Member], timeout: float = 5.0) -> int:
@@ -250,3 +260,10 @@ def sweep(root: Path) -> int:
             if ticks is not None:
                 members.append((int(entry), ticks))
     return kill(members)
+
+
+def forget_records() -> None:
+    """Remove the ready and extras files of every tree made by this process."""
+    for d in RECORD_DIRS:
+        shutil.rmtree(d, ignore_errors=True)
+    RECORD_DIRS.clear()

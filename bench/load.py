@@ -1,0 +1,126 @@
+"""Under load: many runs stopped at once.
+
+N real runs, each with its own trapping tree as its provider (the plugin's bash
+`trap-term` victim), live at the same time; then, released together, one `runner stop`
+per run (or one `runner stop --now` per run), or one `runner stop --all` for all of them
+where this runner has it. A run is stopped when its stop command has returned and no
+process of its tree is left; its latency is the time from the common release until both
+are true. The commands' own elapsed times are kept too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from . import runs, stats, trees
+from .contenders import STOPPER_WAIT
+from .trees import Tree, VictimSpec
+
+TREE = VictimSpec("load", "bash trap", "trap-term", lang="bash")
+SETTLE = 0.5  # as in the matrix: how long after its command returned a tree may still be dying
+MODES = {"stop": ("stop",), "stop --now": ("stop", "--now"), "stop --all": ("stop", "--all")}
+
+
+def run_mode(mode: str, count: int, work: Path, kill_grace: float) -> dict[str, Any]:
+    base = work / f"load-{mode.replace(' ', '').replace('-', '')}"
+    base.mkdir()
+    mine = [Tree(TREE, work / "trees") for _ in range(count)]
+    rds = []
+    try:
+        for i, tree in enumerate(mine):
+            spec = runs.write_spec(base / f"{i}.toml", tree.argv, kill_grace)
+            rds.append(runs.start(spec, Path(".runner/runs") / f"r{i}", cwd=base))
+        for tree in mine:
+            tree.adopt(60.0)
+        members = trees.scan(mine)
+        returned: dict[int, float] = {}
+        codes: dict[int, int] = {}
+        release = threading.Event()
+
+        def stop(i: int, args: tuple[str, ...]) -> None:
+            release.wait()
+            out = runs.runner(*args, cwd=base, timeout=STOPPER_WAIT)
+            returned[i] = time.monotonic()
+            codes[i] = out.returncode
+
+        if mode == "stop --all":
+            threads = [threading.Thread(target=stop, args=(-1, MODES[mode]))]
+        else:
+            threads = [
+                threading.Thread(target=stop, args=(i, (*MODES[mode], "--run-dir", str(rd.path))))
+                for i, rd in enumerate(rds)
+            ]
+        for t in threads:
+            t.start()
+        with trees.Deaths({i: members[t] for i, t in enumerate(mine)}) as deaths:
+            t0 = time.monotonic()
+            release.set()
+            # Deaths are timed as they happen, while the stop commands run.
+            while deaths.fds and any(t.is_alive() for t in threads):
+                deaths.wait(time.monotonic() + 0.05)
+            for t in threads:
+                t.join()
+            gone = deaths.wait(max(returned.values(), default=t0) + SETTLE)
+        left = trees.scan(mine)
+        samples = []
+        for i, tree in enumerate(mine):
+            back = returned.get(i, returned.get(-1))
+            stopped = back is not None and gone[i] is not None and not left[tree]
+            samples.append(
+                {
+                    "stopped": stopped,
+                    "latency_s": max(back, gone[i]) - t0 if stopped and back and gone[i] else None,
+                    "left": len(left[tree]),
+                }
+            )
+        commands = [r - t0 for r in returned.values()]
+        return {
+            "runs": count,
+            "commands": len(threads),
+            "stopped": sum(s["stopped"] for s in samples),
+            "orphans": sum(s["left"] for s in samples),
+            "codes": sorted(set(codes.values())),
+            **stats.summary([s["latency_s"] for s in samples if s["stopped"]]),
+            "command_max_s": max(commands, default=None),
+            "samples": samples,
+            "command_samples": commands,
+        }
+    finally:
+        for tree in mine:
+            trees.kill(tree.members())
+        for rd in rds:
+            runs.finish(rd)
+
+
+def run(count: int, work: Path, kill_grace: float, log: Any = print) -> dict[str, Any]:
+    out: dict[str, Any] = {"runs": count, "kill_grace": kill_grace, "tree": f"{TREE.lang} {TREE.kind}", "modes": {}}
+    has_all = runs.supports_stop_all()
+    for mode in MODES:
+        if mode == "stop --all" and not has_all:
+            out["modes"][mode] = {"skipped": "this runner has no `runner stop --all`"}
+            log("bench: load: skipping `runner stop --all`: not in `runner stop --help`")
+            continue
+        out["modes"][mode] = run_mode(mode, count, work, kill_grace)
+        log(f"bench: load: {count} runs, `runner {mode}` done")
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [
+        f"{result['runs']} runs at once".ljust(25)
+        + "stopped  median     p95        max        slowest command  exit codes"
+    ]
+    for mode, m in result["modes"].items():
+        if "skipped" in m:
+            lines.append(f"runner {mode:<16}  skipped: {m['skipped']}")
+            continue
+        lines.append(
+            f"runner {mode:<16}  {m['stopped']}/{m['runs']}".ljust(34)
+            + f"{stats.seconds(m['median_s']):<11}{stats.seconds(m['p95_s']):<11}{stats.seconds(m['max_s']):<11}"
+            + f"{stats.seconds(m['command_max_s']):<17}{m['codes']}"
+            + (f"  orphans {m['orphans']}" if m["orphans"] else "")
+        )
+    return "\n".join(lines)
