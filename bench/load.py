@@ -96,14 +96,14 @@ def run_mode(mode: str, count: int, work: Path, kill_grace: float) -> dict[str, 
 
 
 def run(count: int, work: Path, kill_grace: float, log: Any = print) -> dict[str, Any]:
-    out: dict[str, Any] = {"runs": count, "kill_grace": kill_grace, "tree": f"{TREE.lang} {TREE.kind}", "modes": {}}
+    out: dict[str, Any] = {"runs": count, "kill_grace": kill_grace, "tree": f"{TREE.lang} {TREE.kind}", "modes": []}
     has_all = runs.supports_stop_all()
     for mode in MODES:
         if mode == "stop --all" and not has_all:
-            out["modes"][mode] = {"skipped": "this runner has no `runner stop --all`"}
+            out["modes"].append({"mode": mode, "skipped": "this runner has no `runner stop --all`"})
             log("bench: load: skipping `runner stop --all`: not in `runner stop --help`")
             continue
-        out["modes"][mode] = run_mode(mode, count, work, kill_grace)
+        out["modes"].append({"mode": mode, **run_mode(mode, count, work, kill_grace)})
         log(f"bench: load: {count} runs, `runner {mode}` done")
     return out
 
@@ -113,7 +113,8 @@ def table(result: dict[str, Any]) -> str:
         f"{result['runs']} runs at once".ljust(25)
         + "stopped  median     p95        max        slowest command  exit codes"
     ]
-    for mode, m in result["modes"].items():
+    for m in result["modes"]:
+        mode = m["mode"]
         if "skipped" in m:
             lines.append(f"runner {mode:<16}  skipped: {m['skipped']}")
             continue

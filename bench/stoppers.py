@@ -49,10 +49,10 @@ def _ids(text: str) -> list[str]:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.stoppers", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=5, help="samples per stopper and victim (default 5)")
-    ap.add_argument("--sizes", type=lambda s: [int(x) for x in _ids(s)], default=[1, 10, 100, 1000])
-    ap.add_argument("--scale-n", type=int, default=3, help="samples per size and side (default 3)")
-    ap.add_argument("--load-runs", type=int, default=50, help="runs stopped at once (default 50)")
+    ap.add_argument("--n", type=int, help="samples per stopper and victim (default 5; --ci: 1)")
+    ap.add_argument("--sizes", type=lambda s: [int(x) for x in _ids(s)], help="tree sizes (default 1,10,100,1000)")
+    ap.add_argument("--scale-n", type=int, help="samples per size and side (default 3; --ci: 1)")
+    ap.add_argument("--load-runs", type=int, help="runs stopped at once (default 50; --ci: 5)")
     ap.add_argument("--stoppers", type=_ids, help="only these stopper ids (comma-separated)")
     ap.add_argument("--victims", type=_ids, help="only these victim ids (comma-separated)")
     ap.add_argument("--parts", type=_ids, default=["stoppers", "scale", "load"], help="stoppers,scale,load")
@@ -61,9 +61,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, help="write every sample here")
     ap.add_argument("--check", action="store_true", help="exit 1 when a runner cell left an orphan or did not stop")
     args = ap.parse_args(argv)
-    if args.ci:
-        args.n, args.sizes, args.scale_n, args.load_runs = 1, [1, 10], 1, 5
-        args.stoppers = args.stoppers or [c.id for c in contenders.CI]
+    # Defaults, then what --ci reduces; a number given on the command line wins over both.
+    defaults = (1, [1, 10], 1, 5) if args.ci else (5, [1, 10, 100, 1000], 3, 50)
+    for name, value in zip(("n", "sizes", "scale_n", "load_runs"), defaults, strict=True):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.ci and not args.stoppers:
+        args.stoppers = [c.id for c in contenders.CI]
     known_stoppers = [c.id for c in contenders.ALL]
     known_victims = [v.id for v in trees.VICTIMS]
     for name, given, known in (
@@ -138,9 +142,9 @@ def problems(doc: dict[str, Any]) -> list[str]:
         side = r["runner_end_to_end"]
         if side["stopped"] < len(r["runner_samples"]) or side["orphans"]:
             out.append(f"scale {r['processes']}: runner stopped {side['stopped']}, orphans {side['orphans']}")
-    for mode, m in ((doc.get("load") or {}).get("modes") or {}).items():
+    for m in (doc.get("load") or {}).get("modes", []):
         if "skipped" not in m and (m["stopped"] < m["runs"] or m["orphans"]):
-            out.append(f"load `runner {mode}`: stopped {m['stopped']}/{m['runs']}, orphans {m['orphans']}")
+            out.append(f"load `runner {m['mode']}`: stopped {m['stopped']}/{m['runs']}, orphans {m['orphans']}")
     return out
 
 
