@@ -76,23 +76,27 @@ def run_mode(mode: str, count: int, work: Path, kill_grace: float) -> dict[str, 
                     "left": len(left[tree]),
                 }
             )
-        commands = [r - t0 for r in returned.values()]
-        return {
-            "runs": count,
-            "commands": len(threads),
-            "stopped": sum(s["stopped"] for s in samples),
-            "orphans": sum(s["left"] for s in samples),
-            "codes": sorted(set(codes.values())),
-            **stats.summary([s["latency_s"] for s in samples if s["stopped"]]),
-            "command_max_s": max(commands, default=None),
-            "samples": samples,
-            "command_samples": commands,
-        }
+        return summarize(samples, [r - t0 for r in returned.values()], list(codes.values()))
     finally:
         for tree in mine:
             trees.kill(tree.members())
         for rd in rds:
             runs.finish(rd)
+
+
+def summarize(samples: list[dict[str, Any]], commands: list[float], codes: list[int]) -> dict[str, Any]:
+    """One mode's figures: per run (stopped, latency, orphans) and per stop command."""
+    return {
+        "runs": len(samples),
+        "commands": len(commands),
+        "stopped": sum(s["stopped"] for s in samples),
+        "orphans": sum(s["left"] for s in samples),
+        "codes": sorted(set(codes)),
+        **stats.summary([s["latency_s"] for s in samples if s["stopped"]]),
+        "command_max_s": max(commands, default=None),
+        "samples": samples,
+        "command_samples": commands,
+    }
 
 
 def run(count: int, work: Path, kill_grace: float, log: Any = print) -> dict[str, Any]:
