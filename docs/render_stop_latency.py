@@ -385,7 +385,9 @@ class Context:
         return (
             f"**Under load.** {part['runs']} runs live at once, each with its own {part['tree']} tree as "
             "its provider, released together; a run's latency runs from the release until its stop command "
-            "has returned and no process of its tree is left.\n\n" + "\n".join(rows)
+            "has returned and no process of its tree is left. Exit code -1: a stop command the benchmark "
+            f"killed after {_seconds(part.get('command_wait_s', 0))} (its run counts as not stopped).\n\n"
+            + "\n".join(rows)
         )
 
     def bench_scale_load(self) -> str:
