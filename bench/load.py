@@ -22,18 +22,19 @@ from .trees import Tree, VictimSpec
 TREE = VictimSpec("load", "bash trap", "trap-term", lang="bash")
 COMMAND_WAIT = 120.0  # longest one stop command is waited for; the issue measured about 6 s
 SETTLE = 0.5  # as in the matrix: how long after its command returned a tree may still be dying
-MODES = {"stop": ("stop",), "stop --now": ("stop", "--now"), "stop --all": ("stop", "--all")}
+MODES = ("stop", "stop --now", "stop --all", "stop --all --now")
+RUNS = Path(".runner/runs")  # the runs' base, under the mode's own directory (the default base there)
 
 
 def run_mode(mode: str, count: int, work: Path, kill_grace: float) -> dict[str, Any]:
-    base = work / f"load-{mode.replace(' ', '').replace('-', '')}"
+    base = work / ("load-" + "".join(c for c in mode if c.isalnum()))
     base.mkdir()
     mine = [Tree(TREE, work / "trees") for _ in range(count)]
     rds = []
     try:
         for i, tree in enumerate(mine):
             spec = runs.write_spec(base / f"{i}.toml", tree.argv, kill_grace)
-            rds.append(runs.start(spec, Path(".runner/runs") / f"r{i}", cwd=base))
+            rds.append(runs.start(spec, RUNS / f"r{i}", cwd=base))
         for tree in mine:
             tree.adopt(60.0)
         members = trees.scan(mine)
@@ -51,11 +52,13 @@ def run_mode(mode: str, count: int, work: Path, kill_grace: float) -> dict[str, 
             returned[i] = time.monotonic()
             codes[i] = out.returncode
 
-        if mode == "stop --all":
-            threads = [threading.Thread(target=stop, args=(-1, MODES[mode]))]
+        flags = ["--now"] if mode.endswith("--now") else []
+        if "--all" in mode:
+            all_args = runs.stop_all_args(RUNS) or ["--all"]
+            threads = [threading.Thread(target=stop, args=(-1, ("stop", *all_args, *flags)))]
         else:
             threads = [
-                threading.Thread(target=stop, args=(i, (*MODES[mode], "--run-dir", str(rd.path))))
+                threading.Thread(target=stop, args=(i, ("stop", *flags, "--run-dir", str(rd.path))))
                 for i, rd in enumerate(rds)
             ]
         for t in threads:
@@ -112,11 +115,11 @@ def run(count: int, work: Path, kill_grace: float, log: Any = print) -> dict[str
         "command_wait_s": COMMAND_WAIT,
         "modes": [],
     }
-    has_all = runs.supports_stop_all()
+    has_all = runs.stop_all_args(RUNS) is not None
     for mode in MODES:
-        if mode == "stop --all" and not has_all:
+        if "--all" in mode and not has_all:
             out["modes"].append({"mode": mode, "skipped": "this runner has no `runner stop --all`"})
-            log("bench: load: skipping `runner stop --all`: not in `runner stop --help`")
+            log(f"bench: load: skipping `runner {mode}`: no --all in `runner stop --help`")
             continue
         out["modes"].append({"mode": mode, **run_mode(mode, count, work, kill_grace)})
         log(f"bench: load: {count} runs, `runner {mode}` done")

@@ -53,9 +53,13 @@ def start(spec: Path, run_dir: Path, cwd: Path | None = None) -> RunDir:
     return RunDir(run_dir if cwd is None else cwd / run_dir)
 
 
-def supports_stop_all() -> bool:
-    """Whether this runner has `runner stop --all` (stop every live run under the base)."""
-    return "--all" in runner("stop", "--help").stdout
+def stop_all_args(runs_dir: Path) -> list[str] | None:
+    """How this runner stops every live run under `runs_dir` from one command
+    (`runner stop --all`, with `--runs-dir` where it has it); None without `--all`."""
+    usage = runner("stop", "--help").stdout
+    if "--all" not in usage:
+        return None
+    return ["--all", "--runs-dir", str(runs_dir)] if "--runs-dir" in usage else ["--all"]
 
 
 _FORCED = re.compile(r"\bin (\d+(?:\.\d+)?) ?s\b")

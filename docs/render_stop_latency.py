@@ -372,7 +372,7 @@ class Context:
         ]
         for m in part["modes"]:
             mode = m["mode"]
-            label = f"`runner {mode}`" + (" (one command)" if mode == "stop --all" else " (one command per run)")
+            label = f"`runner {mode}`" + (" (one command)" if "--all" in mode else " (one command per run)")
             if "skipped" in m:
                 rows.append(f"| {label} | not measured: {m['skipped']} | - | - | - | - | - |")
                 continue
