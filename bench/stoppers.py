@@ -36,11 +36,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runner import defaults
+
 from . import contenders, load, matrix, runs, scale, trees
 
 ROOT = Path(__file__).resolve().parent.parent
-KILL_GRACE = 1.0
-"""One kill grace for every stopper (the runner's through its spec's `[stop] kill_grace`)."""
+KILL_GRACE = defaults.KILL_GRACE
+"""One kill grace for every stopper: the runner's default, written into each run's spec
+(`[stop] kill_grace`) and given to every other stopper as its grace."""
 
 
 def _ids(text: str) -> list[str]:
