@@ -168,15 +168,21 @@ def main(argv: list[str] | None = None) -> int:
         if "stoppers" in args.parts:
             chosen = [c(work, args.kill_grace) for c in contenders.ALL if not args.stoppers or c.id in args.stoppers]
             victims = [v for v in trees.VICTIMS if not args.victims or v.id in args.victims]
+            t = time.monotonic()
             doc["stoppers"] = matrix.run(chosen, victims, args.n, work)
+            doc["stoppers"]["seconds"] = round(time.monotonic() - t, 1)
             print(f"\nAgainst other stoppers (n={args.n} per cell, kill grace {args.kill_grace:g} s):")
             print(matrix.table(doc["stoppers"]) + "\n")
         if "scale" in args.parts:
+            t = time.monotonic()
             doc["scale"] = scale.run(args.sizes, args.scale_n, work, args.kill_grace)
+            doc["scale"]["seconds"] = round(time.monotonic() - t, 1)
             print(f"\nAt scale (n={args.scale_n} per size and side):")
             print(scale.table(doc["scale"]) + "\n")
         if "load" in args.parts:
+            t = time.monotonic()
             doc["load"] = load.run(args.load_runs, work, args.kill_grace)
+            doc["load"]["seconds"] = round(time.monotonic() - t, 1)
             print("\nUnder load:")
             print(load.table(doc["load"]) + "\n")
     finally:
@@ -189,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     found = problems(doc)
     for p in found:
         print(f"bench: problem: {p}", file=sys.stderr)
-    print(f"bench: {doc['seconds']} s")
+    parts = ", ".join(f"{p} {doc[p]['seconds']} s" for p in ("stoppers", "scale", "load") if p in doc)
+    print(f"bench: {doc['seconds']} s ({parts})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.json.with_name(args.json.name + ".tmp")
