@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv bytecode test measure mutate docs docs-check bench lint soak soak-short
+.PHONY: venv bytecode test measure mutate docs docs-check bench bench-ci lint soak soak-short
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
@@ -62,10 +62,32 @@ docs: $(STAMP)
 docs-check: $(STAMP)
 	$(PY) docs/render_stop_latency.py --check
 
-# Benchmarks: exact speeds, never asserted by the suite. Results go to $(ARTIFACTS)/bench-*.json.
-bench: $(STAMP) bytecode
+# The benchmarks' own tools on top of the venv (the `bench` extra: supervisor). tini and
+# dumb-init are Debian packages (apt-get install tini dumb-init): where they are absent
+# the stop benchmark skips them with a note.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,dev,bench]' --config-settings editable_mode=compat
+	touch $(BENCH_STAMP)
+
+# Benchmarks: exact speeds, never asserted by the suite. The membership cost goes to
+# $(ARTIFACTS)/bench-membership.json; the stop benchmark (python -m bench.stoppers: the
+# stoppers compared, at scale, under load) writes docs/bench.json, which `make docs`
+# renders into docs/stop-latency.md (also when --check finds a runner cell that left an
+# orphan: the document shows it, then make fails). Under 10 minutes on 2 cores.
+BENCH_JSON ?= docs/bench.json
+bench: $(BENCH_STAMP) bytecode
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
+	$(PY) -m bench.stoppers --json $(BENCH_JSON) --check; status=$$?; \
+		$(MAKE) --no-print-directory docs && exit $$status
+
+# CI's reduced stop benchmark (n=1, `timeout -k` and the two runner stops, small scale
+# and load): keeps it working, fails on an orphan of the runner; never writes the
+# committed docs/bench.json.
+bench-ci: $(STAMP) bytecode
+	mkdir -p $(ARTIFACTS)
+	$(PY) -m bench.stoppers --ci --check --json $(ARTIFACTS)/bench-ci.json
 
 # The reliability soak: 200 engine SIGKILLs with resume, 50 runs stopped at once (hard,
 # then --now), 10 stoppers on one run; then the fuzz tests with thousands of examples.

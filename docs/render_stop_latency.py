@@ -18,6 +18,9 @@ No number is typed into the template. Placeholders:
     {{ablation_table}}        the mutate run's verdicts
     {{reliability}}           the `make soak` figures (docs/soak.json), MEASURED
     {{limits}}                the spec's limits (runner.defaults), DERIVED
+    {{bench_stoppers}}        the runner's stops beside other stoppers (docs/bench.json), MEASURED
+    {{bench_scale_load}}      the stop at 1 to 1,000 processes and with many runs at once
+                              (docs/bench.json), MEASURED
 """
 
 from __future__ import annotations
@@ -104,9 +107,12 @@ class Context:
         mutate_name: str = "docs/mutate.json",
         soak: dict | None = None,
         soak_name: str = "docs/soak.json",
+        bench: dict | None = None,
+        bench_name: str = "docs/bench.json",
     ):
-        self.measure, self.mutate, self.soak = measure, mutate, soak
+        self.measure, self.mutate, self.soak, self.bench = measure, mutate, soak, bench
         self.measure_name, self.mutate_name, self.soak_name = measure_name, mutate_name, soak_name
+        self.bench_name = bench_name
 
     # -- MEASURED -------------------------------------------------------------------
     def _run_tag(self) -> str:
@@ -224,6 +230,13 @@ class Context:
             )
         else:
             parts.append(f"Ablations: none recorded (`{self.mutate_name}` absent).")
+        if self.bench:
+            parts.append(
+                f"Benchmarks: `{self.bench_name}`, the `make bench` run of {self.bench.get('date', '?')}, "
+                f"commit `{self.bench.get('git_commit') or 'unknown'}`."
+            )
+        else:
+            parts.append(f"Benchmarks: none recorded (`{self.bench_name}` absent).")
         parts.append("DERIVED figures: imported from `runner/defaults.py` and `runner/exitcodes.py` at render time.")
         return "\n".join(f"- {p}" for p in parts)
 
@@ -254,6 +267,133 @@ class Context:
             f"{many['codes']}; problems {len(many['problems'])} |",
         ]
         return src + ":\n\n" + "\n".join(rows)
+
+    # -- the benchmark (docs/bench.json, `make bench`) --------------------------------
+    def _bench_part(self, part: str) -> dict | None:
+        return (self.bench or {}).get(part) or None
+
+    def _bench_absent(self, what: str) -> str:
+        if not self.bench:
+            return (
+                f"*{what}: not measured: no benchmark run recorded (`{self.bench_name}` absent); "
+                "`make bench` writes it.*"
+            )
+        return f"*{what}: not measured: the run recorded in `{self.bench_name}` has no such part.*"
+
+    def _bench_tag(self) -> str:
+        b = self.bench or {}
+        mach = b.get("machine", {})
+        kind = "a reduced CI run of `make bench`" if b.get("ci") else "`make bench`"
+        grace = b.get("kill_grace")
+        grace = f"{grace:g} s" if isinstance(grace, (int, float)) else "?"
+        return (
+            f"MEASURED by {kind} (`{self.bench_name}`, {b.get('date', '?')}; {mach.get('hostname', '?')}, "
+            f"Linux {mach.get('kernel', '?')}, {mach.get('cpus', '?')} CPUs, Python {mach.get('python', '?')}; "
+            f"commit `{b.get('git_commit') or 'unknown'}`; kill grace {grace} for every stopper)"
+        )
+
+    @staticmethod
+    def _bench_cell(cell: dict) -> str:
+        if not cell.get("n"):
+            return "not measured (" + "; ".join(cell.get("errors") or ["no sample"]) + ")"
+        text = f"{cell['stopped']}/{cell['n']} stopped"
+        if cell["stopped"]:
+            text += f", median {_measured(cell['median_s'])}, max {_measured(cell['max_s'])}"
+        if cell["orphans"]:
+            text += f"; **{cell['orphans']} orphan{'s' if cell['orphans'] != 1 else ''} left**"
+        return text
+
+    def bench_stoppers(self) -> str:
+        part = self._bench_part("stoppers")
+        if not part:
+            return self._bench_absent("The stoppers compared")
+        victims = part["victims"]
+        rows = [
+            "| stopper | " + " | ".join(v["label"] for v in victims) + " |",
+            "|---" * (len(victims) + 1) + "|",
+        ]
+        for s in part["stoppers"]:
+            if s.get("skipped"):
+                rows.append(f"| {s['label']} | not measured: {s['skipped']} |" + " - |" * (len(victims) - 1))
+                continue
+            cells = part["cells"][s["id"]]
+            rows.append(f"| {s['label']} | " + " | ".join(self._bench_cell(cells[v["id"]]) for v in victims) + " |")
+        how = "\n".join(f"- {s['label']}: {s['how']}" for s in part["stoppers"])
+        return (
+            f"{self._bench_tag()}; n={part['n']} per cell. A tree is stopped when the stopper has returned "
+            "and no process of the tree is left; the latency runs from the stop's first action until both "
+            "are true (median and max over the stopped samples). An orphan is a process of the tree still "
+            f"alive {_seconds(part['settle_s'])} after the stopper returned, found by the tree's marker in "
+            "its argv (the environment alone would miss the env-scrubber's grandchild).\n\n"
+            + "\n".join(rows)
+            + "\n\nWhat each stopper does:\n\n"
+            + how
+        )
+
+    @staticmethod
+    def _bench_figure(summary: dict, n: int | None = None) -> str:
+        if summary.get("median_s") is None:
+            return "not stopped"
+        shown = f"median {_measured(summary['median_s'])}, max {_measured(summary['max_s'])}"
+        return shown + (f" (n={n})" if n is not None else "")
+
+    def _bench_scale(self) -> str:
+        part = self._bench_part("scale")
+        if not part:
+            return self._bench_absent("At scale")
+        rows = [
+            "| processes in the tree | raw `killpg(SIGKILL)` | `runner stop --now`: forced phase minus kill grace "
+            "| `runner stop --now` end to end | runner / raw (medians) | orphans (raw, runner) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in part["rows"]:
+            ratio = f"{r['ratio']:.2f}×" if r.get("ratio") is not None else "-"
+            rows.append(
+                f"| {r['processes']:,} | {self._bench_figure(r['raw'], r['raw']['n'])} "
+                f"| {self._bench_figure(r['runner_forced_minus_grace'], r['runner_forced_minus_grace']['n'])} "
+                f"| {self._bench_figure(r['runner_end_to_end'], r['runner_end_to_end']['n'])} | {ratio} "
+                f"| {r['raw']['orphans']}, {r['runner_end_to_end']['orphans']} |"
+            )
+        return (
+            f"**At scale.** The tree: one {part['tree']} of N processes, every one trapping SIGTERM, "
+            "all in one process group. Raw: one `killpg(SIGKILL)` until the last process is dead. Runner: "
+            "a real run whose provider is the tree; its forced phase is the time `runner stop --now` reports, "
+            "minus the kill grace it waits out before its SIGKILL (every process traps SIGTERM). "
+            "Both sides in the same run, alternating.\n\n" + "\n".join(rows)
+        )
+
+    def _bench_load(self) -> str:
+        part = self._bench_part("load")
+        if not part:
+            return self._bench_absent("Under load")
+        rows = [
+            "| stopped by | runs stopped | latency per run | p95 | slowest stop command | exit codes | orphans |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for m in part["modes"]:
+            mode = m["mode"]
+            label = f"`runner {mode}`" + (" (one command)" if "--all" in mode else " (one command per run)")
+            if "skipped" in m:
+                rows.append(f"| {label} | not measured: {m['skipped']} | - | - | - | - | - |")
+                continue
+            p95 = _measured(m["p95_s"]) if m.get("p95_s") is not None else "-"
+            slowest = _measured(m["command_max_s"]) if m.get("command_max_s") is not None else "-"
+            rows.append(
+                f"| {label} | {m['stopped']}/{m['runs']} | {self._bench_figure(m, m['n'])} | {p95} "
+                f"| {slowest} | {m['codes']} | {m['orphans']} |"
+            )
+        return (
+            f"**Under load.** {part['runs']} runs live at once, each with its own {part['tree']} tree as "
+            "its provider, released together; a run's latency runs from the release until its stop command "
+            "has returned and no process of its tree is left. Exit code -1: a stop command the benchmark "
+            f"killed after {_seconds(part.get('command_wait_s', 0))} (its run counts as not stopped).\n\n"
+            + "\n".join(rows)
+        )
+
+    def bench_scale_load(self) -> str:
+        if not self.bench:
+            return self._bench_absent("At scale and under load")
+        return f"{self._bench_tag()}.\n\n" + self._bench_scale() + "\n\n" + self._bench_load()
 
     def limits(self) -> str:
         names = [
@@ -304,6 +444,8 @@ def render(template: str, ctx: Context) -> str:
             "ablation_table",
             "reliability",
             "limits",
+            "bench_stoppers",
+            "bench_scale_load",
         ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")
@@ -311,7 +453,9 @@ def render(template: str, ctx: Context) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
-def render_files(template: Path, measure: Path | None, mutate: Path | None, soak: Path | None = None) -> str:
+def render_files(
+    template: Path, measure: Path | None, mutate: Path | None, soak: Path | None = None, bench: Path | None = None
+) -> str:
     ctx = Context(
         _load(measure),
         _load(mutate),
@@ -319,6 +463,8 @@ def render_files(template: Path, measure: Path | None, mutate: Path | None, soak
         mutate_name=_rel(mutate),
         soak=_load(soak),
         soak_name=_rel(soak),
+        bench=_load(bench),
+        bench_name=_rel(bench) if bench is not None else "docs/bench.json",
     )
     return render(template.read_text(encoding="utf-8"), ctx)
 
@@ -338,11 +484,12 @@ def main(argv=None) -> int:
     ap.add_argument("--measure", type=Path, default=HERE / "measure.json")
     ap.add_argument("--mutate", type=Path, default=HERE / "mutate.json")
     ap.add_argument("--soak", type=Path, default=HERE / "soak.json")
+    ap.add_argument("--bench", type=Path, default=HERE / "bench.json")
     ap.add_argument("--out", type=Path, default=HERE / "stop-latency.md")
     ap.add_argument("--check", action="store_true", help="render to a temp file and fail with a diff if --out differs")
     args = ap.parse_args(argv)
     try:
-        text = render_files(args.template, args.measure, args.mutate, args.soak)
+        text = render_files(args.template, args.measure, args.mutate, args.soak, args.bench)
     except (RenderError, ValueError, KeyError) as exc:
         print(f"render_stop_latency: {exc}", file=sys.stderr)
         return 2

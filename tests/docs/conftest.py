@@ -64,3 +64,100 @@ def measure_json(tmp_path):
     path = tmp_path / "measure.json"
     path.write_text(json.dumps(data))
     return path
+
+
+def _matrix_cell(latencies, left=()):
+    """A cell's samples, summarised by the benchmark's own code (bench.matrix)."""
+    from bench import matrix
+
+    samples = [{"stopped": True, "latency_s": x, "returned_s": x, "processes": 2, "left": 0} for x in latencies]
+    samples += [{"stopped": False, "latency_s": None, "returned_s": 1.0, "processes": 2, "left": n} for n in left]
+    return {**matrix.cell_summary(samples), "samples": samples}
+
+
+@pytest.fixture
+def bench_json(tmp_path):
+    """A docs/bench.json in the benchmark's schema (python -m bench.stoppers), with fixed
+    samples summarised by the benchmark's own functions, so the renderer's formatting can
+    be asserted exactly. That the real benchmark writes this schema is shown by
+    test_render.py::test_renders_a_json_the_bench_itself_wrote."""
+    from bench import load, scale
+
+    def scale_side(seconds, **extra):
+        return [{"processes": 1000, "stopped": True, "seconds": x, "left": 0, **extra} for x in seconds]
+
+    load_samples = [{"stopped": True, "latency_s": 1.0 + i / 100, "left": 0} for i in range(50)]
+    data = {
+        "schema": 1,
+        "machine": {"hostname": "bench-box", "kernel": "6.1.0-test", "cpus": 2, "python": "3.11.7"},
+        "date": "2025-02-03T04:05:06Z",
+        "git_commit": "4567def",
+        "kill_grace": 1.0,
+        "ci": False,
+        "stoppers": {
+            "n": 3,
+            "settle_s": 0.5,
+            "victims": [
+                {"id": "cooperative", "label": "cooperative", "kind": "cooperative", "lang": "python"},
+                {"id": "setsid-escapee", "label": "setsid escapee", "kind": "escapee", "lang": "python"},
+            ],
+            "stoppers": [
+                {
+                    "id": "killpg",
+                    "label": "killpg TERM, sleep, killpg KILL",
+                    "how": "killpg, sleep, killpg",
+                    "runner": False,
+                    "skipped": None,
+                },
+                {
+                    "id": "tini",
+                    "label": "tini -g",
+                    "how": "tini",
+                    "runner": False,
+                    "skipped": "`tini` is not installed",
+                },
+                {
+                    "id": "runner-stop-now",
+                    "label": "`runner stop --now`",
+                    "how": "runner stop --now",
+                    "runner": True,
+                    "skipped": None,
+                },
+            ],
+            "cells": {
+                "killpg": {
+                    "cooperative": _matrix_cell([1.004, 1.006, 1.011]),
+                    "setsid-escapee": _matrix_cell([], left=(1, 1, 1)),
+                },
+                "runner-stop-now": {
+                    "cooperative": _matrix_cell([0.031, 0.035, 0.052]),
+                    "setsid-escapee": _matrix_cell([1.021, 1.027, 1.043]),
+                },
+            },
+        },
+        "scale": {
+            "n": 3,
+            "kill_grace": 1.0,
+            "tree": "bash forker",
+            "rows": [
+                scale.row(
+                    1000,
+                    scale_side([0.120, 0.122, 0.130]),
+                    scale_side([1.31, 1.33, 1.35], forced_s=1.146, code=0, output=""),
+                    1.0,
+                )
+            ],
+        },
+        "load": {
+            "runs": 50,
+            "kill_grace": 1.0,
+            "tree": "bash trap-term",
+            "modes": [
+                {"mode": "stop", **load.summarize(load_samples, [1.4] * 50, [0] * 50)},
+                {"mode": "stop --all", "skipped": "this runner has no `runner stop --all`"},
+            ],
+        },
+    }
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(data))
+    return path

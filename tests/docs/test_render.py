@@ -187,3 +187,93 @@ def test_derived_figures_carry_their_unit_and_follow_the_defaults(render_mod, tm
     assert attempts.startswith(f"{runner.defaults.REPAIR_MAX_ATTEMPTS} (DERIVED")
     assert grace.startswith("1.00 s (DERIVED: `runner/defaults.py: KILL_GRACE`)")
     assert total.startswith("100 s (") and "CALL_TIMEOUT + HOOK_TIMEOUT + VERIFY_TIMEOUT" in total
+
+
+def _section(doc, heading):
+    """The text of one `## heading` section."""
+    return doc.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_bench_stoppers_table(render_mod, bench_json):
+    """Path: "Against other stoppers" prints every cell of docs/bench.json with n, median and
+    max (MEASURED, with machine, date, commit and kill grace), the orphans left in bold,
+    and a stopper that was not installed as a row saying so, never as figures."""
+    doc = render_mod.render_files(TEMPLATE, None, None, None, bench_json)
+    part = _section(doc, "Against other stoppers")
+    for tag in ("MEASURED by `make bench`", "bench-box", "2025-02-03T04:05:06Z", "`4567def`", "kill grace 1 s", "n=3"):
+        assert tag in part, tag
+    row = next(l for l in part.splitlines() if l.startswith("| killpg TERM"))
+    assert "| 3/3 stopped, median 1.006 s, max 1.011 s |" in row
+    assert "| 0/3 stopped; **3 orphans left** |" in row
+    row = next(l for l in part.splitlines() if l.startswith("| `runner stop --now`"))
+    assert "3/3 stopped, median 35 ms, max 52 ms" in row and "3/3 stopped, median 1.027 s, max 1.043 s" in row
+    assert "orphan" not in row
+    row = next(l for l in part.splitlines() if l.startswith("| tini -g"))
+    assert "not measured: `tini` is not installed" in row and not any(c.isdigit() for c in row)
+    assert "- `runner stop --now`: runner stop --now" in part  # what each stopper does
+
+
+def test_bench_scale_and_load(render_mod, bench_json):
+    """Path: "At scale and under load": the raw kill, the runner's forced phase minus the
+    kill grace, end to end, and their ratio, per tree size; then each load mode with n,
+    median, p95, max and the slowest command; a mode this runner lacks says so."""
+    doc = render_mod.render_files(TEMPLATE, None, None, None, bench_json)
+    part = _section(doc, "At scale and under load")
+    assert "MEASURED by `make bench`" in part and "bench-box" in part
+    row = next(l for l in part.splitlines() if l.startswith("| 1,000 |"))
+    for cell in (
+        "median 122 ms, max 130 ms (n=3)",
+        "median 146 ms, max 146 ms (n=3)",
+        "median 1.330 s, max 1.350 s (n=3)",
+        "| 1.20× |",
+        "| 0, 0 |",
+    ):
+        assert cell in row, cell
+    row = next(l for l in part.splitlines() if l.startswith("| `runner stop` (one command per run)"))
+    assert "| 50/50 | median 1.245 s, max 1.490 s (n=50) | 1.470 s | 1.400 s | [0] | 0 |" in row
+    row = next(l for l in part.splitlines() if l.startswith("| `runner stop --all`"))
+    assert "not measured: this runner has no `runner stop --all`" in row
+
+
+def test_no_bench_run_renders_not_measured(render_mod, tmp_path, bench_json):
+    """Path: without docs/bench.json both sections say "not measured" (and how to measure)
+    instead of failing; a run without one part says that part was not measured."""
+    doc = render_mod.render_files(TEMPLATE, None, None, None, tmp_path / "absent.json")
+    for heading in ("Against other stoppers", "At scale and under load"):
+        part = _section(doc, heading)
+        assert "not measured: no benchmark run recorded" in part and "make bench" in part
+        assert "MEASURED" not in part and "|" not in part
+    data = json.loads(bench_json.read_text())
+    del data["scale"], data["stoppers"]
+    bench_json.write_text(json.dumps(data))
+    doc = render_mod.render_files(TEMPLATE, None, None, None, bench_json)
+    assert "not measured: the run recorded in" in _section(doc, "Against other stoppers")
+    part = _section(doc, "At scale and under load")
+    assert "At scale: not measured" in part and "| `runner stop` (one command per run) | 50/50 |" in part
+
+
+def test_renders_a_json_the_bench_itself_wrote(render_mod, tmp_path):
+    """Path: the benchmark's real writer (`python -m bench.stoppers`, a reduced run: one
+    victim under `runner stop --now`, a tree of 2 processes, 2 runs at once) feeds the
+    renderer: every part is MEASURED, the runner's cell stopped its tree with no orphan,
+    and the command's own --check passes."""
+    out = tmp_path / "bench.json"
+    args = ["--stoppers", "runner-stop-now", "--victims", "cooperative", "--n", "1"]
+    args += ["--sizes", "2", "--scale-n", "1", "--load-runs", "2", "--kill-grace", "0.2"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.stoppers", *args, "--json", str(out), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=80,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = render_mod.render_files(TEMPLATE, None, None, None, out)
+    stoppers = _section(doc, "Against other stoppers")
+    row = next(l for l in stoppers.splitlines() if l.startswith("| `runner stop --now`"))
+    assert "| 1/1 stopped, median " in row and "orphan" not in row
+    assert "kill grace 0.2 s" in stoppers and "n=1 per cell" in stoppers
+    scale_load = _section(doc, "At scale and under load")
+    assert "| 2 | median " in scale_load
+    assert "| `runner stop` (one command per run) | 2/2 |" in scale_load
+    assert "| `runner stop --now` (one command per run) | 2/2 |" in scale_load

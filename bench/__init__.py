@@ -1,0 +1,3 @@
+"""The project's benchmarks: exact speeds, printed and written as JSON, never asserted by
+the test suite. `python -m bench.stoppers` is the stop benchmark (`make bench`); the
+scripts beside it (membership_cost.py, soak.py) are run by the Makefile as files."""

@@ -1,0 +1,304 @@
+"""The stoppers compared: each starts a victim tree its own way and stops it its own way,
+with the same kill grace.
+
+A stopper has three steps: ``start`` (not timed: the tree is up and adopted when it
+returns), ``stop`` (timed, from the stop's first action until it returns) and
+``cleanup`` (not timed: reaps what the stopper itself started). Each is what a user of
+that tool would do, no more: a stopper that cannot reach part of the tree leaves it,
+and the benchmark counts it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import runs
+from .trees import Tree
+
+STOPPER_WAIT = 30.0  # longest a stopper is waited for; far past any kill grace used here
+
+
+def popen_session(argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    # Its own session: a group signal never reaches the benchmark, and the terminal's
+    # ^C never reaches the tree.
+    return subprocess.Popen(
+        argv,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        **kw,
+    )
+
+
+def reap(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+class Stopper:
+    id = ""
+    label = ""
+    how = ""  # one line for the document: what this stopper does
+    runner = False  # one of the runner's own stops (the cells where no orphan is allowed)
+
+    def __init__(self, work: Path, kill_grace: float) -> None:
+        self.work, self.kill_grace = work, kill_grace
+
+    def missing(self) -> str | None:
+        """Why this stopper cannot run here (a tool not installed), or None."""
+        return None
+
+    def start(self, tree: Tree) -> Any:
+        raise NotImplementedError
+
+    def stop(self, handle: Any) -> dict[str, Any]:
+        """The timed part; returns what the stopper said (exit code, output), if anything."""
+        raise NotImplementedError
+
+    def cleanup(self, handle: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        """After the last tree (a daemon the stopper started once)."""
+
+
+class _Direct(Stopper):
+    """The tree is our child, in its own session."""
+
+    def start(self, tree: Tree) -> subprocess.Popen[bytes]:
+        proc = popen_session(tree.argv)
+        tree.adopt(process=proc)
+        return proc
+
+    def cleanup(self, handle: subprocess.Popen[bytes]) -> None:
+        reap(handle)
+
+
+class PopenTerminate(_Direct):
+    id, label = "popen", "`Popen.terminate`, then `kill`"
+    how = "`Popen.terminate()`, `wait(kill_grace)`, then `Popen.kill()`: the top process only"
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+        proc.terminate()
+        try:
+            proc.wait(self.kill_grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return {"code": proc.returncode}
+
+
+class KillpgReaper(_Direct):
+    id, label = "killpg", "killpg TERM, sleep, killpg KILL"
+    how = "`killpg(SIGTERM)`, `sleep(kill_grace)`, `killpg(SIGKILL)`: the top process's group"
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            if sig == signal.SIGTERM:
+                time.sleep(self.kill_grace)
+        return {}
+
+
+class _Wrapped(_Direct):
+    """The tree runs under a wrapper program of ours (whose argv carries the tree's)."""
+
+    tool = ""
+
+    def missing(self) -> str | None:
+        return None if shutil.which(self.tool) else f"`{self.tool}` is not installed"
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, tree: Tree) -> subprocess.Popen[bytes]:
+        proc = popen_session(self.wrap(tree.argv))
+        tree.exclude.add(proc.pid)  # the wrapper is the stopper, not the tree
+        tree.adopt(process=proc)
+        return proc
+
+
+class CoreutilsTimeout(_Wrapped):
+    id, label, tool = "timeout", "coreutils `timeout -k`", "timeout"
+    how = "`timeout -k KILL_GRACE 7200 TREE`, stopped by a SIGTERM to `timeout` (it signals its group, then KILLs)"
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return ["timeout", "-k", f"{self.kill_grace:g}", "7200", *argv]
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(STOPPER_WAIT)
+        return {"code": proc.returncode}
+
+
+class _Init(_Wrapped):
+    """A signal-forwarding init outside a container: TERM to the init (forwarded to the
+    child's process group), KILL to the init once the grace is over."""
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(self.kill_grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return {"code": proc.returncode}
+
+
+class Tini(_Init):
+    id, label, tool = "tini", "tini -g", "tini"
+    how = "`tini -s -g -- TREE`: SIGTERM to tini (forwarded to the child's group), SIGKILL to tini after the grace"
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return ["tini", "-s", "-g", "--", *argv]
+
+
+class DumbInit(_Init):
+    id, label, tool = "dumb-init", "dumb-init", "dumb-init"
+    how = "`dumb-init TREE`: SIGTERM to dumb-init (forwarded to the child's session), SIGKILL to it after the grace"
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return ["dumb-init", *argv]
+
+
+class Supervisord(Stopper):
+    id, label = "supervisord", "supervisord, stopasgroup + killasgroup"
+    how = (
+        "one supervisord; each tree a `[program]` with `stopasgroup`, `killasgroup`, "
+        "`stopwaitsecs = KILL_GRACE`, stopped by `supervisorctl stop`"
+    )
+
+    def __init__(self, work: Path, kill_grace: float) -> None:
+        super().__init__(work, kill_grace)
+        self.dir = work / "supervisor"
+        self.daemon: subprocess.Popen[bytes] | None = None
+        self.serial = 0
+
+    def _script(self, name: str) -> str | None:
+        local = Path(sys.executable).with_name(name)
+        return str(local) if local.exists() else shutil.which(name)
+
+    def missing(self) -> str | None:
+        if self._script("supervisord") and self._script("supervisorctl"):
+            return None
+        return "supervisor is not installed (`pip install -e '.[bench]'`)"
+
+    def _ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        ctl = self._script("supervisorctl")
+        assert ctl is not None
+        return subprocess.run(
+            [ctl, "-c", str(self.dir / "supervisord.conf"), *args],
+            capture_output=True,
+            text=True,
+            timeout=STOPPER_WAIT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def _daemon(self) -> None:
+        if self.daemon is not None:
+            return
+        (self.dir / "programs").mkdir(parents=True)
+        sock = self.dir / "supervisor.sock"
+        (self.dir / "supervisord.conf").write_text(
+            f"[unix_http_server]\nfile = {sock}\n\n"
+            f"[supervisord]\nnodaemon = true\nlogfile = {self.dir / 'supervisord.log'}\n"
+            f"pidfile = {self.dir / 'supervisord.pid'}\nchildlogdir = {self.dir}\n\n"
+            "[rpcinterface:supervisor]\n"
+            "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n\n"
+            f"[supervisorctl]\nserverurl = unix://{sock}\n\n"
+            f"[include]\nfiles = {self.dir / 'programs'}/*.conf\n"
+        )
+        daemon = self._script("supervisord")
+        assert daemon is not None
+        self.daemon = popen_session([daemon, "-c", str(self.dir / "supervisord.conf")])
+        deadline = time.monotonic() + STOPPER_WAIT
+        while self._ctl("status").returncode not in (0, 3):  # 3: no program running yet
+            if time.monotonic() > deadline or self.daemon.poll() is not None:
+                raise RuntimeError(f"supervisord did not come up (see {self.dir / 'supervisord.log'})")
+            time.sleep(0.05)
+
+    def start(self, tree: Tree) -> str:
+        self._daemon()
+        self.serial += 1
+        name = f"tree{self.serial}"
+        (self.dir / "programs" / f"{name}.conf").write_text(
+            f"[program:{name}]\ncommand = {shlex.join(tree.argv)}\nautostart = true\nautorestart = false\n"
+            "startsecs = 0\nstopsignal = TERM\nstopasgroup = true\nkillasgroup = true\n"
+            f"stopwaitsecs = {max(1, round(self.kill_grace))}\n"
+            "stdout_logfile = NONE\nstderr_logfile = NONE\n"
+        )
+        added = self._ctl("update")
+        if added.returncode != 0:
+            raise RuntimeError(f"supervisorctl update: {added.stdout.strip()} {added.stderr.strip()}")
+        tree.adopt()
+        return name
+
+    def stop(self, name: str) -> dict[str, Any]:
+        out = self._ctl("stop", name)
+        return {"code": out.returncode}
+
+    def cleanup(self, name: str) -> None:
+        (self.dir / "programs" / f"{name}.conf").unlink(missing_ok=True)
+        self._ctl("update")  # removes the program (stopping it first, if it still runs)
+
+    def close(self) -> None:
+        if self.daemon is not None:
+            self.daemon.send_signal(signal.SIGTERM)
+            try:
+                self.daemon.wait(STOPPER_WAIT)
+            except subprocess.TimeoutExpired:
+                reap(self.daemon)
+            self.daemon = None
+
+
+class RunnerStop(Stopper):
+    """A real run whose provider command is the tree; the stop is the runner command."""
+
+    runner = True
+    flags: tuple[str, ...] = ()
+
+    def start(self, tree: Tree) -> Any:
+        self.serial = getattr(self, "serial", 0) + 1
+        name = f"{self.id}-{self.serial}"
+        spec = runs.write_spec(self.work / f"{name}.toml", tree.argv, self.kill_grace)
+        rd = runs.start(spec, self.work / name)
+        try:
+            tree.adopt()
+        except BaseException:
+            runs.finish(rd, timeout=0)
+            raise
+        return rd
+
+    def stop(self, rd: Any) -> dict[str, Any]:
+        out = runs.runner("stop", *self.flags, "--run-dir", rd.path, timeout=STOPPER_WAIT)
+        return {"code": out.returncode, "output": (out.stdout + out.stderr).strip()}
+
+    def cleanup(self, rd: Any) -> None:
+        runs.finish(rd)
+
+
+class RunnerHard(RunnerStop):
+    id, label = "runner-stop", "`runner stop`"
+    how = "`runner stop --run-dir DIR` (hard stop: the engine tears its run down), `[stop] kill_grace = KILL_GRACE`"
+
+
+class RunnerNow(RunnerStop):
+    id, label, flags = "runner-stop-now", "`runner stop --now`", ("--now",)
+    how = "`runner stop --now --run-dir DIR` (the stopper kills every process of the run itself)"
+
+
+ALL = (PopenTerminate, KillpgReaper, CoreutilsTimeout, Supervisord, Tini, DumbInit, RunnerHard, RunnerNow)
+CI = (CoreutilsTimeout, RunnerHard, RunnerNow)

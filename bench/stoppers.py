@@ -1,0 +1,209 @@
+"""`make bench`: the runner's stop beside the other stoppers, at scale and under load.
+
+    python -m bench.stoppers [--n 5] [--sizes 1,10,100,1000] [--scale-n 3] [--load-runs 50]
+                             [--json docs/bench.json] [--check] [--ci]
+
+Three parts, in one run, each printed as a table and written to the JSON with every raw
+sample (machine, date, commit, n):
+
+- **stoppers** (bench/matrix.py): the same victim trees (bench/trees.py: the plugin's
+  victim programs, each tree marked in its argv) under each stopper (bench/contenders.py),
+  with the same kill grace; each cell: stopped n/n, median, max, orphans left.
+  supervisord, tini and dumb-init are skipped, with a note, where they are not installed
+  (`pip install -e '.[bench]'` installs supervisor; tini and dumb-init are Debian
+  packages).
+- **scale** (bench/scale.py): `runner stop --now` against a raw `killpg(SIGKILL)` of the
+  same tree of 1 to 1,000 processes.
+- **load** (bench/load.py): many runs stopped at once.
+
+--ci is the reduced run CI keeps working: n=1, `timeout -k` and the two runner stops,
+small scale, 5 runs at once. --check exits 1 when a cell of the runner's own stops left
+an orphan or did not stop its tree. Every process a tree started is killed at the end,
+whatever happens (found by its marker, nothing else).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from runner import defaults
+
+from . import contenders, load, matrix, runs, scale, trees
+
+ROOT = Path(__file__).resolve().parent.parent
+KILL_GRACE = defaults.KILL_GRACE
+"""One kill grace for every stopper: the runner's default, written into each run's spec
+(`[stop] kill_grace`) and given to every other stopper as its grace."""
+
+
+def _ids(text: str) -> list[str]:
+    return [t for t in text.split(",") if t]
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.stoppers", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, help="samples per stopper and victim (default 5; --ci: 1)")
+    ap.add_argument("--sizes", type=lambda s: [int(x) for x in _ids(s)], help="tree sizes (default 1,10,100,1000)")
+    ap.add_argument("--scale-n", type=int, help="samples per size and side (default 3; --ci: 1)")
+    ap.add_argument("--load-runs", type=int, help="runs stopped at once (default 50; --ci: 5)")
+    ap.add_argument("--stoppers", type=_ids, help="only these stopper ids (comma-separated)")
+    ap.add_argument("--victims", type=_ids, help="only these victim ids (comma-separated)")
+    ap.add_argument("--parts", type=_ids, default=["stoppers", "scale", "load"], help="stoppers,scale,load")
+    ap.add_argument("--kill-grace", type=float, default=KILL_GRACE)
+    ap.add_argument("--ci", action="store_true", help="the reduced run: n=1, three stoppers, small scale and load")
+    ap.add_argument("--json", type=Path, help="write every sample here")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a runner cell left an orphan or did not stop")
+    args = ap.parse_args(argv)
+    # Defaults, then what --ci reduces; a number given on the command line wins over both.
+    defaults = (1, [1, 10], 1, 5) if args.ci else (5, [1, 10, 100, 1000], 3, 50)
+    for name, value in zip(("n", "sizes", "scale_n", "load_runs"), defaults, strict=True):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.ci and not args.stoppers:
+        args.stoppers = [c.id for c in contenders.CI]
+    known_stoppers = [c.id for c in contenders.ALL]
+    known_victims = [v.id for v in trees.VICTIMS]
+    for name, given, known in (
+        ("--stoppers", args.stoppers, known_stoppers),
+        ("--victims", args.victims, known_victims),
+        ("--parts", args.parts, ["stoppers", "scale", "load"]),
+    ):
+        bad = [x for x in given or [] if x not in known]
+        if bad:
+            ap.error(f"{name}: unknown {', '.join(bad)}; one of {', '.join(known)}")
+    if args.n < 1 or args.scale_n < 1 or args.load_runs < 1 or any(s < 1 for s in args.sizes):
+        ap.error("--n, --scale-n, --load-runs and --sizes take numbers of at least 1")
+    if not 0 < args.kill_grace <= 60:
+        ap.error("--kill-grace: seconds above 0, at most 60")
+    return args
+
+
+def machine() -> dict[str, Any]:
+    with open("/proc/loadavg") as f:
+        load_avg = [float(x) for x in f.read().split()[:3]]
+    return {
+        "hostname": platform.node(),
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "loadavg_at_start": load_avg,
+        "tools": {t: _version(t) for t in ("timeout", "tini", "dumb-init", "supervisord")},
+    }
+
+
+def _version(tool: str) -> str | None:
+    path = Path(sys.executable).with_name(tool) if tool == "supervisord" else None
+    exe = str(path) if path and path.exists() else shutil.which(tool)
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip().splitlines()
+    return text[0] if text else None
+
+
+def commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def problems(doc: dict[str, Any]) -> list[str]:
+    """What --check fails on: a runner stop that left a process or did not stop its tree."""
+    out = []
+    part = doc.get("stoppers")
+    if part:
+        for s in part["stoppers"]:
+            if not s["runner"] or s["skipped"]:
+                continue
+            for vid, cell in part["cells"][s["id"]].items():
+                if cell["errors"] or cell["stopped"] < cell["n"] or cell["orphans"]:
+                    out.append(f"{s['id']} / {vid}: {matrix.cell_text(cell)} {cell['errors'] or ''}".rstrip())
+    for r in (doc.get("scale") or {}).get("rows", []):
+        side = r["runner_end_to_end"]
+        if side["stopped"] < len(r["runner_samples"]) or side["orphans"]:
+            out.append(f"scale {r['processes']}: runner stopped {side['stopped']}, orphans {side['orphans']}")
+    for m in (doc.get("load") or {}).get("modes", []):
+        if "skipped" not in m and (m["stopped"] < m["runs"] or m["orphans"]):
+            out.append(f"load `runner {m['mode']}`: stopped {m['stopped']}/{m['runs']}, orphans {m['orphans']}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="stop-bench-"))
+    doc: dict[str, Any] = {
+        "schema": 1,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git_commit": commit(),
+        "kill_grace": args.kill_grace,
+        "runner_command": " ".join(Path(a).name if i == 0 else a for i, a in enumerate(runs.RUNNER)),
+        "ci": args.ci,
+    }
+    try:
+        if "stoppers" in args.parts:
+            chosen = [c(work, args.kill_grace) for c in contenders.ALL if not args.stoppers or c.id in args.stoppers]
+            victims = [v for v in trees.VICTIMS if not args.victims or v.id in args.victims]
+            t = time.monotonic()
+            doc["stoppers"] = matrix.run(chosen, victims, args.n, work)
+            doc["stoppers"]["seconds"] = round(time.monotonic() - t, 1)
+            print(f"\nAgainst other stoppers (n={args.n} per cell, kill grace {args.kill_grace:g} s):")
+            print(matrix.table(doc["stoppers"]) + "\n")
+        if "scale" in args.parts:
+            t = time.monotonic()
+            doc["scale"] = scale.run(args.sizes, args.scale_n, work, args.kill_grace)
+            doc["scale"]["seconds"] = round(time.monotonic() - t, 1)
+            print(f"\nAt scale (n={args.scale_n} per size and side):")
+            print(scale.table(doc["scale"]) + "\n")
+        if "load" in args.parts:
+            t = time.monotonic()
+            doc["load"] = load.run(args.load_runs, work, args.kill_grace)
+            doc["load"]["seconds"] = round(time.monotonic() - t, 1)
+            print("\nUnder load:")
+            print(load.table(doc["load"]) + "\n")
+    finally:
+        left = trees.sweep(work / "trees")
+        if left:
+            print(f"bench: killed {left} leftover processes of the trees", file=sys.stderr)
+        trees.forget_records()
+        shutil.rmtree(work, ignore_errors=True)
+    doc["seconds"] = round(time.monotonic() - started, 1)
+    found = problems(doc)
+    for p in found:
+        print(f"bench: problem: {p}", file=sys.stderr)
+    parts = ", ".join(f"{p} {doc[p]['seconds']} s" for p in ("stoppers", "scale", "load") if p in doc)
+    print(f"bench: {doc['seconds']} s ({parts})")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.json.with_name(args.json.name + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        tmp.replace(args.json)
+    return 1 if args.check and found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

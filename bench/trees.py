@@ -1,0 +1,269 @@
+"""Victim trees for the benchmarks: the plugin's own victim programs, each tree marked.
+
+A tree is one victim program of pytest_stoplatency (victim.py or victims.sh) started
+through a link of its own to the program, ``<root>/t<n>/victim.py``. The link's
+directory is the tree's marker, and it is in the argv of every process of the tree:
+forked children share their parent's argv, and the processes that exec again (the
+env-scrubber's grandchild, bash's setsid escapee) exec that same path. So a process
+left behind is found by its argv even after it dropped its environment (env -i) and
+left the session (setsid); the token in the environment and the extras the victim
+recorded are looked at too.
+
+Nothing here signals a process that does not carry a marker of ours, and every signal
+goes through a pidfd opened before the identity (start ticks) is checked again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import select
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest_stoplatency.victim as program
+from pytest_stoplatency import PreparedVictim
+
+SLEEP = 7200  # what a victim sleeps when nothing stops it: far past any stop measured here
+PROGRAMS = Path(program.__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class VictimSpec:
+    """One column of the table: a victim program, its kind, its language and children."""
+
+    id: str
+    label: str
+    kind: str
+    lang: str = "python"
+    children: int = 2
+
+
+VICTIMS = (
+    VictimSpec("cooperative", "cooperative", "cooperative"),
+    VictimSpec("bash-trap", "bash trap", "trap-term", lang="bash"),
+    VictimSpec("python-trap-kids", "python trap + 3 kids", "forker", children=3),
+    VictimSpec("setsid-escapee", "setsid escapee", "escapee"),
+    VictimSpec("double-fork", "double-fork daemon", "double-fork"),
+    VictimSpec("pipe-holder", "pipe-holder", "pipe-holder"),
+    VictimSpec("env-scrubber", "env -i + setsid", "env-scrubber"),
+)
+
+_SERIAL = itertools.count(1)
+RECORD_DIRS: set[Path] = set()  # where the trees' ready files went (the plugin's owner directory)
+Member = tuple[int, int]  # (pid, start ticks): a process, never a reused pid
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def _living_ticks(pid: int) -> int | None:
+    """Start ticks of a living process (a zombie is dead), else None."""
+    f = _stat(pid)
+    if f is None or f[0] in (b"Z", b"X", b"x"):
+        return None
+    return int(f[19])
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+class Tree:
+    """One victim tree, not started yet: ``argv`` starts it (whoever starts it)."""
+
+    def __init__(self, spec: VictimSpec, root: Path, *, children: int | None = None) -> None:
+        self.spec = spec
+        self.dir = Path(root) / f"t{next(_SERIAL)}"
+        self.dir.mkdir(parents=True)
+        for name in ("victim.py", "victims.sh"):
+            (self.dir / name).symlink_to(PROGRAMS / name)
+        self.marker = os.fsencode(f"{self.dir}/")
+        # The plugin's handle gives the token, the ready file and the handshake; the argv
+        # is ours, so that it runs the program through the marked link.
+        self.prepared = PreparedVictim(spec.kind, lang=spec.lang)
+        RECORD_DIRS.add(self.prepared.ready_path.parent)
+        n = spec.children if children is None else children
+        env = [
+            "/usr/bin/env",
+            f"{program.TOKEN_ENV}={self.prepared.token}",
+            f"{program.READY_ENV}={self.prepared.ready_path}",
+        ]
+        if spec.lang == "python":
+            # -S: the program needs no site-packages (victim.py runs as a plain script).
+            prog = [sys.executable, "-S", str(self.dir / "victim.py"), spec.kind, "--sleep", str(SLEEP)]
+            prog += ["--children", str(n), "--cleanup", "1.0"]
+        else:
+            bash = shutil.which("bash") or "/bin/bash"
+            prog = [bash, str(self.dir / "victims.sh"), spec.kind, str(SLEEP), str(n), "1"]
+        self.argv = env + prog
+        self.token = os.fsencode(f"{program.TOKEN_ENV}={self.prepared.token}")
+        self.exclude: set[int] = set()  # a stopper's own wrapper (timeout, tini) carries the argv too
+
+    def __repr__(self) -> str:
+        return f"<Tree {self.spec.id} {self.dir}>"
+
+    def adopt(self, timeout: float = 30.0, process: Any = None) -> None:
+        """Wait until every process of the tree is up (the victim's ready file)."""
+        self.victim = self.prepared.adopt(timeout, process=process)
+
+    def extras(self) -> list[Member]:
+        """Processes the victim recorded (the env-scrubber's grandchild, by pid and ticks)."""
+        info = self.prepared.ready_info() or {}
+        out = [(int(e["pid"]), int(e["start_ticks"])) for e in info.get("extras", [])]
+        path = self.prepared.ready_path.with_suffix(program.EXTRAS_SUFFIX)
+        for line in _read(str(path)).decode(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                out.append((int(parts[0]), int(parts[1])))
+        return out
+
+    def members(self) -> list[Member]:
+        return scan([self])[self]
+
+
+def scan(trees: Iterable[Tree]) -> dict[Tree, list[Member]]:
+    """The living processes of each tree, in one pass over /proc: by marker in the argv,
+    by token in the environment, and the recorded extras."""
+    trees = list(trees)
+    found: dict[Tree, set[Member]] = {t: set() for t in trees}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        cmdline = _read(f"/proc/{pid}/cmdline")
+        owners = [t for t in trees if t.marker in cmdline and pid not in t.exclude]
+        if not owners:
+            environ = _read(f"/proc/{pid}/environ").split(b"\0")
+            owners = [t for t in trees if t.token in environ and pid not in t.exclude]
+        if owners and (ticks := _living_ticks(pid)) is not None:
+            for t in owners:
+                found[t].add((pid, ticks))
+    for t in trees:
+        for pid, ticks in t.extras():
+            if _living_ticks(pid) == ticks and pid not in t.exclude:
+                found[t].add((pid, ticks))
+    return {t: sorted(m) for t, m in found.items()}
+
+
+def _pidfd(pid: int, ticks: int) -> int | None:
+    """A pidfd of exactly that process, or None when it is gone (checked after opening)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    if _living_ticks(pid) != ticks:
+        os.close(fd)
+        return None
+    return fd
+
+
+class Deaths:
+    """Watches processes die through pidfds: the time each group's last member died.
+    Opened before the stop (so that no death is missed), waited on after, then closed."""
+
+    def __init__(self, groups: Mapping[Any, Iterable[Member]]) -> None:
+        self.fds: dict[int, Any] = {}
+        self.pending: dict[Any, int] = {}
+        self.gone_at: dict[Any, float] = {}
+        self.poller = select.poll()
+        now = time.monotonic()
+        for key, members in groups.items():
+            self.pending[key] = 0
+            for pid, ticks in members:
+                fd = _pidfd(pid, ticks)
+                if fd is not None:
+                    self.fds[fd] = key
+                    self.pending[key] += 1
+                    self.poller.register(fd, select.POLLIN)
+            if not self.pending[key]:
+                self.gone_at[key] = now
+
+    def __enter__(self) -> Deaths:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def wait(self, deadline: float) -> dict[Any, float | None]:
+        """Until every group is gone or the deadline; then each group's time of death
+        (monotonic), None for a group with a member still alive. May be called again."""
+        while self.fds and (left := deadline - time.monotonic()) > 0:
+            for fd, _ in self.poller.poll(left * 1000):
+                now = time.monotonic()
+                self.poller.unregister(fd)
+                os.close(fd)
+                key = self.fds.pop(fd)
+                self.pending[key] -= 1
+                if not self.pending[key]:
+                    self.gone_at[key] = now
+        return {key: self.gone_at.get(key) for key in self.pending}
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()
+
+
+def kill(members: Iterable[Member], timeout: float = 5.0) -> int:
+    """SIGKILL each process (pidfd, then the ticks again) and wait for it to die; how many
+    were signalled."""
+    fds = []
+    for pid, ticks in members:
+        fd = _pidfd(pid, ticks)
+        if fd is None:
+            continue
+        try:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+            fds.append(fd)
+        except ProcessLookupError:
+            os.close(fd)
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout
+    pending = set(fds)
+    while pending and (left := deadline - time.monotonic()) > 0:
+        for fd, _ in poller.poll(left * 1000):
+            poller.unregister(fd)
+            pending.discard(fd)
+    for fd in fds:
+        os.close(fd)
+    return len(fds)
+
+
+def sweep(root: Path) -> int:
+    """Kill every living process whose argv names a path under ``root`` (every tree's
+    marker lives there): the last resort at the end of a benchmark, whatever happened."""
+    needle = os.fsencode(f"{Path(root)}/")
+    me = os.getpid()
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me and needle in _read(f"/proc/{entry}/cmdline"):
+            ticks = _living_ticks(int(entry))
+            if ticks is not None:
+                members.append((int(entry), ticks))
+    return kill(members)
+
+
+def forget_records() -> None:
+    """Remove the ready and extras files of every tree made by this process."""
+    for d in RECORD_DIRS:
+        shutil.rmtree(d, ignore_errors=True)
+    RECORD_DIRS.clear()
