@@ -297,7 +297,8 @@ def status_of(rd: RunDir) -> RunStatus:
     phase = fold.current if running else None
     containment = fold.containment
     if containment is None and view.cgroup is not None:
-        containment = {"mode": "cgroup", "cgroup": str(view.cgroup.path), "subreaper": None}
+        containment = dict.fromkeys(overview.CONTAINMENT_KEYS)
+        containment.update(mode="cgroup", cgroup=str(view.cgroup.path))
     return {
         "version": overview.STATUS_VERSION,
         "run_id": view.run_id,

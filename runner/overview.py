@@ -34,6 +34,12 @@ STATUS_VERSION = 1
 meaning or goes away; keys are only ever added within a version."""
 
 
+CONTAINMENT_KEYS = ("mode", "cgroup", "subreaper")
+"""`containment`: as the engine journaled it (the `containment` event)."""
+PENDING_STOP_KEYS = ("mode", "origin", "age", "unreadable", "stop_file")
+"""`pending_stop`, when a request or the STOP file waits for the engine."""
+
+
 class Failure(TypedDict):
     """Why an item failed: the command that decided it and how it ended."""
 
@@ -116,7 +122,7 @@ class Fold:
             self.attempt = attempt if isinstance(attempt, int) else self.attempt
             self.run_t0, self.ended, self.pause_held, self.graceful_stop = t, None, False, False
         elif event == Event.CONTAINMENT:
-            self.containment = {k: rec.get(k) for k in ("mode", "cgroup", "subreaper")}
+            self.containment = {k: rec.get(k) for k in CONTAINMENT_KEYS}
         elif event == Event.PHASE_START:
             self._close(t, None, out)
             phase = rec.get("phase")
@@ -254,14 +260,11 @@ def item_rows(fold: Fold, state: State | None, live: bool, now: float) -> list[I
     for name in names:
         st = state.items.get(name) if state is not None else None
         status = st.status if st is not None else fold.outcomes.get(name, "pending")
-        if (
-            live
-            and state is not None
-            and state.status == "running"
-            and state.current_item == name
-            and status == "pending"
-        ):
-            status = "running"
+        if state is not None and state.current_item == name and status == "pending":
+            if live and state.status == "running":
+                status = "running"
+            elif state.stopped:
+                status = "stopped"  # the item the stop cut short (resume runs it again)
         failure = fold.failures.get(name) if status == "failed" else None
         rows.append(
             {
@@ -284,7 +287,8 @@ def pending_stop(rd: RunDir) -> dict[str, Any] | None:
     stop_file = stop_request.stop_file(rd)
     if request is None and not stop_file:
         return None
-    out: dict[str, Any] = {"mode": None, "origin": None, "age": None, "unreadable": False, "stop_file": stop_file}
+    out: dict[str, Any] = dict.fromkeys(PENDING_STOP_KEYS)
+    out.update(unreadable=False, stop_file=stop_file)
     if request is not None:
         out.update(
             mode=request.mode.label,

@@ -1,0 +1,145 @@
+"""A foreground `runner run`: the plain phase lines when its stderr is not a terminal,
+the live progress line on a terminal (a pty), the "stopping… N s" line while a Ctrl-C
+stop is in progress, and the summary table at the end (progress.py, overview.py,
+render.py). Every run is a real `python -m runner run` in the foreground; the `runs`
+fixture kills whatever a failing test left."""
+
+import fcntl
+import os
+import re
+import select
+import shlex
+import signal
+import struct
+import subprocess
+import termios
+import time
+
+import runs as R
+
+from runner.exitcodes import Exit
+from runner.rundir import RunDir
+
+KILL_GRACE = 0.3
+STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
+VERIFY = 'test "$1" != b || exit 7'  # fails for item b only, with a code of its own
+
+
+def new_user_spec(runs):
+    """The issue's new user: three items, a verify command that fails for one."""
+    return runs.spec(
+        items=("a", "b", "c"),
+        provider=R.sh('echo "working on $1"', "{item}"),
+        verify=[{"command": R.sh(VERIFY, "{item}")}],
+        repair={"max_attempts": 1},
+        retry={"backoff": 0.1},
+        stop=STOP,
+    )
+
+
+def test_plain_phase_lines_and_summary_table(runs, tmp_path):
+    """Path: `runner run` with stderr a pipe: one plain line per phase start and end, in
+    the journal's order, the failing verify's line naming its command and exit code; on
+    stdout the summary table (item, outcome, attempts, duration, reason) whose failure
+    reason is the verify command and its exit code, then the run's line; exit FAILED."""
+    run_dir = tmp_path / "run"
+    runs.started.append(run_dir)
+    proc = R.runner("run", new_user_spec(runs), "--run-dir", run_dir)
+    assert proc.returncode == Exit.FAILED, proc.stderr
+    rd = RunDir(run_dir)
+    starts = [(e["item"], e["phase"]) for e in R.events(rd, "phase-start")]
+    lines = [ln for ln in proc.stderr.splitlines() if re.match(r"runner: (\[\d/3\] \w|run):", ln)]
+    started = [ln for ln in lines if ln.endswith(" started")]
+    ended = [ln for ln in lines if not ln.endswith(" started")]
+    assert len(started) == len(starts) == len(ended), proc.stderr
+    for (item, phase), line in zip(starts, started, strict=True):
+        where = "run" if item is None else f"[{'abc'.index(item) + 1}/3] {item}"
+        assert line == f"runner: {where}: {phase} started", line
+    command = shlex.join(R.sh(VERIFY, "b"))
+    failing = [ln for ln in ended if ln.startswith("runner: [2/3] b: verify ")]
+    assert len(failing) == 2, ended  # the first verify and the one after the repair
+    assert all(f"verify `{command}` exited 7 (" in ln for ln in failing), failing
+    assert [e["rc"] for e in R.events(rd, "verify-result", item="b")] == [7, 7]
+
+    out = proc.stdout.splitlines()
+    assert out[0].split() == ["item", "outcome", "attempts", "duration", "reason"], proc.stdout
+    rows = {ln.split()[0]: ln for ln in out[1:4]}
+    assert rows["a"].split()[:3] == ["a", "done", "1"] and rows["c"].split()[:3] == ["c", "done", "1"]
+    assert rows["b"].split()[:3] == ["b", "failed", "2"]  # the session and one repair
+    assert rows["b"].endswith(f"verify `{command}` exited 7"), rows["b"]
+    assert out[4] == f"run {rd.run_id}: failed, 1 of 3 items failed (exit {int(Exit.FAILED)})"
+
+
+def _pty():
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
+    return master, slave
+
+
+def _read_until(master, seen, pattern, timeout):
+    """Read the pty into `seen` (a list of chunks) until `pattern` matches the text."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = "".join(seen)
+        m = re.search(pattern, text)
+        if m:
+            return m
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no {pattern!r} on the terminal after {timeout}s: {text[-2000:]!r}")
+        ready, _, _ = select.select([master], [], [], min(left, 0.1))
+        if ready:
+            try:
+                seen.append(os.read(master, 65536).decode(errors="replace"))
+            except OSError:  # EIO: the last holder of the slave side is gone
+                raise AssertionError(f"terminal closed before {pattern!r}: {text[-2000:]!r}") from None
+
+
+def test_tty_progress_line_and_stopping_line(runs, tmp_path, victim, stop_latency):
+    """Path: `runner run` on a terminal (a pty) whose provider prints a line and then
+    traps SIGTERM: the live line shows the item (1/1), the phase with its elapsed time,
+    and the command's last output line; after Ctrl-C (SIGINT to the foreground
+    process) it says "stopping… N s", counting up while the provider holds out for
+    kill_grace, and the stop is as bounded as without a display (exit STOPPED, the
+    provider's tree gone within about kill_grace). The summary ends the output."""
+    kill_grace = 1.5  # long enough for the stopping line to be drawn several times
+    p = victim.prepare("trap-term")
+    provider = R.sh('echo "step 42 of 100"; exec "$@"', *p.argv)
+    spec = runs.spec(items=("a",), provider=provider, stop={"kill_grace": kill_grace, "grace": 10.0})
+    run_dir = tmp_path / "run"
+    runs.started.append(run_dir)
+    master, slave = _pty()
+    proc = subprocess.Popen(
+        [*R.RUNNER, "run", str(spec), "--run-dir", str(run_dir)],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+    )
+    os.close(slave)
+    seen = []
+    try:
+        v = p.adopt(timeout=10)
+        _read_until(master, seen, r"\[1/1\] a · session \d+\.\d s · total \d+\.\d s · > step 42 of 100", 10)
+        with stop_latency.measure("foreground ctrl-c, tty progress", v, bound=kill_grace + 2.0):
+            proc.send_signal(signal.SIGINT)
+            first = _read_until(master, seen, r"stopping… (\d+\.\d) s \(Ctrl-C again to kill now\)", 5)
+            later = _read_until(master, seen, r"stopping… (1\.\d) s", kill_grace + 2.0)
+            assert float(later.group(1)) > float(first.group(1))
+            assert proc.wait(timeout=kill_grace + 5) == Exit.STOPPED
+        try:
+            _read_until(master, seen, r"exit 4\)", 5)
+        except AssertionError:
+            pass  # read again below, for the message
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        os.close(master)
+    text = "".join(seen)
+    rd = RunDir(run_dir)
+    R.wait_engine_exit(rd)
+    assert f"run {rd.run_id}: stopped (exit {int(Exit.STOPPED)})" in text, text[-2000:]
+    assert re.search(r"\r\n?a +stopped +1 ", text), text[-2000:]
+    stops = R.events(rd, "run-stop")
+    assert len(stops) == 1 and (stops[0]["origin"], stops[0]["fallback"]) == ("ctrl-c", False), stops
+    assert not R.tagged(rd.run_id)
