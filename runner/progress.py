@@ -98,22 +98,29 @@ class Progress:
             self._feed()
             if self.show.tty and self.clock() >= self._next_draw:
                 self._draw()
-        except (Damaged, OSError, ValueError) as exc:
+        except Exception as exc:  # the display is never what ends the foreground watch
             self._turn_off(exc)
 
     def finish(self, code: int) -> None:
-        """The engine has exited: the last phase lines, then the summary table."""
+        """The engine has exited: the last phase lines, then the summary table. The
+        run's exit code is the foreground's whatever happens here."""
         self._clear()
         if not self.off:
             try:
                 while self._feed():
                     pass
-            except (Damaged, OSError, ValueError) as exc:
+            except Exception as exc:  # the display is never what ends the foreground watch
                 self._turn_off(exc)
+        try:
+            self._summary(code)
+        except Exception as exc:
+            self._say(f"no summary: {' '.join(str(exc).split())}")
+
+    def _summary(self, code: int) -> None:
         try:
             state = StateStore(self.rd.state).load_or_none()
         except Damaged as exc:
-            self._say(f"summary: {exc}")
+            self._say(f"summary: {' '.join(str(exc).split())}")
             state = None
         rows = overview.item_rows(self.fold, state, live=False, now=time.time())
         status = state.status if state is not None else "unknown"
@@ -123,7 +130,7 @@ class Progress:
             run_id = None
         try:
             print("\n".join(render.summary(run_id, status, code, rows)), file=self.show.summary, flush=True)
-        except OSError:
+        except (OSError, ValueError):
             pass
 
     # -- inside -------------------------------------------------------------------

@@ -143,3 +143,98 @@ def test_tty_progress_line_and_stopping_line(runs, tmp_path, victim, stop_latenc
     stops = R.events(rd, "run-stop")
     assert len(stops) == 1 and (stops[0]["origin"], stops[0]["fallback"]) == ("ctrl-c", False), stops
     assert not R.tagged(rd.run_id)
+
+
+def test_a_damaged_journal_turns_the_display_off_not_the_stop(runs, tmp_path, victim, stop_latency):
+    """Path: a foreground run (stderr a pipe) whose journal.jsonl is swapped for a FIFO
+    while the session runs (the engine appends through the descriptor it holds): the
+    display says once that it is off, naming the journal, and the run goes on; Ctrl-C
+    still stops it within about kill_grace (exit STOPPED, one run-stop, origin ctrl-c),
+    and the summary is still printed from the state."""
+    p = victim.prepare("trap-term")
+    spec = runs.spec(items=("a",), provider=p.argv, stop=STOP)
+    run_dir = tmp_path / "run"
+    runs.started.append(run_dir)
+    proc = subprocess.Popen(
+        [*R.RUNNER, "run", str(spec), "--run-dir", str(run_dir)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    rd = RunDir(run_dir)
+    try:
+        R.wait_event(rd, "session-start", item="a")
+        v = p.adopt(timeout=10)
+        kept = rd.path / "journal.kept"
+        os.rename(rd.journal, kept)
+        os.mkfifo(rd.journal)
+        time.sleep(0.5)  # several ticks of the display
+        assert proc.poll() is None
+        with stop_latency.measure("foreground ctrl-c, display off", v, bound=KILL_GRACE + 2.0):
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=10) == Exit.STOPPED
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out, err = proc.communicate()
+    off = [ln for ln in err.splitlines() if "progress display off" in ln]
+    assert len(off) == 1 and "journal.jsonl" in off[0], err
+    assert "stopping" in err
+    assert out.splitlines()[1].split()[:3] == ["a", "stopped", "1"], out
+    R.wait_engine_exit(rd)
+    os.unlink(rd.journal)
+    os.rename(kept, rd.journal)
+    stops = R.events(rd, "run-stop")
+    assert len(stops) == 1 and stops[0]["origin"] == "ctrl-c", stops
+    assert not R.tagged(rd.run_id)
+
+
+def test_live_line_shows_the_repair_attempt_and_the_last_output(runs, tmp_path):
+    """Path: the live line drawn (progress.Progress, on a stream taken for a terminal)
+    over a real run's files while its repair session runs: it names the item (2/2), the
+    repair phase with its elapsed time, "repair 1/2", and the repair session's last
+    output line (a progress bar's carriage return ends a line too)."""
+    import io
+
+    from runner import progress
+    from runner.spec import load_frozen
+
+    gate = tmp_path / "gate"
+    gate.touch()
+    provider = R.sh(
+        'if [ -n "$2" ]; then printf "fixing %s\\nstep 1\\rstep 2" "$1"; while [ -e "$3" ]; do sleep 0.05; done; fi',
+        "{item}",
+        "{feedback}",
+        str(gate),
+    )
+    spec = runs.spec(
+        items=("a", "b"),
+        provider=provider,
+        verify=[{"command": R.sh(VERIFY, "{item}")}],
+        repair={"max_attempts": 2},
+        retry={"backoff": 0.1},
+        stop=STOP,
+    )
+    rd = runs.start(spec)
+    R.wait_event(rd, "repair-dispatch", item="b")
+    stream = io.StringIO()
+    show = progress.Show(stream, io.StringIO(), tty=True)
+    said = []
+    watch = progress.Progress(rd, load_frozen(rd.spec), show, said.append, since=0.0)
+    deadline = time.monotonic() + 10
+    pattern = r"\[2/2\] b · repair \d+\.\d s · total \d+\.\d s · repair 1/2 · > step 2$"
+    while True:
+        watch._next_draw = watch._next_list = 0.0  # draw now, and look for the newest file
+        watch.tick()
+        line = stream.getvalue().rsplit(progress.CLEAR, 1)[-1]
+        if re.search(pattern, line):
+            break
+        assert time.monotonic() < deadline, (line, said)
+        time.sleep(0.05)
+    assert said == []
+    failing = [ln for ln in stream.getvalue().split(progress.CLEAR) if "verify `" in ln]
+    assert failing and "exited 7" in failing[0], stream.getvalue()  # what went wrong stays on screen
+    assert R.runner("stop", "--run-dir", rd.path).returncode == Exit.OK
+    R.wait_engine_exit(rd)
+    gate.unlink()
