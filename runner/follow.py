@@ -15,6 +15,9 @@ from .errors import Damaged
 
 CHUNK = 1024 * 1024
 """Most bytes one poll reads; the rest waits for the next poll."""
+MAX_RECORD = 64 * 1024 * 1024
+"""A journal line longer than this is not a record the runner wrote (the longest, a
+run-start of MAX_ITEMS long names, is a few MiB): dropped, not kept growing."""
 
 
 class Tail:
@@ -53,11 +56,16 @@ class JournalTail:
         self._tail = Tail(path, chunk)
         self._partial = b""
 
+    @property
+    def offset(self) -> int:
+        """Bytes of the file read so far."""
+        return self._tail.offset
+
     def poll(self) -> list[dict[str, Any]]:
         data = self._partial + self._tail.poll()
         lines = data.split(b"\n")
         self._partial = lines.pop()
-        if len(self._partial) > self._tail.chunk:  # no newline in a whole chunk: not a record
+        if len(self._partial) > MAX_RECORD:
             self._partial = b""
         out: list[dict[str, Any]] = []
         for raw in lines:

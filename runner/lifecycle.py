@@ -270,9 +270,10 @@ def _foreground(
     return code
 
 
-def status_of(rd: RunDir) -> RunStatus:
+def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     """What `runner status` shows. Each file is read on its own (run_view.py): a damaged
-    one is listed under "damaged" and the others are still shown."""
+    one is listed under "damaged" and the others are still shown. `folds`: a cache for
+    a caller that asks again and again (only new journal records are read)."""
     view = run_view.view(rd, wait_for_engine=False)
     try:
         state = StateStore(rd.state).load_or_none()
@@ -280,7 +281,10 @@ def status_of(rd: RunDir) -> RunStatus:
         view.note(exc)
         state = None
     now = time.time()
-    fold = overview.fold_journal(rd, view.spec, view.damaged)
+    if folds is not None:
+        fold = folds.fold(rd, view.spec, view.damaged)
+    else:
+        fold = overview.fold_journal(rd, view.spec, view.damaged)
     children: list[ChildStatus] = []
     for ident in view.children:
         if identity.is_running(ident):

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import os
 import shlex
+import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from . import journal, stop_request
 from .errors import Damaged
 from .events import Event, Outcome
+from .follow import JournalTail
 from .spec import substitute
 
 if TYPE_CHECKING:
@@ -250,6 +253,50 @@ def fold_journal(rd: RunDir, spec: Spec | None, damaged: list[str]) -> Fold:
     for rec in records:
         fold.add(rec)
     return fold
+
+
+class FoldCache:
+    """Folds kept between calls, for a process that asks for the status of the same runs
+    again and again (the web dashboard): each call folds only the records appended since
+    the last one. A journal replaced or cut short is folded again from its start, so a
+    cached fold always equals a fresh one. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._folds: dict[Path, tuple[tuple[int, int], JournalTail, Fold]] = {}
+
+    def fold(self, rd: RunDir, spec: Spec | None, damaged: list[str]) -> Fold:
+        with self._lock:
+            try:
+                st = os.lstat(rd.journal)
+                key = (st.st_dev, st.st_ino)
+            except OSError:
+                key = (-1, -1)
+            kept = self._folds.get(rd.path)
+            if kept is None or kept[0] != key or st_size(rd.journal) < kept[1].offset:
+                kept = (key, JournalTail(rd.journal), Fold(spec))
+            _, tail, fold = kept
+            try:
+                while records := tail.poll():
+                    for rec in records:
+                        fold.add(rec)
+            except Damaged as exc:
+                damaged.append(" ".join(str(exc).split()))
+                self._folds.pop(rd.path, None)
+                return Fold(spec)
+            self._folds[rd.path] = kept
+            return fold
+
+    def forget(self, rd: RunDir) -> None:
+        with self._lock:
+            self._folds.pop(rd.path, None)
+
+
+def st_size(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
 
 
 def item_rows(fold: Fold, state: State | None, live: bool, now: float) -> list[ItemRow]:

@@ -34,6 +34,9 @@ REDRAW = 0.2
 RELIST = 1.0
 """The captured output directory is listed again at most this often (for the running
 command's file), and at once when a phase starts."""
+JOURNAL_CHUNK = 256 * 1024
+"""Most journal bytes read per tick: a resumed run's long past is read over several
+ticks, each short, so the foreground is back to its signals at once."""
 CLEAR = "\r\x1b[K"
 
 
@@ -67,7 +70,7 @@ class Progress:
         which the summary counts and the lines leave out)."""
         self.rd, self.show, self._say, self.clock, self.since = rd, show, say, clock, since
         self.fold = overview.Fold(spec)
-        self.journal = JournalTail(rd.journal)
+        self.journal = JournalTail(rd.journal, JOURNAL_CHUNK)
         self.off = False
         self.drawn = False
         self.stop_since: float | None = None

@@ -160,3 +160,41 @@ def test_status_json_keys_are_documented():
     keys |= {f"pending_stop.{k}" for k in overview.PENDING_STOP_KEYS}
     keys |= {f"containment.{k}" for k in overview.CONTAINMENT_KEYS}
     assert keys == documented, (sorted(keys - documented), sorted(documented - keys))
+
+
+def _stable(info):
+    """status_of's answer without the keys that move with the clock."""
+    drop = {"elapsed", "phase_elapsed", "children", "pending_stop"}
+    out = {k: v for k, v in info.items() if k not in drop}
+    out["items"] = [{k: v for k, v in r.items() if k != "duration"} for r in info["items"]]
+    return out
+
+
+def test_a_fold_cache_answers_as_a_fresh_fold(runs, tmp_path):
+    """Path: lifecycle.status_of with an overview.FoldCache (what a process asking again
+    and again uses), on a live run, then on the same run finished, then on its journal
+    replaced by a shorter one: each answer equals status_of without a cache (the
+    cache reads only the new records, and folds again from the start a journal that
+    was replaced)."""
+    from runner import lifecycle
+
+    gate = tmp_path / "gate"
+    gate.touch()
+    provider = R.sh('[ "$1" != b ] || while [ -e "$2" ]; do sleep 0.05; done', "{item}", str(gate))
+    verify = [{"command": R.sh('test "$1" != a', "{item}"), "fixable": False}]
+    rd = runs.start(runs.spec(items=("a", "b", "c"), provider=provider, verify=verify, stop=STOP))
+    R.wait_event(rd, "session-start", item="b")
+    cache = overview.FoldCache()
+    live = lifecycle.status_of(rd, cache)
+    assert [r["status"] for r in live["items"]] == ["failed", "running", "pending"]
+    assert _stable(live) == _stable(lifecycle.status_of(rd))
+    gate.unlink()
+    assert R.runner("wait", "--run-dir", rd.path).returncode == Exit.FAILED
+    done = lifecycle.status_of(rd, cache)
+    assert done == lifecycle.status_of(rd)
+    assert [r["status"] for r in done["items"]] == ["failed", "done", "done"]
+    lines = rd.journal.read_bytes().splitlines(keepends=True)
+    shorter = rd.path / "journal.new"
+    shorter.write_bytes(b"".join(lines[: len(lines) // 2]))
+    os.replace(shorter, rd.journal)
+    assert lifecycle.status_of(rd, cache) == lifecycle.status_of(rd)
