@@ -11,7 +11,6 @@ import select
 import shlex
 import signal
 import struct
-import subprocess
 import termios
 import time
 
@@ -106,15 +105,8 @@ def test_tty_progress_line_and_stopping_line(runs, tmp_path, victim, stop_latenc
     p = victim.prepare("trap-term")
     provider = R.sh('echo "step 42 of 100"; exec "$@"', *p.argv)
     spec = runs.spec(items=("a",), provider=provider, stop={"kill_grace": kill_grace, "grace": 10.0})
-    run_dir = tmp_path / "run"
-    runs.started.append(run_dir)
     master, slave = _pty()
-    proc = subprocess.Popen(
-        [*R.RUNNER, "run", str(spec), "--run-dir", str(run_dir)],
-        stdin=subprocess.DEVNULL,
-        stdout=slave,
-        stderr=slave,
-    )
+    proc, rd = runs.foreground(spec, stdout=slave, stderr=slave, text=False)
     os.close(slave)
     seen = []
     try:
@@ -136,7 +128,6 @@ def test_tty_progress_line_and_stopping_line(runs, tmp_path, victim, stop_latenc
         proc.wait()
         os.close(master)
     text = "".join(seen)
-    rd = RunDir(run_dir)
     R.wait_engine_exit(rd)
     assert f"run {rd.run_id}: stopped (exit {int(Exit.STOPPED)})" in text, text[-2000:]
     assert re.search(r"\r\n?a +stopped +1 ", text), text[-2000:]
@@ -152,17 +143,7 @@ def test_a_damaged_journal_turns_the_display_off_not_the_stop(runs, tmp_path, vi
     still stops it within about kill_grace (exit STOPPED, one run-stop, origin ctrl-c),
     and the summary is still printed from the state."""
     p = victim.prepare("trap-term")
-    spec = runs.spec(items=("a",), provider=p.argv, stop=STOP)
-    run_dir = tmp_path / "run"
-    runs.started.append(run_dir)
-    proc = subprocess.Popen(
-        [*R.RUNNER, "run", str(spec), "--run-dir", str(run_dir)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    rd = RunDir(run_dir)
+    proc, rd = runs.foreground(runs.spec(items=("a",), provider=p.argv, stop=STOP))
     try:
         R.wait_event(rd, "session-start", item="a")
         v = p.adopt(timeout=10)
