@@ -75,10 +75,6 @@ class JournalTail:
                 record = untrusted.parse_json(raw, self._tail.path)
             except Damaged:
                 continue
-            if isinstance(record, dict) and isinstance(record.get("event"), str) and _number(record.get("t")):
+            if isinstance(record, dict) and isinstance(record.get("event"), str):
                 out.append(record)
         return out
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -12,6 +12,7 @@ item is done or failed, or where the run completes, stops or crashes.
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import threading
@@ -187,7 +188,8 @@ class Fold:
         if phase is None:
             return
         self.current = None
-        phase.duration = max(0.0, t - phase.t)
+        spent = t - phase.t
+        phase.duration = spent if math.isfinite(spent) and spent > 0 else 0.0
         phase.result = forced or self.result or "done"
         if phase.item is not None:
             self.durations[phase.item] = self.durations.get(phase.item, 0.0) + phase.duration
@@ -211,7 +213,7 @@ class Fold:
         spent = self.durations.get(item, 0.0)
         if now is not None and self.current is not None and self.current.item == item:
             spent += max(0.0, now - self.current.t)
-        return spent
+        return spent if math.isfinite(spent) else 0.0
 
 
 def describe(failure: Failure, phase: bool = True) -> str:
@@ -237,8 +239,15 @@ def _outcome_text(outcome: object, rc: object) -> str:
 
 
 def _number(value: object, default: float) -> float:
+    """A journal's time: a finite number, else `default` (the journal is untrusted: a
+    NaN or an infinity there must not reach a sum or a printed duration)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int too large for a float
+            return default
+        if math.isfinite(number):
+            return number
     return default
 
 

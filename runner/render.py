@@ -5,6 +5,7 @@ a file or a clock, so what a command prints is tested from what it was given.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 def seconds(value: float | None) -> str:
     """1.2 s, 42 s, 3 min 05 s, 2 h 03 min."""
-    if value is None:
+    if value is None or not math.isfinite(value):
         return "-"
     if value < 10:
         return f"{value:.1f} s"
