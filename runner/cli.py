@@ -86,6 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("runner: interrupted", file=sys.stderr)
         return int(Exit.STOPPED)
+    except BrokenPipeError:
+        # The reader went away (`runner logs | head`): what it wanted was printed. Python's
+        # own flush at exit would fail again on the closed pipe; point stdout elsewhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(Exit.OK)
     except Exception as exc:  # a bug: still one line and a documented code, never exit 1
         where = _save_traceback()
         print(f"runner: internal error: {type(exc).__name__}: {printable(exc)} (traceback: {where})", file=sys.stderr)

@@ -84,7 +84,7 @@ class Progress:
     def say(self, line: str) -> None:
         """A line of the life cycle ("stopping ..."): printed above the live line."""
         self._clear()
-        self._say(line)
+        self._tell(line)
         self._next_draw = 0.0
 
     def stopping(self, what: str, hint: str = "") -> None:
@@ -117,13 +117,13 @@ class Progress:
         try:
             self._summary(code)
         except Exception as exc:
-            self._say(f"no summary: {' '.join(str(exc).split())}")
+            self._tell(f"no summary: {' '.join(str(exc).split())}")
 
     def _summary(self, code: int) -> None:
         try:
             state = StateStore(self.rd.state).load_or_none()
         except Damaged as exc:
-            self._say(f"summary: {' '.join(str(exc).split())}")
+            self._tell(f"summary: {' '.join(str(exc).split())}")
             state = None
         rows = overview.item_rows(self.fold, state, live=False, now=time.time())
         status = state.status if state is not None else "unknown"
@@ -217,4 +217,10 @@ class Progress:
     def _turn_off(self, exc: BaseException) -> None:
         self._clear()
         self.off = True
-        self._say(f"progress display off: {' '.join(str(exc).split())}")
+        self._tell(f"progress display off: {' '.join(str(exc).split())}")
+
+    def _tell(self, line: str) -> None:
+        try:
+            self._say(line)
+        except (OSError, ValueError):  # stderr closed: the foreground goes on watching
+            self.off = True

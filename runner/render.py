@@ -70,8 +70,11 @@ def summary(run_id: str | None, status: str, code: int, rows: Sequence[ItemRow])
 def status_view(info: RunStatus) -> list[str]:
     """`runner status` without --json."""
     engine = f"engine pid {info['engine_pid']}" if info["live"] else "engine not running"
+    status = clean(info["status"])
+    if status == "running" and info["live"] is False:
+        status += " (but its engine died: `runner resume` continues it)"
     lines = [
-        f"run {clean(info['run_id'])}: {clean(info['status'])} (attempt {info['attempt'] or '-'}, {engine})",
+        f"run {clean(info['run_id'])}: {status} (attempt {info['attempt'] or '-'}, {engine})",
         f"  dir: {clean(info['run_dir'], 1000)}",
         "  containment: " + containment(info["containment"]),
     ]

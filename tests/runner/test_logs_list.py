@@ -168,3 +168,27 @@ def test_list_of_an_empty_or_missing_base(tmp_path):
     proc = R.runner("list", "--runs-dir", tmp_path / "none")
     assert proc.returncode == Exit.OK and proc.stdout.startswith("no runs under "), proc
     assert not os.path.exists(tmp_path / "none")
+
+
+def test_logs_into_a_closed_pipe_exits_ok(runs):
+    """Path: `runner logs | head -1`: the reader closes the pipe after one line while
+    logs still has most of a 1 MB output to write: exit OK, nothing on stderr (no
+    internal error for a reader that had enough)."""
+    provider = R.sh("head -c 1000000 /dev/zero | tr '\\0' '\\n'")
+    rd = runs.start(runs.spec(items=("a",), provider=provider, stop=STOP))
+    assert R.runner("wait", "--run-dir", rd.path).returncode == Exit.OK
+    proc = subprocess.Popen(
+        [*R.RUNNER, "logs", "--run-dir", str(rd.path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout.readline().startswith(b"==> item a")
+        proc.stdout.close()
+        assert proc.wait(timeout=30) == Exit.OK
+        assert proc.stderr.read() == b""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
