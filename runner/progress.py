@@ -155,12 +155,13 @@ class Progress:
         return (f"[{pos[0]}/{pos[1]}] " if pos else "") + render.clean(item, 60)
 
     def _phase_line(self, phase: overview.Phase) -> None:
+        # The journal is untrusted like every run file: each line is cleaned whole.
         if not self.show.tty:
             what = "started" if not phase.ended else f"{phase.result} ({render.seconds(phase.duration)})"
-            self._print(f"runner: {self._where(phase.item)}: {phase.phase} {what}\n")
+            self._print(render.clean(f"runner: {self._where(phase.item)}: {phase.phase} {what}", 2000) + "\n")
         elif phase.result not in ("done", "passed"):  # on a terminal only what went wrong stays
             self._clear()
-            self._print(f"runner: {self._where(phase.item)}: {phase.phase} {phase.result}\n")
+            self._print(render.clean(f"runner: {self._where(phase.item)}: {phase.phase} {phase.result}", 2000) + "\n")
 
     def _line(self) -> str:
         now = self.clock()
@@ -170,9 +171,13 @@ class Progress:
         if request is not None:
             return f"stop requested ({request.mode.label}, {request.origin.value}), waiting for the engine…"
         phase = self.fold.current
-        if phase is None:
-            return "starting…" if self.fold.ended is None else f"{self.fold.ended}"
         wall = time.time()
+        if phase is None:
+            if self.fold.ended is not None:
+                return self.fold.ended
+            if self.fold.run_t0 is None:
+                return "starting…"
+            return f"between phases · total {render.seconds(wall - self.fold.run_t0)}"
         parts = [f"{self._where(phase.item)} · {phase.phase} {render.seconds(wall - phase.t)}"]
         if self.fold.run_t0 is not None:
             parts.append(f"total {render.seconds(wall - self.fold.run_t0)}")
@@ -187,13 +192,19 @@ class Progress:
         return " · ".join(parts)
 
     def _last_output(self, phase: overview.Phase) -> str | None:
+        """The last line of the newest captured file, if it is a command of this phase's
+        item in this attempt (a backoff runs no command: the verify's output is not it)."""
+        if phase.phase in ("backoff", "cleanup"):
+            return None
         if self.clock() >= self._next_list:
             self._next_list = self.clock() + RELIST
             files = captured.listing(self.rd)
             self._output = files[-1] if files else None
-        if self._output is None:
+        out = self._output
+        pos = self.fold.position(phase.item)
+        if out is None or out.attempt != self.fold.attempt or out.item_index != (pos[0] - 1 if pos else None):
             return None
-        return captured.last_line(self._output.path)
+        return captured.last_line(out.path)
 
     def _draw(self) -> None:
         width = shutil.get_terminal_size((100, 24)).columns
