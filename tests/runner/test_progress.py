@@ -220,3 +220,27 @@ def test_live_line_shows_the_repair_attempt_and_the_last_output(runs, tmp_path):
     assert R.runner("stop", "--run-dir", rd.path).returncode == Exit.OK
     R.wait_engine_exit(rd)
     gate.unlink()
+
+
+def test_foreground_resume_shows_only_its_own_phases(runs, tmp_path):
+    """Path: a run stopped in its first item's session, then `runner resume` in the
+    foreground (stderr a pipe): its phase lines are those of the new attempt only (the
+    journal's past is folded, not printed again), and its summary counts both attempts
+    (item a: two sessions)."""
+    gate = tmp_path / "gate"
+    gate.touch()
+    provider = R.sh('[ "$1" != a ] || [ ! -e "$2" ] || while [ -e "$2" ]; do sleep 0.05; done', "{item}", str(gate))
+    rd = runs.start(runs.spec(items=("a", "b"), provider=provider, stop=STOP))
+    R.wait_event(rd, "session-start", item="a")
+    assert R.runner("stop", "--run-dir", rd.path).returncode == Exit.OK
+    R.wait_engine_exit(rd)
+    gate.unlink()
+    proc = R.runner("resume", "--run-dir", rd.path)
+    assert proc.returncode == Exit.OK, proc.stderr
+    started = [ln for ln in proc.stderr.splitlines() if ln.endswith(" started")]
+    attempt2 = R.events(rd, "run-start")[-1]["t"]
+    assert len(started) == len([e for e in R.events(rd, "phase-start") if e["t"] >= attempt2]), proc.stderr
+    assert started[0] == "runner: [1/2] a: session started", proc.stderr
+    assert not any("stopped" in ln for ln in proc.stderr.splitlines()), proc.stderr  # attempt 1's end
+    rows = {ln.split()[0]: ln.split() for ln in proc.stdout.splitlines()[1:3]}
+    assert rows["a"][:3] == ["a", "done", "2"] and rows["b"][:3] == ["b", "done", "1"], proc.stdout
