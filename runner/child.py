@@ -61,6 +61,9 @@ class _Capture:
         room = max(0, self.cap - self.kept)
         if room:
             self.file.write(data[:room])
+            # On disk at once: `runner logs --follow` and the foreground progress line
+            # read the file while the call runs.
+            self.file.flush()
             self.kept += min(room, len(data))
         self.dropped += max(0, len(data) - room)
 

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import NoReturn
 
+    from . import progress
+    from .rundir import RunDir
+
 # Each command imports only what it runs (inside its function below): a `runner stop`
 # never pays for the spec parser, subprocess or the engine. Start-up is part of the
 # stop's latency (docs/stop-latency.md, "Against other stoppers").
@@ -24,6 +27,7 @@ RUN_DIR_HELP = (
     "the run directory; may be left off when exactly one run is live (runs live under .runner/runs/<run-id> by default)"
 )
 DETACH_HELP = "return once the engine is up and print the run directory"
+RUNS_DIR_HELP = "the base directory the runs live under (default .runner/runs)"
 STOP_ALL_HELP = "stop every live run under --runs-dir at once, from this one process"
 
 
@@ -55,9 +59,18 @@ def _parser() -> _Parser:
     stop.add_argument("--all", action="store_true", help=STOP_ALL_HELP)
     stop.add_argument("--runs-dir", help="with --all: where the runs live (default .runner/runs)")
 
-    status = sub.add_parser("status", help="show a run")
+    status = sub.add_parser("status", help="show a run: items, phase, child, pending stop, PAUSE, containment")
     status.add_argument("--run-dir", help=RUN_DIR_HELP)
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="machine-readable (docs/status-json.md)")
+
+    logs_ = sub.add_parser("logs", help="print the captured output of a run's commands")
+    logs_.add_argument("item", nargs="?", help="only this item's commands")
+    logs_.add_argument("--run-dir", help=RUN_DIR_HELP)
+    logs_.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+
+    list_ = sub.add_parser("list", help="the runs under the base directory, with status and age")
+    list_.add_argument("--runs-dir", help=RUNS_DIR_HELP)
+    list_.add_argument("--json", action="store_true", help="one JSON object per run, in a list")
 
     wait = sub.add_parser("wait", help="block until a detached run ends; exit with its code")
     wait.add_argument("--run-dir", help=RUN_DIR_HELP)
@@ -84,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("runner: interrupted", file=sys.stderr)
         return int(Exit.STOPPED)
+    except BrokenPipeError:
+        # The reader went away (`runner logs | head`): what it wanted was printed. Python's
+        # own flush at exit would fail again on the closed pipe; point stdout elsewhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(Exit.OK)
     except Exception as exc:  # a bug: still one line and a documented code, never exit 1
         where = _save_traceback()
         print(f"runner: internal error: {type(exc).__name__}: {printable(exc)} (traceback: {where})", file=sys.stderr)
@@ -128,6 +146,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from .rundir import resolve
 
         return stop_command.wait_run(resolve(args.run_dir))
+    if args.command == "logs":
+        return _logs(args)
+    if args.command == "list":
+        return _list(args)
     raise BadInput(f"runner: unknown command {args.command}")
 
 
@@ -135,10 +157,16 @@ def _say(line: str) -> None:
     print(f"runner: {printable(line, None)}", file=sys.stderr)
 
 
+def _show(args: argparse.Namespace) -> progress.Show | None:
+    from . import progress
+
+    return None if args.detach else progress.Show.terminal()
+
+
 def _run(args: argparse.Namespace) -> int:
     from . import lifecycle
 
-    code, rd = lifecycle.run(args.spec, args.run_dir, detach=args.detach, say=_say)
+    code, rd = lifecycle.run(args.spec, args.run_dir, detach=args.detach, say=_say, show=_show(args))
     if args.detach and code == Exit.OK:
         print(rd.path)
     return code
@@ -147,7 +175,7 @@ def _run(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     from . import lifecycle
 
-    code, rd = lifecycle.resume(args.run_dir, detach=args.detach, say=_say)
+    code, rd = lifecycle.resume(args.run_dir, detach=args.detach, say=_say, show=_show(args))
     if args.detach and code == Exit.OK:
         print(rd.path)
     return code
@@ -187,28 +215,54 @@ def _stop(args: argparse.Namespace) -> Exit:
     return result.code
 
 
+def _known(run_dir: str | None) -> RunDir:
+    """The run a reading command shows: --run-dir, or the one run under the base."""
+    from .rundir import resolve
+
+    return resolve(run_dir, want=lambda r: True, what="known") if run_dir is None else resolve(run_dir)
+
+
 def _status(args: argparse.Namespace) -> Exit:
     import json
 
-    from . import lifecycle
-    from .rundir import resolve
+    from . import lifecycle, render
 
-    rd = resolve(args.run_dir, want=lambda r: True, what="known") if args.run_dir is None else resolve(args.run_dir)
+    rd = _known(args.run_dir)
     info = lifecycle.status_of(rd)
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
     else:
-        print(
-            f"run {info['run_id']}: {info['status']} (attempt {info['attempt']}, "
-            f"engine {'live, pid ' + str(info['engine_pid']) if info['live'] else 'not running'})"
-        )
-        if info["current_item"]:
-            print(f"  item {info['current_item']!r}, phase {info['phase']}")
-        for child in info["children"]:
-            print(f"  child pid {child['pid']} ({child.get('name', '?')})")
+        print("\n".join(render.status_view(info)))
         if info["damaged"]:
             print("runner: damaged run directory: " + "; ".join(info["damaged"]), file=sys.stderr)
     return Exit.DAMAGED if info["damaged"] else Exit.OK
+
+
+def _logs(args: argparse.Namespace) -> Exit:
+    from . import logs
+
+    rd = _known(args.run_dir)
+    return logs.show(rd, args.item, follow=args.follow, out=sys.stdout.buffer, err=_say)
+
+
+def _list(args: argparse.Namespace) -> Exit:
+    import json
+    import time
+
+    from . import render, run_list
+    from .rundir import default_base
+
+    if args.runs_dir == "":
+        raise BadInput("runner list: --runs-dir: expected a directory path, got ''")
+    base = args.runs_dir if args.runs_dir is not None else default_base()
+    rows = run_list.rows(base)
+    if args.json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+    elif not rows:
+        print(f"no runs under {printable(base, None)}")
+    else:
+        print("\n".join(render.run_list(rows, time.time())))
+    return Exit.OK
 
 
 if __name__ == "__main__":

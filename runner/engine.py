@@ -22,7 +22,7 @@ import os
 import time
 import traceback
 
-from . import defaults, reaper, stop_request
+from . import captured, defaults, reaper, stop_request
 from .child import Result, run_child
 from .errors import RunStopped
 from .events import Event, Outcome
@@ -82,6 +82,7 @@ class Engine:
         self.env = dict(os.environ if env is None else env)
         self.env["RUNNER_RUN_ID"] = state.run_id
         self._seq = 0
+        self._item_index = {name: i for i, name in enumerate(spec.items)}
         self._cleaned = False
 
     # -- the run ------------------------------------------------------------------
@@ -184,7 +185,7 @@ class Engine:
         self.state.items[item].calls += 1
         self._save()
         self.journal.append(Event.SESSION_START, item=item, kind=kind, call=self.state.provider_calls)
-        result = self._run(argv, kind, self.spec.provider.call_timeout, self.spec.provider.idle_timeout)
+        result = self._run(argv, kind, item, self.spec.provider.call_timeout, self.spec.provider.idle_timeout)
         verdict = outcome(result)
         self.journal.append(
             Event.SESSION_END,
@@ -203,7 +204,7 @@ class Engine:
         for index, hook in enumerate(hooks):
             self.ctl.checkpoint()
             argv = substitute(hook.command, item=item or "")
-            result = self._run(argv, f"{which}{index}", hook.timeout)
+            result = self._run(argv, f"{which}{index}", item, hook.timeout)
             verdict = outcome(result)
             self.journal.append(
                 Event.HOOK_RESULT, hook=which, index=index, item=item, outcome=verdict, rc=result.returncode
@@ -218,7 +219,7 @@ class Engine:
         self._phase("verify", item)
         for index, check in enumerate(self.spec.verify):
             argv = substitute(check.command, item=item)
-            result = self._run(argv, f"verify{index}", check.timeout)
+            result = self._run(argv, f"verify{index}", item, check.timeout)
             verdict = outcome(result)
             if verdict != PASSED:
                 self.journal.append(
@@ -356,9 +357,10 @@ class Engine:
         self._save()
         self.journal.append(Event.PHASE_START, phase=name, item=item)
 
-    def _run(self, argv: list[str], name: str, timeout: float, idle_timeout: float = 0) -> Result:
+    def _run(self, argv: list[str], name: str, item: str | None, timeout: float, idle_timeout: float = 0) -> Result:
         self._seq += 1
-        output = self.rd.output / f"{self._seq:04d}-{name}.log"
+        index = self._item_index[item] if item is not None else None
+        output = self.rd.output / captured.file_name(self.state.attempt, self._seq, index, name)
         result = run_child(
             argv,
             registry=self.registry,

@@ -12,9 +12,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from . import defaults, identity, run_view, signals, stop_command, stop_request, untrusted
+from . import defaults, identity, overview, progress, run_view, signals, stop_command, stop_request, untrusted
 from .errors import BadInput, Damaged, IdentityError, RunLocked
 from .events import Event
 from .exitcodes import Exit
@@ -39,11 +39,14 @@ class ChildStatus(TypedDict):
     pid: int
     pgid: int
     name: object  # the call's recorded name, as its identity file holds it (None if unreadable)
+    runtime: float | None  # seconds since it started
 
 
 class RunStatus(TypedDict):
-    """What status_of() returns: `runner status --json` prints it as it is."""
+    """What status_of() returns: `runner status --json` prints it as it is. Every key is
+    documented in docs/status-json.md (the web dashboard reads the same structure)."""
 
+    version: int
     run_id: str | None
     run_dir: str
     live: bool | None
@@ -54,17 +57,31 @@ class RunStatus(TypedDict):
     phase: str | None
     stopped: bool
     stop_origin: str | None
-    items: dict[str, str]
+    items: list[overview.ItemRow]
     provider_calls: int
     children: list[ChildStatus]
     damaged: list[str]
+    started: float | None
+    elapsed: float | None
+    phase_started: float | None
+    phase_elapsed: float | None
+    pending_stop: dict[str, Any] | None
+    paused: bool
+    pause_held: bool
+    containment: dict[str, Any] | None
 
 
 def run(
-    spec_path: str | os.PathLike[str], run_dir: str | os.PathLike[str] | None = None, *, detach: bool, say: Say
+    spec_path: str | os.PathLike[str],
+    run_dir: str | os.PathLike[str] | None = None,
+    *,
+    detach: bool,
+    say: Say,
+    show: progress.Show | None = None,
 ) -> tuple[int, RunDir]:
     """`runner run`: validate the spec completely, freeze it into a new run directory,
-    start the engine; detached, return once it is up, else wait for it."""
+    start the engine; detached, return once it is up, else wait for it (showing its
+    progress on `show`, if given)."""
     spec, raw = load_spec_bytes(spec_path)  # validated completely before anything starts
     if run_dir is not None:
         rd = RunDir(run_dir)
@@ -74,10 +91,12 @@ def run(
         rd = RunDir(default_base() / new_run_id())
     rd = RunDir.create(rd.path, spec_path, data=raw)
     with rd.acquire_lock() as lock:
-        return start_engine(rd, spec, detach, say, lock), rd
+        return start_engine(rd, spec, detach, say, lock, show), rd
 
 
-def resume(run_dir: str | os.PathLike[str] | None = None, *, detach: bool, say: Say) -> tuple[int, RunDir]:
+def resume(
+    run_dir: str | os.PathLike[str] | None = None, *, detach: bool, say: Say, show: progress.Show | None = None
+) -> tuple[int, RunDir]:
     """`runner resume`: a new attempt of a stopped or crashed run. What the dead attempt
     left running is killed first (only what is proven the run's), pending control files
     are archived, the dead attempt's identity files removed."""
@@ -90,10 +109,10 @@ def resume(run_dir: str | os.PathLike[str] | None = None, *, detach: bool, say: 
     except RunLocked:
         raise RunLocked(f"{rd.path}: an engine of this run is alive, or another resume is starting one") from None
     with lock:
-        return _resume_locked(rd, lock, detach, say), rd
+        return _resume_locked(rd, lock, detach, say, show), rd
 
 
-def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say) -> int:
+def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, show: progress.Show | None) -> int:
     spec = load_frozen(rd.spec)
     store = StateStore(rd.state)
     state = store.load()
@@ -132,7 +151,7 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say) -> int:
                 stale.unlink()
         store.save(store.new_attempt(state))
         journal.append(Event.RESUME, attempt=state.attempt + 1)
-    return start_engine(rd, spec, detach, say, lock)
+    return start_engine(rd, spec, detach, say, lock, show)
 
 
 def resumable(rd: RunDir) -> bool:
@@ -143,11 +162,14 @@ def resumable(rd: RunDir) -> bool:
     return state is not None and (state.stopped or state.status in ("stopped", "crashed", "running"))
 
 
-def start_engine(rd: RunDir, spec: Spec, detach: bool, say: Say, lock: EngineLock) -> int:
+def start_engine(
+    rd: RunDir, spec: Spec, detach: bool, say: Say, lock: EngineLock, show: progress.Show | None = None
+) -> int:
     """Start the engine with the run's tag in its initial environment, handing it the
     engine lock this command holds (the locked descriptor is inherited; the kernel's lock
     stays held by the engine when this command lets go of its copy)."""
     assert lock.fd is not None
+    since = time.time()  # the progress shows this attempt's phases, not a resumed run's past
     env = dict(os.environ, RUNNER_RUN_ID=rd.run_id)
     with open(rd.engine_log, "ab") as log:
         proc = subprocess.Popen(
@@ -167,7 +189,8 @@ def start_engine(rd: RunDir, spec: Spec, detach: bool, say: Say, lock: EngineLoc
         return code if code > 0 else Exit.INTERNAL
     if detach:
         return Exit.OK
-    return _foreground(rd, spec, proc, engine, say)
+    watch = progress.Progress(rd, spec, show, say, since=since) if show is not None else None
+    return _foreground(rd, spec, proc, engine, say, watch)
 
 
 def _await_engine(rd: RunDir, proc: subprocess.Popen[bytes]) -> Identity | None:
@@ -195,15 +218,21 @@ def _log_tail(rd: RunDir) -> str:
     return lines[-1] if lines else "(engine.log is empty)"
 
 
-def _foreground(rd: RunDir, spec: Spec, proc: subprocess.Popen[bytes], engine: Identity, say: Say) -> int:
+def _foreground(
+    rd: RunDir, spec: Spec, proc: subprocess.Popen[bytes], engine: Identity, say: Say, watch: progress.Progress | None
+) -> int:
     """Wait for the engine, forwarding the terminal's signals: the engine has its own
     session and never sees them. Ctrl-C is a hard stop (lodged first, then SIGINT);
-    a second Ctrl-C is `--now`. SIGHUP and SIGTERM are forwarded as they are."""
+    a second Ctrl-C is `--now`. SIGHUP and SIGTERM are forwarded as they are.
+
+    With `watch`, the progress (progress.py) is drawn between waits, after the signals
+    are handled: it reads the files the engine writes and never delays a forward."""
     received: list[int] = []
     signum: int  # a signal number: the forwarded ones, then whatever the terminal sent
     tagged = Membership(run_id=rd.run_id)  # the engine carries the run's tag from its first instruction
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(signum, lambda s, f: received.append(s))
+    tell = watch.say if watch is not None else say
     interrupts = 0
     while True:
         try:
@@ -216,36 +245,66 @@ def _foreground(rd: RunDir, spec: Spec, proc: subprocess.Popen[bytes], engine: I
             if signum == signal.SIGINT:
                 interrupts += 1
                 if interrupts == 1:
-                    say("stopping (Ctrl-C again to kill now)")
                     stop_request.lodge(rd, stop_request.Mode.HARD, "ctrl-c")
                     signals.signal_process(engine, signal.SIGINT, tagged)
+                    tell("stopping (Ctrl-C again to kill now)")
+                    if watch is not None:
+                        watch.stopping("stopping", " (Ctrl-C again to kill now)")
                 else:
+                    if watch is not None:
+                        watch.stopping("killing now")
                     result = stop_command.force(rd, spec.stop.kill_grace, fallback=False)
                     for line in result.lines():
-                        say(line)
+                        tell(line)
             else:
                 stop_request.lodge(rd, stop_request.Mode.HARD, "signal")
                 signals.signal_process(engine, signum, tagged)
+                if watch is not None:
+                    watch.stopping(f"stopping ({signal.Signals(signum).name} forwarded)")
+        if watch is not None:
+            watch.tick()
     if code < 0:  # killed by a signal: the state says what the run was
-        return stop_command.run_outcome(rd)
+        code = stop_command.run_outcome(rd)
+    if watch is not None:
+        watch.finish(code)
     return code
 
 
-def status_of(rd: RunDir) -> RunStatus:
+def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     """What `runner status` shows. Each file is read on its own (run_view.py): a damaged
-    one is listed under "damaged" and the others are still shown."""
+    one is listed under "damaged" and the others are still shown. `folds`: a cache for
+    a caller that asks again and again (only new journal records are read)."""
     view = run_view.view(rd, wait_for_engine=False)
     try:
         state = StateStore(rd.state).load_or_none()
     except Damaged as exc:
         view.note(exc)
         state = None
+    now = time.time()
+    if folds is not None:
+        fold = folds.fold(rd, view.spec, view.damaged)
+    else:
+        fold = overview.fold_journal(rd, view.spec, view.damaged)
     children: list[ChildStatus] = []
     for ident in view.children:
         if identity.is_running(ident):
-            children.append({"pid": ident.pid, "pgid": ident.pgid, "name": view.child_names.get(ident.pid)})
+            children.append(
+                {
+                    "pid": ident.pid,
+                    "pgid": ident.pgid,
+                    "name": view.child_names.get(ident.pid),
+                    "runtime": overview.runtime(ident),
+                }
+            )
     live = view.live
+    running = bool(live) and fold.ended is None
+    phase = fold.current if running else None
+    containment = fold.containment
+    if containment is None and view.cgroup is not None:
+        containment = dict.fromkeys(overview.CONTAINMENT_KEYS)
+        containment.update(mode="cgroup", cgroup=str(view.cgroup.path))
     return {
+        "version": overview.STATUS_VERSION,
         "run_id": view.run_id,
         "run_dir": str(rd.path),
         "live": live,
@@ -256,8 +315,16 @@ def status_of(rd: RunDir) -> RunStatus:
         "phase": state.phase if state else None,
         "stopped": state.stopped if state else False,
         "stop_origin": state.stop_origin if state else None,
-        "items": {k: v.status for k, v in state.items.items()} if state else {},
+        "items": overview.item_rows(fold, state, running, now),
         "provider_calls": state.provider_calls if state else 0,
         "children": children,
         "damaged": list(view.damaged),
+        "started": fold.run_t0,
+        "elapsed": round(now - fold.run_t0, 3) if running and fold.run_t0 is not None else None,
+        "phase_started": phase.t if phase else None,
+        "phase_elapsed": round(max(0.0, now - phase.t), 3) if phase else None,
+        "pending_stop": overview.pending_stop(rd),
+        "paused": stop_request.pause_file(rd),
+        "pause_held": running and fold.pause_held,
+        "containment": containment,
     }

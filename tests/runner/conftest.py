@@ -89,6 +89,15 @@ class Runs:
         self.started.append(run_dir)
         return runs_helpers.start(spec_path, run_dir)
 
+    def foreground(self, spec_path, name="run", **popen):
+        """`runner run` in the foreground, as a terminal's user starts it (stdout and
+        stderr pipes of text unless `popen` says otherwise); returns (Popen, RunDir)."""
+        run_dir = self.tmp_path / name
+        self.started.append(run_dir)
+        kw = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        proc = subprocess.Popen([*runs_helpers.RUNNER, "run", str(spec_path), "--run-dir", str(run_dir)], **kw | popen)
+        return proc, RunDir(run_dir)
+
     def live_trap_term(self, victim, *, stop, name="run"):
         """A live run whose provider (a prepared victim) traps SIGTERM, in its session
         phase; returns (run dir, the provider's victim handle)."""

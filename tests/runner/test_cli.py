@@ -397,17 +397,7 @@ def test_stop_now_stops_a_run_whose_engine_identity_is_malformed(runs, tmp_path,
 
 
 def foreground(tmp_path, spec, runs):
-    run_dir = tmp_path / "run"
-    runs.started.append(run_dir)
-    proc = subprocess.Popen(
-        [*R.RUNNER, "run", str(spec), "--run-dir", str(run_dir)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    rd = RunDir(run_dir)
-    return proc, rd
+    return runs.foreground(spec)
 
 
 def _reap(proc):

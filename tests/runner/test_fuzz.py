@@ -10,17 +10,20 @@ Profiles: "ci" (the default; bounded so `.ci/run` stays well inside its budget) 
 "soak" (thousands of examples: HYPOTHESIS_PROFILE=soak, as `make soak` sets).
 """
 
+import io
+import json
 import os
 import subprocess
 import time
 
 import pytest
 import runs as R
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from runner import run_view, spec
+from runner import logs, overview, render, run_view, spec
 from runner.errors import RunnerError, SpecError
+from runner.events import Event
 from runner.exitcodes import Exit
 from runner.rundir import RunDir
 
@@ -146,7 +149,16 @@ def test_runner_run_on_a_hostile_spec_is_one_line_and_documented(tmp_path_factor
 
 # -- run-directory files --------------------------------------------------------------------
 
-RUN_FILES = ["engine.json", "state.json", "stop-request.json", "cgroup", "run-id", "spec.toml", "journal.jsonl"]
+RUN_FILES = [
+    "engine.json",
+    "state.json",
+    "stop-request.json",
+    "cgroup",
+    "run-id",
+    "spec.toml",
+    "journal.jsonl",
+    "output/1-0001-0-session.log",
+]
 CONTENTS = st.one_of(
     st.binary(max_size=200),
     VALUES.map(lambda v: __import__("json").dumps(v, allow_nan=True).encode()),
@@ -167,9 +179,54 @@ def test_reading_a_run_directory_never_crashes(tmp_path_factory, runs, name, con
     from runner import lifecycle
 
     try:
-        lifecycle.status_of(rd)
+        info = lifecycle.status_of(rd)
     except RunnerError as exc:
         assert "\n" not in str(exc)
+    else:
+        json.dumps(info, allow_nan=False)  # strict JSON: no NaN or infinity got through
+        render.status_view(info)
+    try:
+        logs.show(rd, None, follow=False, out=io.BytesIO(), err=lambda line: None)
+    except RunnerError as exc:
+        assert "\n" not in str(exc)
+
+
+RECORDS = st.lists(
+    st.fixed_dictionaries(
+        {"event": st.sampled_from([e.value for e in Event]), "t": NUMBERS | VALUES},
+        optional={
+            k: VALUES | st.sampled_from(["a", "b", 0, 1, None, "failed", "passed", "timeout", "verify"])
+            for k in ("item", "phase", "outcome", "rc", "index", "items", "attempt", "kind", "reason", "hook")
+        },
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=200)
+@given(records=RECORDS)
+@example(
+    records=[
+        {"event": "phase-start", "t": float("-inf"), "item": "a", "phase": "session"},
+        {"event": "item-done", "t": 0, "item": "a"},
+    ]
+)
+@example(records=[{"event": "phase-start", "t": -1e308, "item": "b"}, {"event": "run-stop", "t": 1e308}])
+def test_folding_any_journal_never_crashes(records):
+    """Property: any sequence of journal records (every event name, any JSON in every
+    field, non-finite times) folds (overview.Fold), gives item rows in strict JSON and
+    renders as the summary and the status table: the foreground display and `runner
+    status` never crash on a journal."""
+    loaded = spec.loads(
+        'items = ["a", "b"]\n[provider]\ncommand = ["true"]\n[[verify]]\ncommand = ["t", "{item}"]\n', "fuzz.toml"
+    )
+    fold = overview.Fold(loaded)
+    for rec in records:
+        fold.add(rec)
+    rows = overview.item_rows(fold, None, live=True, now=time.time())
+    json.dumps(rows, allow_nan=False)
+    render.summary("r", "failed", 3, rows)
+    render.item_table(rows)
 
 
 # -- argument vectors -------------------------------------------------------------------------
@@ -189,6 +246,10 @@ WORDS = st.sampled_from(
         "--detach",
         "--run-dir",
         "--run-dir=",
+        "logs",
+        "list",
+        "--follow",
+        "--runs-dir",
         "",
         "-",
         "--",

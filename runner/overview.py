@@ -1,0 +1,366 @@
+"""What a run is doing and has done, read back from the files its engine writes: the
+journal folded into phases (when each started and ended, and how), per-item durations
+and failure reasons, the containment in use and whether the engine holds at a PAUSE.
+
+The same fold serves the foreground progress (fed record by record as the journal
+grows, progress.py) and `runner status` (fed the whole journal, status_extras). The
+engine is never asked anything: a watcher of a run can neither slow it nor its stop.
+
+No phase-end event is journaled: a phase ends where the next one starts, or where its
+item is done or failed, or where the run completes, stops or crashes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from . import journal, stop_request
+from .errors import Damaged
+from .events import Event, Outcome
+from .follow import JournalTail
+from .spec import substitute
+
+if TYPE_CHECKING:
+    from .identity import Identity
+    from .rundir import RunDir
+    from .spec import Spec
+    from .state import State
+
+STATUS_VERSION = 1
+"""`version` of `runner status --json` (docs/status-json.md): raised when a key changes
+meaning or goes away; keys are only ever added within a version."""
+
+
+CONTAINMENT_KEYS = ("mode", "cgroup", "subreaper")
+"""`containment`: as the engine journaled it (the `containment` event)."""
+PENDING_STOP_KEYS = ("mode", "origin", "age", "unreadable", "stop_file")
+"""`pending_stop`, when a request or the STOP file waits for the engine."""
+
+
+class Failure(TypedDict):
+    """Why an item failed: the command that decided it and how it ended."""
+
+    phase: str  # "session", "repair" or "verify"
+    outcome: str  # events.Outcome: "failed" or "timeout"
+    index: int | None  # which verify command ([[verify]] entry), None for a session
+    command: list[str] | None  # its argv (item substituted); None when the spec is unreadable
+    rc: int | None  # its exit code; None when it was killed on a timeout
+
+
+class ItemRow(TypedDict):
+    """One item, as `runner status --json` and the summary table show it."""
+
+    item: str
+    status: str  # pending, running, done, failed, stopped
+    attempts: int  # provider calls: the session and each repair session
+    repairs: int
+    duration: float  # seconds spent in the item's phases, over every attempt
+    reason: str | None  # one line, for a failed item
+    failure: Failure | None
+
+
+@dataclass
+class Phase:
+    """A phase in flight or just ended (`duration` and `result` once it ended)."""
+
+    phase: str
+    item: str | None
+    t: float
+    duration: float | None = None
+    result: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.duration is not None
+
+
+@dataclass
+class Fold:
+    """The journal folded record by record. `add` returns the phases that started or
+    ended with that record, in order (the foreground prints them)."""
+
+    spec: Spec | None = None
+    items: list[str] = field(default_factory=list)
+    attempt: int | None = None
+    run_t0: float | None = None
+    current: Phase | None = None
+    result: str | None = None  # what the phase in flight has shown so far
+    durations: dict[str, float] = field(default_factory=dict)
+    sessions: dict[str, int] = field(default_factory=dict)
+    repair_attempt: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, Failure] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    outcomes: dict[str, str] = field(default_factory=dict)  # done / failed, by the journal
+    containment: dict[str, Any] | None = None
+    pause_held: bool = False
+    graceful_stop: bool = False
+    ended: str | None = None  # completed, failed, stopped, crashed
+
+    def __post_init__(self) -> None:
+        if self.spec is not None and not self.items:
+            self.items = list(self.spec.items)
+
+    def position(self, item: str | None) -> tuple[int, int] | None:
+        """(i, n): the item's place in the queue, from 1."""
+        if item is None or item not in self.items:
+            return None
+        return self.items.index(item) + 1, len(self.items)
+
+    def add(self, rec: dict[str, Any]) -> list[Phase]:
+        event, t = rec.get("event"), _number(rec.get("t"), time.time())
+        item = rec.get("item") if isinstance(rec.get("item"), str) else None
+        out: list[Phase] = []
+        if event == Event.RUN_START:
+            self._close(t, "interrupted", out)  # the attempt before died without a word
+            names = rec.get("items")
+            if isinstance(names, list) and all(isinstance(n, str) for n in names):
+                self.items = list(names)
+            attempt = rec.get("attempt")
+            self.attempt = attempt if isinstance(attempt, int) else self.attempt
+            self.run_t0, self.ended, self.pause_held, self.graceful_stop = t, None, False, False
+        elif event == Event.CONTAINMENT:
+            self.containment = {k: rec.get(k) for k in CONTAINMENT_KEYS}
+        elif event == Event.PHASE_START:
+            self._close(t, None, out)
+            phase = rec.get("phase")
+            self.current = Phase(str(phase), item, t)
+            self.result = None
+            out.append(self.current)
+        elif event == Event.SESSION_START and item is not None:
+            self.sessions[item] = self.sessions.get(item, 0) + 1
+        elif event == Event.SESSION_END:
+            self.result = _outcome_text(rec.get("outcome"), rec.get("rc"))
+            if item is not None and rec.get("outcome") in (Outcome.FAILED, Outcome.TIMEOUT):
+                self.failures[item] = self._failure(str(rec.get("kind")), rec, None, item)
+        elif event == Event.HOOK_RESULT:
+            if rec.get("outcome") != Outcome.PASSED and self.result is None:
+                self.result = f"{rec.get('hook')}[{rec.get('index')}] " + _outcome_text(
+                    rec.get("outcome"), rec.get("rc")
+                )
+        elif event == Event.VERIFY_RESULT:
+            index = rec.get("index")
+            if not isinstance(index, int) or isinstance(index, bool):
+                self.result = "passed"
+            elif item is not None:
+                failure = self._failure("verify", rec, index, item)
+                if failure["outcome"] != Outcome.STOPPED:
+                    self.failures[item] = failure
+                self.result = describe(failure, phase=False)
+        elif event == Event.REPAIR_DISPATCH and item is not None:
+            attempt = rec.get("attempt")
+            self.repair_attempt[item] = attempt if isinstance(attempt, int) else 0
+        elif event == Event.ITEM_DONE and item is not None:
+            self._close(t, None, out)
+            self.outcomes[item] = "done"
+            self.reasons.pop(item, None)
+        elif event == Event.ITEM_FAILED and item is not None:
+            self._close(t, None, out)
+            self.outcomes[item] = "failed"
+            known = self.failures.get(item)
+            self.reasons[item] = describe(known) if known else str(rec.get("reason") or "failed")
+        elif event == Event.PAUSED:
+            self.pause_held = True
+        elif event == Event.UNPAUSED:
+            self.pause_held = False
+        elif event == Event.GRACEFUL_STOP:
+            self.graceful_stop = True
+        elif event == Event.RUN_COMPLETE:
+            self._close(t, None, out)
+            self.ended = str(rec.get("status"))
+        elif event in (Event.TEARDOWN_COMPLETE, Event.RUN_STOP):
+            self._close(t, "stopped", out)
+            self.ended, self.pause_held = "stopped", False
+        elif event == Event.ENGINE_CRASH:
+            self._close(t, "crashed", out)
+            self.ended = "crashed"
+        return out
+
+    def _close(self, t: float, forced: str | None, out: list[Phase]) -> None:
+        """End the phase in flight at `t`; `forced`: how it ended, whatever it showed."""
+        phase = self.current
+        if phase is None:
+            return
+        self.current = None
+        spent = t - phase.t
+        phase.duration = spent if math.isfinite(spent) and spent > 0 else 0.0
+        phase.result = forced or self.result or "done"
+        if phase.item is not None:
+            self.durations[phase.item] = self.durations.get(phase.item, 0.0) + phase.duration
+        out.append(phase)
+
+    def _failure(self, phase: str, rec: dict[str, Any], index: int | None, item: str) -> Failure:
+        rc = rec.get("rc")
+        command: list[str] | None = None
+        if index is not None and self.spec is not None and 0 <= index < len(self.spec.verify):
+            command = substitute(self.spec.verify[index].command, item=item)
+        return {
+            "phase": phase,
+            "outcome": str(rec.get("outcome")),
+            "index": index,
+            "command": command,
+            "rc": rc if isinstance(rc, int) and not isinstance(rc, bool) else None,
+        }
+
+    def duration(self, item: str, now: float | None = None) -> float:
+        """Seconds in the item's phases; with `now`, the phase in flight counts up to it."""
+        spent = self.durations.get(item, 0.0)
+        if now is not None and self.current is not None and self.current.item == item:
+            spent += max(0.0, now - self.current.t)
+        return spent if math.isfinite(spent) else 0.0
+
+
+def describe(failure: Failure, phase: bool = True) -> str:
+    """One line: the command and how it ended, e.g. "verify `test -e b` exited 1"
+    (without `phase`: "`test -e b` exited 1", for a line that names the phase)."""
+    parts = [failure["phase"]] if phase else []
+    if failure["command"] is not None:
+        parts.append(f"`{shlex.join(failure['command'])}`")
+    elif failure["index"] is not None:
+        parts.append(f"[{failure['index']}]")
+    parts.append(_outcome_text(failure["outcome"], failure["rc"]))
+    return " ".join(parts)
+
+
+def _outcome_text(outcome: object, rc: object) -> str:
+    if outcome == Outcome.PASSED:
+        return "passed"
+    if outcome == Outcome.TIMEOUT:
+        return "timed out"
+    if outcome == Outcome.STOPPED:
+        return "stopped"
+    return f"exited {rc}" if isinstance(rc, int) and not isinstance(rc, bool) and rc >= 0 else f"failed (rc {rc})"
+
+
+def _number(value: object, default: float) -> float:
+    """A journal's time: a finite number, else `default` (the journal is untrusted: a
+    NaN or an infinity there must not reach a sum or a printed duration)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an int too large for a float
+            return default
+        if math.isfinite(number):
+            return number
+    return default
+
+
+def fold_journal(rd: RunDir, spec: Spec | None, damaged: list[str]) -> Fold:
+    """The whole journal folded; a damaged journal is named in `damaged` and folds empty."""
+    fold = Fold(spec)
+    try:
+        records = journal.read(rd.journal)
+    except Damaged as exc:
+        damaged.append(" ".join(str(exc).split()))
+        records = []
+    for rec in records:
+        fold.add(rec)
+    return fold
+
+
+class FoldCache:
+    """Folds kept between calls, for a process that asks for the status of the same runs
+    again and again (the web dashboard): each call folds only the records appended since
+    the last one. A journal replaced or cut short is folded again from its start, so a
+    cached fold always equals a fresh one. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._folds: dict[Path, tuple[tuple[int, int], JournalTail, Fold]] = {}
+
+    def fold(self, rd: RunDir, spec: Spec | None, damaged: list[str]) -> Fold:
+        with self._lock:
+            try:
+                st = os.lstat(rd.journal)
+                key = (st.st_dev, st.st_ino)
+            except OSError:
+                key = (-1, -1)
+            kept = self._folds.get(rd.path)
+            if kept is None or kept[0] != key or st_size(rd.journal) < kept[1].offset:
+                kept = (key, JournalTail(rd.journal), Fold(spec))
+            _, tail, fold = kept
+            try:
+                while records := tail.poll():
+                    for rec in records:
+                        fold.add(rec)
+            except Damaged as exc:
+                damaged.append(" ".join(str(exc).split()))
+                self._folds.pop(rd.path, None)
+                return Fold(spec)
+            self._folds[rd.path] = kept
+            return fold
+
+    def forget(self, rd: RunDir) -> None:
+        with self._lock:
+            self._folds.pop(rd.path, None)
+
+
+def st_size(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
+
+
+def item_rows(fold: Fold, state: State | None, live: bool, now: float) -> list[ItemRow]:
+    """Every item of the queue: its status and attempts from the state (the engine's own
+    record), its duration and failure from the journal."""
+    names = list(state.items) if state is not None else list(fold.items)
+    rows: list[ItemRow] = []
+    for name in names:
+        st = state.items.get(name) if state is not None else None
+        status = st.status if st is not None else fold.outcomes.get(name, "pending")
+        if state is not None and state.current_item == name and status == "pending":
+            if live and state.status == "running":
+                status = "running"
+            elif state.stopped:
+                status = "stopped"  # the item the stop cut short (resume runs it again)
+        failure = fold.failures.get(name) if status == "failed" else None
+        rows.append(
+            {
+                "item": name,
+                "status": status,
+                "attempts": st.calls if st is not None else fold.sessions.get(name, 0),
+                "repairs": st.repairs if st is not None else fold.repair_attempt.get(name, 0),
+                "duration": round(fold.duration(name, now if live else None), 3),
+                "reason": fold.reasons.get(name) if status == "failed" else None,
+                "failure": failure,
+            }
+        )
+    return rows
+
+
+def pending_stop(rd: RunDir) -> dict[str, Any] | None:
+    """The stop request the engine has not yet taken, and the STOP file: None when
+    neither is there."""
+    request = stop_request.peek(rd)
+    stop_file = stop_request.stop_file(rd)
+    if request is None and not stop_file:
+        return None
+    out: dict[str, Any] = dict.fromkeys(PENDING_STOP_KEYS)
+    out.update(unreadable=False, stop_file=stop_file)
+    if request is not None:
+        out.update(
+            mode=request.mode.label,
+            origin=request.origin.value,
+            age=round(max(0.0, time.time() - request.t), 3),
+            unreadable=request.unreadable,
+        )
+    elif stop_file:
+        out.update(mode="graceful", origin="file")
+    return out
+
+
+def runtime(ident: Identity) -> float | None:
+    """Seconds since the process started (its start ticks against the boot clock)."""
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        return round(max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - ident.start_ticks / ticks), 3)
+    except (OSError, ValueError, AttributeError):
+        return None

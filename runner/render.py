@@ -1,0 +1,137 @@
+"""Text for the terminal: tables, durations, the status view and the end-of-run summary.
+Pure functions of data already read (status_of's dict, item rows): nothing here reads
+a file or a clock, so what a command prints is tested from what it was given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .errors import printable
+
+if TYPE_CHECKING:
+    from .lifecycle import RunStatus
+    from .overview import ItemRow
+    from .run_list import RunRow
+
+
+def seconds(value: float | None) -> str:
+    """1.2 s, 42 s, 3 min 05 s, 2 h 03 min."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    if value < 10:
+        return f"{value:.1f} s"
+    whole = int(value)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600:02d} h"
+
+
+def clean(value: object, limit: int = 200) -> str:
+    """One printable line of at most `limit` characters (names and output lines come
+    from the run directory and the run's commands: untrusted)."""
+    return printable(value, limit)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """Left-aligned columns, two spaces apart; the last column is not padded."""
+    cells = [[clean(c) for c in headers]] + [[clean(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    out = []
+    for r in cells:
+        line = "  ".join(c.ljust(widths[i]) if i < len(r) - 1 else c for i, c in enumerate(r))
+        out.append(line.rstrip())
+    return out
+
+
+def item_table(rows: Sequence[ItemRow], *, outcome: str = "status") -> list[str]:
+    """item, status (or outcome), attempts, duration, reason."""
+    return table(
+        ["item", outcome, "attempts", "duration", "reason"],
+        [[r["item"], r["status"], r["attempts"], seconds(r["duration"]), r["reason"] or ""] for r in rows],
+    )
+
+
+def summary(run_id: str | None, status: str, code: int, rows: Sequence[ItemRow]) -> list[str]:
+    """The end of a foreground run: one row per item, then the run's own line."""
+    failed = sum(1 for r in rows if r["status"] == "failed")
+    tail = f"run {clean(run_id)}: {clean(status)}"
+    if failed:
+        tail += f", {failed} of {len(rows)} item{'s' if len(rows) != 1 else ''} failed"
+    return [*item_table(rows, outcome="outcome"), tail + f" (exit {code})"]
+
+
+def status_view(info: RunStatus) -> list[str]:
+    """`runner status` without --json."""
+    engine = f"engine pid {info['engine_pid']}" if info["live"] else "engine not running"
+    status = clean(info["status"])
+    if status == "running" and info["live"] is False:
+        status += " (but its engine died: `runner resume` continues it)"
+    lines = [
+        f"run {clean(info['run_id'])}: {status} (attempt {info['attempt'] or '-'}, {engine})",
+        f"  dir: {clean(info['run_dir'], 1000)}",
+        "  containment: " + containment(info["containment"]),
+    ]
+    if info["live"] and info["current_item"] is not None:
+        names = [r["item"] for r in info["items"]]
+        where = f" ({names.index(info['current_item']) + 1}/{len(names)})" if info["current_item"] in names else ""
+        phase = f"phase {clean(info['phase'])}"
+        if info["phase_elapsed"] is not None:
+            phase += f" for {seconds(info['phase_elapsed'])}"
+        lines.append(f"  now: item {clean(info['current_item'])}{where}, {phase}")
+    for child in info["children"]:
+        lines.append(f"  child pid {child['pid']} ({clean(child['name'])}), running {seconds(child['runtime'])}")
+    stop = info["pending_stop"]
+    if stop is not None:
+        lines.append("  " + pending_stop(stop))
+    if info["paused"]:
+        held = "the engine holds between phases" if info["pause_held"] else "takes effect between phases"
+        lines.append(f"  PAUSE file present: {held} (remove it to go on)")
+    if info["items"]:
+        lines.append("")
+        lines.extend(item_table(info["items"]))
+    return lines
+
+
+def containment(value: dict[str, Any] | None) -> str:
+    if not value:
+        return "unknown (not journaled yet)"
+    if value.get("mode") == "cgroup":
+        return f"cgroup {clean(value.get('cgroup'), 1000)}"
+    return "process groups and the run's tag (no cgroup)"
+
+
+def pending_stop(stop: dict[str, Any]) -> str:
+    if stop.get("mode") is None:
+        return "STOP file present: a graceful stop"
+    text = f"stop requested: {clean(stop['mode'])}, origin {clean(stop['origin'])}"
+    if stop.get("age") is not None:
+        text += f", {seconds(stop['age'])} ago"
+    if stop.get("unreadable"):
+        text += " (request file unreadable: read as graceful)"
+    if stop.get("stop_file"):
+        text += "; STOP file present"
+    return text + " (not yet taken by the engine)"
+
+
+def run_list(rows: Sequence[RunRow], now: float) -> list[str]:
+    """`runner list`: one row per run; a damaged run's row names what is damaged."""
+    from .run_list import age
+
+    body = []
+    for r in rows:
+        items = (
+            "-"
+            if r["items"] is None
+            else f"{r['done']}/{r['items']} done" + (f", {r['failed']} failed" if r["failed"] else "")
+        )
+        live = {True: "live", False: "", None: "?"}[r["live"]]
+        note = "damaged: " + "; ".join(r["damaged"]) if r["damaged"] else ""
+        body.append([r["run_id"], r["status"], live, r["attempt"] or "-", items, seconds(age(r, now)) + " ago", note])
+    return table(["run", "status", "engine", "attempt", "items", "age", ""], body)

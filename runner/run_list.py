@@ -1,0 +1,90 @@
+"""`runner list`: every run under the base directory, one row each: its id, status,
+attempt, items done of all, age. Each run is read on its own and cheaply (its state, its
+lock, its run-id; no process is looked at): a damaged run is a row that says what is
+damaged, never the end of the list.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TypedDict
+
+from .errors import Damaged
+from .rundir import RunDir, list_runs
+from .state import StateStore
+
+
+class RunRow(TypedDict):
+    run_id: str
+    run_dir: str
+    status: str  # running, completed, failed, stopped, crashed, starting, or "damaged"
+    live: bool | None  # None: the lock file is damaged
+    attempt: int | None
+    items: int | None
+    done: int | None
+    failed: int | None
+    created: float | None  # when the run directory got its spec (epoch seconds)
+    updated: float | None  # the state's last save
+    damaged: list[str]
+
+
+def row(rd: RunDir) -> RunRow:
+    damaged: list[str] = []
+
+    def note(exc: Damaged) -> None:
+        damaged.append(" ".join(str(exc).split()))
+
+    try:
+        run_id = rd.run_id
+    except Damaged as exc:
+        note(exc)
+        run_id = rd.path.name
+    live: bool | None
+    try:
+        live = rd.is_live()
+    except (Damaged, OSError) as exc:
+        damaged.append(f"{rd.lock}: {exc}" if not isinstance(exc, Damaged) else " ".join(str(exc).split()))
+        live = None
+    try:
+        state = StateStore(rd.state).load_or_none()
+    except Damaged as exc:
+        note(exc)
+        state = None
+    try:
+        created: float | None = os.lstat(rd.spec).st_mtime
+    except OSError:
+        created = None
+    if state is not None:
+        status = state.status
+        if status == "running" and live is False:
+            status = "crashed"  # no engine, and it never wrote how the run ended
+    else:
+        status = "damaged" if damaged else ("starting" if live else "unknown")
+    items = list(state.items.values()) if state is not None else None
+    return {
+        "run_id": run_id,
+        "run_dir": str(rd.path),
+        "status": status,
+        "live": live,
+        "attempt": state.attempt if state is not None else None,
+        "items": len(items) if items is not None else None,
+        "done": sum(1 for i in items if i.status == "done") if items is not None else None,
+        "failed": sum(1 for i in items if i.status == "failed") if items is not None else None,
+        "created": created,
+        "updated": state.updated if state is not None and state.updated else None,
+        "damaged": damaged,
+    }
+
+
+def rows(base: str | os.PathLike[str]) -> list[RunRow]:
+    """Every run under `base`, oldest first (run ids sort by their start time)."""
+    return [row(rd) for rd in list_runs(Path(base))]
+
+
+def age(row: RunRow, now: float | None = None) -> float | None:
+    """Seconds since the run was created."""
+    if row["created"] is None:
+        return None
+    return max(0.0, (time.time() if now is None else now) - row["created"])

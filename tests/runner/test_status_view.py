@@ -1,0 +1,200 @@
+"""`runner status`: the readable view and `--json` (docs/status-json.md) of a live run
+whose provider traps SIGTERM, of a finished run with a failing item, and of a run whose
+journal is damaged. Every run is real (`python -m runner`); the `runs` fixture kills
+whatever a failing test left."""
+
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import runs as R
+
+from runner import identity, overview
+from runner.exitcodes import Exit
+
+KILL_GRACE = 0.3
+STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
+DOC = Path(__file__).resolve().parents[2] / "docs" / "status-json.md"
+
+
+def status(rd, *args):
+    return R.runner("status", "--run-dir", rd.path, *args)
+
+
+def status_json(rd):
+    proc = status(rd, "--json")
+    assert proc.returncode in (Exit.OK, Exit.DAMAGED), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_live_run_view_and_json(runs, victim):
+    """Path: status of a live run in its session phase, whose provider (a trap-term
+    victim) is the running child: the view names the run, its status and attempt, the
+    item (1/2) and phase, the child with its pid and runtime, the containment the engine
+    journaled, and a table of the items; --json carries the same, with the child's
+    runtime counting since its start. Then a graceful stop request (pending until the
+    session ends) and a PAUSE file are shown; a hard stop ends the run, and the item it
+    cut short reads "stopped"."""
+    prepared = victim.prepare("trap-term")
+    rd = runs.start(runs.spec(name="live.toml", items=("a", "b"), provider=prepared.argv, stop=STOP))
+    R.wait_event(rd, "phase-start", phase="session")
+    v = prepared.adopt(timeout=10)
+    containment = R.wait_event(rd, "containment")
+
+    proc = status(rd)
+    assert proc.returncode == Exit.OK, proc.stderr
+    text = proc.stdout
+    engine = identity.read(rd.engine_identity)
+    assert text.startswith(f"run {rd.run_id}: running (attempt 1, engine pid {engine.pid})"), text
+    assert re.search(r"now: item a \(1/2\), phase session for \d", text), text
+    assert re.search(rf"child pid {v.pid} \(session\), running \d", text), text
+    if containment["mode"] == "cgroup":
+        assert f"containment: cgroup {containment['cgroup']}" in text, text
+    else:
+        assert "containment: process groups and the run's tag (no cgroup)" in text, text
+    table = text.split("\n\n", 1)[1].splitlines()
+    assert table[0].split() == ["item", "status", "attempts", "duration", "reason"]
+    assert table[1].split()[:3] == ["a", "running", "1"] and table[2].split()[:3] == ["b", "pending", "0"]
+
+    info = status_json(rd)
+    assert info["version"] == overview.STATUS_VERSION
+    assert (info["run_id"], info["status"], info["attempt"], info["live"]) == (rd.run_id, "running", 1, True)
+    assert (info["current_item"], info["phase"]) == ("a", "session")
+    assert [(c["pid"], c["name"]) for c in info["children"]] == [(v.pid, "session")]
+    assert 0 <= info["children"][0]["runtime"] < 60
+    assert info["phase_elapsed"] >= 0 and info["elapsed"] >= info["phase_elapsed"]
+    assert info["containment"] == {k: containment[k] for k in ("mode", "cgroup", "subreaper")}
+    assert [(r["item"], r["status"], r["attempts"]) for r in info["items"]] == [
+        ("a", "running", 1),
+        ("b", "pending", 0),
+    ]
+    assert info["pending_stop"] is None and info["paused"] is False and info["pause_held"] is False
+
+    # A graceful request waits in its file for the phase in flight to end: pending.
+    assert R.runner("stop", "--graceful", "--run-dir", rd.path).returncode == Exit.OK
+    rd.pause_file.touch()
+    proc = status(rd)
+    assert re.search(r"stop requested: graceful, origin file, \d+\.\d s ago", proc.stdout), proc.stdout
+    assert "PAUSE file present: takes effect between phases" in proc.stdout, proc.stdout
+    info = status_json(rd)
+    assert info["pending_stop"]["mode"] == "graceful" and info["pending_stop"]["origin"] == "file"
+    assert info["paused"] is True and info["pause_held"] is False
+    rd.pause_file.unlink()
+    assert R.runner("stop", "--run-dir", rd.path).returncode == Exit.OK
+    R.wait_engine_exit(rd)
+    assert v.wait_gone(5)
+    info = status_json(rd)
+    assert (info["status"], info["live"], info["children"], info["pending_stop"]) == ("stopped", False, [], None)
+    assert [(r["item"], r["status"]) for r in info["items"]] == [("a", "stopped"), ("b", "pending")]
+
+
+def test_finished_run_names_the_failing_verify(runs):
+    """Path: status of a finished three-item run whose verify command fails for one item
+    (fixable false: no repair): the failed item's row and JSON give the verify command
+    and its exit code; the others are done with one attempt each."""
+    verify = 'test "$1" != b || exit 9'
+    spec = runs.spec(
+        items=("a", "b", "c"),
+        provider=["true"],
+        verify=[{"command": R.sh(verify, "{item}"), "fixable": False}],
+        stop=STOP,
+    )
+    rd = runs.start(spec)
+    assert R.runner("wait", "--run-dir", rd.path).returncode == Exit.FAILED
+    command = R.sh(verify, "b")
+    proc = status(rd)
+    assert proc.returncode == Exit.OK, proc.stderr
+    assert proc.stdout.startswith(f"run {rd.run_id}: failed (attempt 1, engine not running)")
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("b "))
+    assert row.split()[:3] == ["b", "failed", "1"] and row.endswith(f"verify `{shlex.join(command)}` exited 9"), row
+    items = {r["item"]: r for r in status_json(rd)["items"]}
+    assert items["b"]["failure"] == {"phase": "verify", "outcome": "failed", "index": 0, "command": command, "rc": 9}
+    assert items["b"]["reason"] == f"verify `{shlex.join(command)}` exited 9"
+    assert [items[i]["status"] for i in "ac"] == ["done", "done"] and items["a"]["reason"] is None
+    assert items["a"]["duration"] > 0
+
+
+@pytest.mark.parametrize("damage", ["directory", "fifo", "binary-and-deep"])
+def test_damaged_journal_still_gives_a_status(runs, damage):
+    """Path: status of a finished run whose journal.jsonl is replaced by a directory, a
+    FIFO, or garbage nested too deep: exit DAMAGED with one stderr line naming the
+    journal (a directory or FIFO) or OK (a journal whose lines are not records: skipped),
+    and the view and the JSON are still printed from the state."""
+    rd = runs.start(runs.spec(items=("a",), provider=["true"], stop=STOP))
+    assert R.runner("wait", "--run-dir", rd.path).returncode == Exit.OK
+    rd.journal.unlink()
+    if damage == "directory":
+        rd.journal.mkdir()
+    elif damage == "fifo":
+        os.mkfifo(rd.journal)
+    else:
+        rd.journal.write_bytes(b"\xff\xfe\n" + b"[" * 10_000 + b"\n")
+    proc = status(rd)
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout.startswith(f"run {rd.run_id}: completed (attempt 1, engine not running)"), proc.stdout
+    info = status_json(rd)
+    assert [(r["item"], r["status"]) for r in info["items"]] == [("a", "done")]
+    if damage == "binary-and-deep":
+        assert proc.returncode == Exit.OK and info["damaged"] == []
+    else:
+        assert proc.returncode == Exit.DAMAGED, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "journal.jsonl" in proc.stderr
+        assert any("journal.jsonl" in d for d in info["damaged"])
+
+
+def test_status_json_keys_are_documented():
+    """Path: every key `runner status --json` prints (lifecycle.RunStatus, the item rows,
+    the failure, the child) is named in docs/status-json.md, and every key the document
+    names is printed."""
+    from runner import lifecycle
+
+    doc = DOC.read_text()
+    documented = set(re.findall(r"^\| `([a-z_.\[\]]+)` \|", doc, re.M))
+    keys = set(lifecycle.RunStatus.__annotations__)
+    keys |= {f"items[].{k}" for k in overview.ItemRow.__annotations__}
+    keys |= {f"items[].failure.{k}" for k in overview.Failure.__annotations__}
+    keys |= {f"children[].{k}" for k in lifecycle.ChildStatus.__annotations__}
+    keys |= {f"pending_stop.{k}" for k in overview.PENDING_STOP_KEYS}
+    keys |= {f"containment.{k}" for k in overview.CONTAINMENT_KEYS}
+    assert keys == documented, (sorted(keys - documented), sorted(documented - keys))
+
+
+def _stable(info):
+    """status_of's answer without the keys that move with the clock."""
+    drop = {"elapsed", "phase_elapsed", "children", "pending_stop"}
+    out = {k: v for k, v in info.items() if k not in drop}
+    out["items"] = [{k: v for k, v in r.items() if k != "duration"} for r in info["items"]]
+    return out
+
+
+def test_a_fold_cache_answers_as_a_fresh_fold(runs, tmp_path):
+    """Path: lifecycle.status_of with an overview.FoldCache (what a process asking again
+    and again uses), on a live run, then on the same run finished, then on its journal
+    replaced by a shorter one: each answer equals status_of without a cache (the
+    cache reads only the new records, and folds again from the start a journal that
+    was replaced)."""
+    from runner import lifecycle
+
+    gate = tmp_path / "gate"
+    gate.touch()
+    provider = R.sh('[ "$1" != b ] || while [ -e "$2" ]; do sleep 0.05; done', "{item}", str(gate))
+    verify = [{"command": R.sh('test "$1" != a', "{item}"), "fixable": False}]
+    rd = runs.start(runs.spec(items=("a", "b", "c"), provider=provider, verify=verify, stop=STOP))
+    R.wait_event(rd, "session-start", item="b")
+    cache = overview.FoldCache()
+    live = lifecycle.status_of(rd, cache)
+    assert [r["status"] for r in live["items"]] == ["failed", "running", "pending"]
+    assert _stable(live) == _stable(lifecycle.status_of(rd))
+    gate.unlink()
+    assert R.runner("wait", "--run-dir", rd.path).returncode == Exit.FAILED
+    done = lifecycle.status_of(rd, cache)
+    assert done == lifecycle.status_of(rd)
+    assert [r["status"] for r in done["items"]] == ["failed", "done", "done"]
+    lines = rd.journal.read_bytes().splitlines(keepends=True)
+    shorter = rd.path / "journal.new"
+    shorter.write_bytes(b"".join(lines[: len(lines) // 2]))
+    os.replace(shorter, rd.journal)
+    assert lifecycle.status_of(rd, cache) == lifecycle.status_of(rd)
