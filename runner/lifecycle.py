@@ -281,10 +281,11 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
         view.note(exc)
         state = None
     now = time.time()
+    spec = run_view.spec_of(view)
     if folds is not None:
-        fold = folds.fold(rd, view.spec, view.damaged)
+        fold = folds.fold(rd, spec, view.damaged)
     else:
-        fold = overview.fold_journal(rd, view.spec, view.damaged)
+        fold = overview.fold_journal(rd, spec, view.damaged)
     children: list[ChildStatus] = []
     for ident in view.children:
         if identity.is_running(ident):

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
+    from .spec import Spec
+
 
 @dataclass
 class StopSettings:
@@ -255,6 +257,19 @@ def _stop_settings(view: RunView) -> None:
         view.note(exc)
         return
     view.stop = StopSettings(grace=s.grace, kill_grace=s.kill_grace, channel=s.channel)
+
+
+def spec_of(view: RunView) -> Spec | None:
+    """The run's frozen spec for a reader that needs all of it (status), or None with
+    the damage noted. Stoppers never call this: they take their [stop] values from
+    engine.json (see _stop_settings)."""
+    from .spec import load_frozen
+
+    try:
+        return load_frozen(view.rd.spec)
+    except RunnerError as exc:
+        view.note(exc)
+        return None
 
 
 def view(rd: RunDir, *, wait_for_engine: bool = True) -> RunView:
