@@ -331,13 +331,18 @@ def _signal_pids(watch: Watch, pids: Iterable[Identity], sig: int) -> None:
 
 
 def _signal_tagged(
-    watch: Watch, run_id: str | None, sig: int, scan: identity.Scan, skip: Collection[int] = ()
+    watch: Watch,
+    run_id: str | None,
+    sig: int,
+    scan: identity.Scan,
+    skip: Collection[int] = (),
+    untagged: set[tuple[int, int]] | None = None,
 ) -> list[int]:
     """The tag sweep: every living process that carries the run's tag; returns those
     reached. `skip`: pids whose environment need not be read (already signalled this
     round by another route, or dead)."""
     hit = []
-    for ident in sweep.tagged(run_id, scan, skip=skip):
+    for ident in sweep.tagged(run_id, scan, skip=skip, untagged=untagged):
         if watch.add(ident, named=False, proof=Proof.TAG) is not None and watch.send(ident.pid, sig):
             hit.append(ident.pid)
     return hit
@@ -382,6 +387,9 @@ def kill_everything(
     )
     sweep_tag = bool(run_id) if tag_sweep is None else (tag_sweep and bool(run_id))
     watch = Watch(membership)
+    # What the TERM round's sweep read without the tag is not read again at KILL: that
+    # round reads the environment of new processes only (forked since), not the machine's.
+    untagged: set[tuple[int, int]] = set()
     try:
         # Signals first, scans after: the groups whose leader proves itself and the
         # recorded pids need no pass over /proc, so they are signalled before it. Then
@@ -393,7 +401,7 @@ def kill_everything(
         if sweep_tag:
             # Every watched process has had its SIGTERM (group or pid route): the sweep
             # reads the environment of the others only.
-            _signal_tagged(watch, run_id, signal.SIGTERM, scan(), skip=set(watch.fds))
+            _signal_tagged(watch, run_id, signal.SIGTERM, scan(), skip=set(watch.fds), untagged=untagged)
         if cgroup is not None and cgroup_scope is not None:
             _signal_cgroup_members(watch, cgroup, cgroup_scope, signal.SIGTERM)
         at_term = set(watch.fds) | watch.early
@@ -407,11 +415,15 @@ def kill_everything(
         left = set(watch.alive()) | (watch.sigkilled & at_term)  # ablate: died-at-term-accuracy
 
         scan = _Scan()
+
+        def sweep_kill() -> list[int]:  # the KILL round's sweep: new processes and the living only
+            return _signal_tagged(watch, run_id, signal.SIGKILL, scan(), watch.done, untagged)
+
         if left:
             _signal_pids(watch, pids, signal.SIGKILL)  # ablate: kill-everything-pid-sigkill
         left |= _kill_groups(watch, signalled, left, scan)  # ablate: kill-everything-group-sigkill
         if sweep_tag:
-            left.update(_signal_tagged(watch, run_id, signal.SIGKILL, scan(), watch.done))  # ablate: tag-sweep-sigkill
+            left.update(sweep_kill())  # ablate: tag-sweep-sigkill
         if cgroup is not None and cgroup_scope is not None:
             for ident in cgroup.member_identities(cgroup_scope):
                 if watch.add(ident, named=False) is not None:

@@ -19,12 +19,19 @@ log = _log.get("runner.sweep")
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def tagged(run_id: str | None, scan: identity.Scan | None = None, skip: Collection[int] = ()) -> list[Identity]:
+def tagged(
+    run_id: str | None,
+    scan: identity.Scan | None = None,
+    skip: Collection[int] = (),
+    untagged: set[tuple[int, int]] | None = None,
+) -> list[Identity]:
     """Every living process whose environment holds RUNNER_RUN_ID=run_id, minus this
     process and its ancestors (a `runner stop` run from a hook carries the tag too).
     `scan`: the round's pass over /proc, when the caller has one. `skip`: pids the
     caller already watches, whose environment need not be read again (at a thousand
-    processes, those reads are most of a round)."""
+    processes, those reads are most of a round). `untagged`: (pid, start ticks) of the
+    processes an earlier round of the same stop read without the tag; they are not read
+    again (a running process's environment does not change), and this round adds to it."""
     if not run_id:
         return []
     protected = signals.protected_pids()
@@ -36,8 +43,12 @@ def tagged(run_id: str | None, scan: identity.Scan | None = None, skip: Collecti
     for pid, st in stats.items():
         if pid in protected or pid in skip or st.zombie:
             continue
+        if untagged is not None and (pid, st.start_ticks) in untagged:
+            continue
         if signals.has_tag(pid, run_id):
             out.append(Identity(st.pid, st.pgid, st.sid, st.start_ticks, boot))
+        elif untagged is not None:
+            untagged.add((pid, st.start_ticks))
     return out
 
 
