@@ -24,7 +24,7 @@ from .membership import Membership, cgroup_of
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
 
 log = _log.get("runner.cgroup")
 
@@ -171,9 +171,12 @@ class RunCgroup:
                     raise
         return pids
 
-    def member_identities(self, which: str = "all") -> list[Identity]:
+    def member_identities(self, which: str = "all", skip: Collection[int] = ()) -> list[Identity]:
+        """The living members' identities, but for the pids in `skip` (already known)."""
         out: list[Identity] = []
         for pid in self.members(which):
+            if pid in skip:
+                continue
             ident = identity.current(pid)
             if ident is not None:
                 out.append(ident)

@@ -58,6 +58,7 @@ class Watch:
         self.fds: dict[int, int] = {}  # pid -> pidfd
         self.done: set[int] = set()
         self.sigkilled: set[int] = set()  # seen dead of a SIGKILL someone else sent
+        self.by_tag: set[int] = set()  # reached through the tag sweep (its KILL round kills them again)
         self.early: set[int] = set()  # group members already dead of our signal when first seen
         self.proven: dict[tuple[int, int], Proof] = {}
         self.refused: list[str] = []
@@ -344,13 +345,24 @@ def _signal_tagged(
     hit = []
     for ident in sweep.tagged(run_id, scan, skip=skip, untagged=untagged):
         if watch.add(ident, named=False, proof=Proof.TAG) is not None and watch.send(ident.pid, sig):
+            watch.by_tag.add(ident.pid)
             hit.append(ident.pid)
     return hit
 
 
+def _kill_tagged_round(
+    watch: Watch, run_id: str | None, scan: identity.Scan, untagged: set[tuple[int, int]]
+) -> list[int]:
+    """The tag sweep's SIGKILL: what it found at TERM and still lives, through the
+    pidfds it holds (no environment read again: the same pidfd is the same process),
+    then the tagged processes new since the TERM round. Returns those reached."""
+    hit = [pid for pid in sorted(watch.by_tag) if pid not in watch.done and watch.send(pid, signal.SIGKILL)]
+    return hit + _signal_tagged(watch, run_id, signal.SIGKILL, scan, set(watch.fds), untagged)
+
+
 def _signal_cgroup_members(watch: Watch, cgroup: RunCgroup, scope: str, sig: int) -> list[int]:
     hit = []
-    for ident in cgroup.member_identities(scope):
+    for ident in cgroup.member_identities(scope, skip=watch.fds.keys()):
         if watch.add(ident, named=False) is not None and watch.send(ident.pid, sig):
             hit.append(ident.pid)
     return hit
@@ -416,16 +428,15 @@ def kill_everything(
 
         scan = _Scan()
 
-        def sweep_kill() -> list[int]:  # the KILL round's sweep: new processes and the living only
-            return _signal_tagged(watch, run_id, signal.SIGKILL, scan(), watch.done, untagged)
-
         if left:
             _signal_pids(watch, pids, signal.SIGKILL)  # ablate: kill-everything-pid-sigkill
         left |= _kill_groups(watch, signalled, left, scan)  # ablate: kill-everything-group-sigkill
         if sweep_tag:
-            left.update(sweep_kill())  # ablate: tag-sweep-sigkill
+            left.update(_kill_tagged_round(watch, run_id, scan(), untagged))  # ablate: tag-sweep-sigkill
         if cgroup is not None and cgroup_scope is not None:
-            for ident in cgroup.member_identities(cgroup_scope):
+            # Members not watched yet (what a watched one needs, `left` has): a thousand
+            # watched members cost no /proc read here.
+            for ident in cgroup.member_identities(cgroup_scope, skip=watch.fds.keys()):
                 if watch.add(ident, named=False) is not None:
                     left.add(ident.pid)
             cgroup.kill(cgroup_scope, timeout=confirm_timeout)  # ablate: cgroup-kill
