@@ -43,8 +43,8 @@ _SIGNAL_ORIGINS: dict[int, Origin] = {
     signal.SIGHUP: Origin.SIGNAL,
     signal.SIGINT: Origin.CTRL_C,
 }
-# The origins a consumed hard request may claim for the stop it causes.
-_REQUEST_ORIGINS = (Origin.SIGNAL, Origin.FILE, Origin.CTRL_C)
+# The origins a consumed request may claim for the stop it causes.
+_REQUEST_ORIGINS = (Origin.SIGNAL, Origin.FILE, Origin.CTRL_C, Origin.DASHBOARD)
 
 
 class StopController:
@@ -270,7 +270,10 @@ class StopController:
             stop_file=stop_request.stop_file(self._rundir),
             request=None if consumed is None else consumed.origin,
         )
-        return RunStopped(Origin.FILE, Mode.GRACEFUL)
+        # The request's own origin where it names a stopper (the dashboard's graceful
+        # stop); the STOP file and `runner stop --graceful` are the file channel.
+        asked = consumed is not None and not consumed.unreadable and consumed.origin in _REQUEST_ORIGINS
+        return RunStopped(consumed.origin if consumed is not None and asked else Origin.FILE, Mode.GRACEFUL)
 
     def as_recorded(self, stop: RunStopped) -> RunStopped:
         """The stop the engine records: a hard stop (signal or file) that arrived while a
