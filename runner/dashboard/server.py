@@ -95,6 +95,8 @@ class Handler(BaseHTTPRequestHandler):
             if path in self.server.assets:
                 body, ctype = self.server.assets[path]
                 self._send(HTTPStatus.OK, body, ctype)
+            elif path == "/favicon.ico":
+                self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
             elif path == "/api/runs":
                 if not self.server.guard.token_ok(self.headers.get):
                     self._json(HTTPStatus.FORBIDDEN, {"error": f"missing or wrong {security.TOKEN_HEADER}"})

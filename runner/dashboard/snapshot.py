@@ -72,10 +72,15 @@ class Snapshots:
         try:
             stamp = _fingerprint(entry.rd.path)
             cached = self._cache.get(entry.name)
-            if cached is not None and cached[0] == stamp and stamp[-1] is False:
+            if cached is not None and cached[0] == stamp:
                 return dict(cached[1])
             row = _run_row(entry)
-            self._cache[entry.name] = (stamp, row)
+            # Kept only for a run that was dead before and after the read: an engine
+            # that has let go of its lock may still be exiting (status_of then says live).
+            if stamp[-1] is False and row["live"] is False:
+                self._cache[entry.name] = (stamp, row)
+            else:
+                self._cache.pop(entry.name, None)
             return dict(row)
         except Exception as exc:  # one unreadable run is one error row, never a broken page
             return _error_row(entry.name, f"cannot be read: {type(exc).__name__}: {exc}")
@@ -106,6 +111,8 @@ def _run_row(entry: Entry) -> dict[str, Any]:
     rd = entry.rd
     assert rd is not None
     info: dict[str, Any] = dict(lifecycle.status_of(rd))
+    tail = _journal_tail(rd.journal)
+    stops = [r for r in tail if r["event"] == "run-stop"]
     live = info.get("live")
     status = str(info.get("status"))
     if live is False and status == "running":
@@ -124,7 +131,9 @@ def _run_row(entry: Entry) -> dict[str, Any]:
         "engine_pid": info.get("engine_pid"),
         "current_item": info.get("current_item"),
         "phase": info.get("phase"),
-        "stop_origin": info.get("stop_origin"),
+        # The journal's run-stop names who asked (a stopper's own record says `forced`
+        # in state.json, and `dashboard` in the journal when the dashboard asked).
+        "stop_origin": _text(stops[-1].get("origin")) if stops else info.get("stop_origin"),
         "children": [_child(c) for c in info.get("children") or []],
         "items": items,
         "done": sum(1 for i in items if i.get("status") == "done"),
@@ -134,7 +143,7 @@ def _run_row(entry: Entry) -> dict[str, Any]:
         "pending_stop": _text(pending) if pending else None,
         "containment": _text(info["containment"]) if info.get("containment") else None,
         "damaged": [printable(d, LINE_CHARS) for d in info.get("damaged") or []],
-        "journal": _journal_tail(rd.journal),
+        "journal": [_record_line(r) for r in tail],
         "buttons": {
             "stop": live is not False,  # a run whose lock is damaged is still stoppable
             "pause": live is True and not paused,
@@ -189,8 +198,8 @@ def _text(value: object) -> str:
     return printable(value if isinstance(value, str) else json.dumps(value, default=str), FIELD_CHARS)
 
 
-def _journal_tail(path: os.PathLike[str] | str) -> list[str]:
-    """The last records of the journal, one short line each. Only the file's last
+def _journal_tail(path: os.PathLike[str] | str) -> list[dict[str, Any]]:
+    """The last records of the journal. Only the file's last
     JOURNAL_TAIL_BYTES are read (a journal grows with the run), through untrusted.py."""
     try:
         fd = untrusted.open_regular(path)
@@ -205,7 +214,7 @@ def _journal_tail(path: os.PathLike[str] | str) -> list[str]:
     lines = data.split(b"\n")
     if start > 0:
         lines = lines[1:]  # cut by the window
-    out: list[str] = []
+    out: list[dict[str, Any]] = []
     for raw in lines:
         if not raw.strip():
             continue
@@ -214,7 +223,7 @@ def _journal_tail(path: os.PathLike[str] | str) -> list[str]:
         except Exception:
             continue  # a torn line, as journal.read skips it
         if isinstance(record, dict) and isinstance(record.get("event"), str):
-            out.append(_record_line(record))
+            out.append(record)
     return out[-JOURNAL_TAIL_RECORDS:]
 
 

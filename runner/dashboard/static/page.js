@@ -156,9 +156,11 @@ function renderItems(row, r) {
   row.itemsKey = key;
   const chips = items.slice(0, ITEMS_SHOWN).map((i) => {
     const extra = [i.attempts ? `${i.attempts} att.` : "", seconds(i.duration), i.reason || ""].filter(Boolean);
-    const chip = el("li", "", `${i.item}: ${i.status}` + (extra.length ? ` (${extra.join(", ")})` : ""));
-    chip.dataset.status = i.status;
-    if (r.live && i.item === r.current_item) chip.classList.add("current");
+    const current = r.live && i.item === r.current_item && i.status === "pending";
+    const shown = current ? "running" : i.status;
+    const chip = el("li", "", `${i.item}: ${shown}` + (extra.length ? ` (${extra.join(", ")})` : ""));
+    chip.dataset.status = shown;
+    if (current) chip.classList.add("current");
     return chip;
   });
   if (items.length > ITEMS_SHOWN) chips.push(el("li", "", `… ${items.length - ITEMS_SHOWN} more`));
