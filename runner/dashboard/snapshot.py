@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from .. import identity, lifecycle, stop_request, untrusted
+from .. import defaults, identity, lifecycle, stop_request, untrusted
 from ..errors import printable
 from ..rundir import RunDir
 from .actions import Actions
@@ -64,7 +64,12 @@ class Snapshots:
         self._seen |= names
         for row in rows:
             row["action"] = self.actions.last(row["name"])
-        return {"base": str(self.base.path), "base_exists": self.base.path.is_dir(), "runs": rows}
+        return {
+            "base": str(self.base.path),
+            "base_exists": self.base.path.is_dir(),
+            "poll_ms": round(defaults.DASHBOARD_POLL * 1000),
+            "runs": rows,
+        }
 
     def _row(self, entry: Entry) -> dict[str, Any]:
         if entry.rd is None:

@@ -56,7 +56,7 @@ def finished_run(runs, name="done"):
 def test_first_line_names_a_loopback_url_with_a_token(runs, dashboard):
     """Path: serve() prints `dashboard: http://HOST:PORT/?token=TOKEN` first (flushed),
     on 127.0.0.1 by default; the page and its assets need no token and carry a strict
-    Content-Security-Policy; the data needs the token."""
+    Content-Security-Policy; the data needs the token; SIGTERM ends it with OK."""
     finished_run(runs)
     dash = dashboard()
     assert dash.url.startswith("http://127.0.0.1:") and len(dash.token) >= 24
@@ -70,6 +70,8 @@ def test_first_line_names_a_loopback_url_with_a_token(runs, dashboard):
     assert row["status"] == "completed" and row["live"] is False and row["done"] == row["total"] == 1
     assert any("run-complete" in line for line in row["journal"])
     assert row["buttons"] == {"stop": False, "pause": False, "unpause": False, "resume": False}
+    dash.proc.terminate()  # SIGTERM: the server closes and exits OK
+    assert dash.proc.wait(timeout=30) == Exit.OK
     assert dash.stderr() == ""
 
 

@@ -4,7 +4,7 @@
 // move or vanish under the pointer between two polls.
 "use strict";
 
-const POLL_MS = 250;
+let pollMs = 250; // until the server says (runner/defaults.py: DASHBOARD_POLL)
 const TOKEN = new URLSearchParams(location.search).get("token") || "";
 const HEADER = "X-Runner-Token";
 const BUTTONS = [
@@ -181,6 +181,7 @@ function renderAction(row, a) {
 }
 
 function render(data) {
+  if (typeof data.poll_ms === "number" && data.poll_ms >= 50) pollMs = data.poll_ms;
   const main = document.getElementById("runs");
   setText(document.getElementById("base"), data.base + (data.base_exists ? "" : " (no such directory yet)"));
   const runs = (data.runs || []).slice().reverse(); // newest first: run ids sort by start time
@@ -225,7 +226,7 @@ async function poll() {
     setText(conn, "the dashboard is not answering; retrying");
     conn.classList.add("bad");
   }
-  setTimeout(poll, POLL_MS);
+  setTimeout(poll, pollMs);
 }
 
 poll();
