@@ -24,6 +24,8 @@ from .runs import Base, Entry
 
 MIN_AGE = 0.1
 """Polls closer together than this (several pages open) share one snapshot."""
+GONE_SHOWN = 300.0
+"""How long a run removed while shown stays on the page as an error row."""
 JOURNAL_TAIL_BYTES = 16 * 1024
 JOURNAL_TAIL_RECORDS = 8
 FIELD_CHARS = 80
@@ -41,6 +43,7 @@ class Snapshots:
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         self._seen: set[str] = set()
+        self._gone: dict[str, float] = {}  # name -> when it was first missed
         self._last: tuple[float, bytes] | None = None
 
     def json(self) -> bytes:
@@ -57,10 +60,17 @@ class Snapshots:
         entries = self.base.entries()
         names = {e.name for e in entries}
         rows = [self._row(e) for e in entries]
-        # A run removed while shown stays on the page, said to be gone.
+        # A run removed while shown stays on the page for a while, said to be gone.
+        now = time.monotonic()
         for name in sorted(self._seen - names):
-            rows.append(_error_row(name, "the run directory is gone (removed while shown)"))
             self._cache.pop(name, None)
+            if now - self._gone.setdefault(name, now) < GONE_SHOWN:
+                rows.append(_error_row(name, "the run directory is gone (removed while shown)"))
+            else:
+                self._seen.discard(name)
+                del self._gone[name]
+        for name in names:
+            self._gone.pop(name, None)
         self._seen |= names
         for row in rows:
             row["action"] = self.actions.last(row["name"])

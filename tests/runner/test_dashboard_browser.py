@@ -4,8 +4,13 @@ click-to-stop latency (recorded through the plugin, MEASURED in the generated do
 and Unpause, the graceful stop, Resume, fifty runs on one page, and a screenshot kept as
 a CI artifact. Every run is a real `runner run --detach`; the server a real process."""
 
+import functools
+import http.server
+import json
 import shutil
+import threading
 import time
+import urllib.parse
 import warnings
 from pathlib import Path
 
@@ -200,4 +205,60 @@ def test_screenshot_of_two_runs(runs, victim, dashboard, page):
     page.screenshot(path=str(shot), full_page=True)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     assert runs.runner("stop", "--run-dir", rd.path).returncode == Exit.OK
+    runs.wait_engine_exit(rd)
+
+
+EVIL_PAGE = """<!doctype html><title>waiting</title><script>
+(async () => {
+  const q = new URLSearchParams(location.search), target = q.get("target"), token = q.get("token");
+  const url = target + "/api/runs/run/stop-now";
+  const out = {};
+  try {
+    const r = await fetch(url, { method: "POST", headers: { "X-Runner-Token": token } });
+    out.withToken = r.status;
+  } catch (e) { out.withToken = "blocked"; }
+  try {
+    const r = await fetch(url, { method: "POST", mode: "no-cors" });
+    out.simple = r.type;
+  } catch (e) { out.simple = "error"; }
+  document.title = JSON.stringify(out);
+})();
+</script>"""
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_a_page_of_another_origin_cannot_press_a_button(runs, victim, dashboard, page, tmp_path):
+    """Path: security.Guard in a real browser: a page served from another origin that
+    even knows the token cannot stop the run. Its POST with the token header needs a
+    CORS preflight the dashboard never grants (blocked by the browser); its simple POST
+    arrives with the foreign Origin and no token (403). The run keeps running; then the
+    dashboard's own page stops it."""
+    rd, v = runs.live_trap_term(victim, stop={"kill_grace": 0.3})
+    dash = dashboard()
+    site = tmp_path / "elsewhere"
+    site.mkdir()
+    (site / "index.html").write_text(EVIL_PAGE)
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=other.serve_forever, daemon=True)
+    thread.start()
+    try:
+        query = urllib.parse.urlencode({"target": dash.origin, "token": dash.token})
+        page.goto(f"http://127.0.0.1:{other.server_address[1]}/index.html?{query}")
+        page.wait_for_function("document.title.startsWith('{')")
+        result = json.loads(page.title())
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert result == {"withToken": "blocked", "simple": "opaque"}, result
+    time.sleep(0.5)  # the engine's watchdog would have seen a lodged request by now
+    assert v.alive() and rd.is_live()
+    assert not rd.stop_request.exists() and not runs.events(rd, "run-stop")
+    open_dashboard(page, dash, "run")
+    button(page, "run", "Stop now").click()
+    status_is(page, "run", "stopped", timeout=30)
     runs.wait_engine_exit(rd)
