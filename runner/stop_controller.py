@@ -255,10 +255,19 @@ class StopController:
         into the file since it was peeked): a hard request read here is honored as hard,
         since the watchdog may not have polled it yet and a hard stop is never
         downgraded."""
-        consumed = self.consume()
-        honored = self._honored_origin(consumed)
-        if consumed is not None and consumed.mode == Mode.HARD and not consumed.unreadable:
-            self.request(honored or Origin.FILE)
+        # Consumed and decided under the lock request() takes: the watchdog, woken by the
+        # signal of the stopper whose request this is, must not find the file gone and
+        # record the stop as a bare signal (the request names who asked: the dashboard).
+        with self._lock:
+            consumed = self.consume()
+            hard = consumed is not None and consumed.mode == Mode.HARD and not consumed.unreadable
+            starts = hard and not self._stopping.is_set() and not self._finishing
+            if starts:
+                self.origin = self._honored_origin(consumed) or Origin.FILE
+                self._stopping.set()
+        if starts:
+            self._kill()
+        if hard:
             return self.hard_stop()
         if self.stopping:
             return self.hard_stop()
