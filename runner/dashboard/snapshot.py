@@ -155,8 +155,8 @@ def _run_row(entry: Entry) -> dict[str, Any]:
         "failed": sum(1 for i in items if i.get("status") == "failed"),
         "total": len(items),
         "paused": paused,
-        "pending_stop": _text(pending) if pending else None,
-        "containment": _text(info["containment"]) if info.get("containment") else None,
+        "pending_stop": _summary(pending) if pending else None,
+        "containment": _summary(info["containment"]) if info.get("containment") else None,
         "damaged": [printable(d, LINE_CHARS) for d in info.get("damaged") or []],
         "journal": [_record_line(r) for r in tail],
         "buttons": {
@@ -207,6 +207,14 @@ def _pending_stop(rd: RunDir) -> str | None:
     if request is None:
         return None
     return f"{request.mode.label} ({'unreadable' if request.unreadable else request.origin.value})"
+
+
+def _summary(value: object) -> str:
+    """A pending stop or a containment as one phrase: "hard (dashboard)", "cgroup"."""
+    if isinstance(value, dict) and "mode" in value:
+        origin = value.get("origin")
+        return _text(f"{value['mode']} ({origin})" if origin else str(value["mode"]))
+    return _text(value)
 
 
 def _text(value: object) -> str:

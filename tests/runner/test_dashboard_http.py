@@ -7,10 +7,12 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import time
 
 import pytest
 
+from runner import identity
 from runner.exitcodes import Exit
 
 KILL_GRACE = 0.3
@@ -44,6 +46,17 @@ def wait_row(dash, name, timeout=30.0, **want):
         if row is not None and all(row.get(k) == v for k, v in want.items()):
             return row
         assert time.monotonic() < deadline, f"row {name} never had {want}: {row}"
+        time.sleep(0.05)
+
+
+def wait_action(dash, name, state, timeout=30.0):
+    """The run's last action once it is in `state` ("running", "done", "failed")."""
+    deadline = time.monotonic() + timeout
+    while True:
+        action = runs_json(dash)[name].get("action")
+        if action is not None and action["state"] == state:
+            return action
+        assert time.monotonic() < deadline, f"{name}: action never {state}: {action}"
         time.sleep(0.05)
 
 
@@ -184,3 +197,31 @@ def test_bad_flags_are_one_line_and_bad_input(runs, tmp_path, args, message):
     assert proc.returncode == Exit.BAD_INPUT, proc.stderr
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stdout == ""
+
+
+def test_a_crashed_run_offers_resume_which_runs_the_clis_resume(runs, victim, dashboard):
+    """Path: snapshot._run_row calls a dead engine's `running` run crashed and offers
+    only "Resume"; actions._resume runs lifecycle.resume (detached) in the dashboard's
+    process, which kills the dead attempt's provider first (the CLI's kill of leftovers)
+    and starts attempt 2; "Stop" then stops it with origin `dashboard`."""
+    rd, v = runs.live_trap_term(victim, stop={"kill_grace": KILL_GRACE})
+    dash = dashboard()
+    engine = identity.read(rd.engine_identity)
+    os.kill(engine.pid, signal.SIGKILL)
+    runs.wait_engine_exit(rd)
+    row = wait_row(dash, "run", status="crashed")
+    assert row["buttons"] == {"stop": False, "pause": False, "unpause": False, "resume": True}
+    assert v.alive()  # the dead engine's provider: resume's to kill
+    good = {"X-Runner-Token": dash.token}
+    assert post(dash, "run", "resume", **good) == 202
+    runs.wait_event(rd, "resume", attempt=2)
+    assert v.wait_gone(10)
+    runs.wait_event(rd, "run-start", attempt=2)
+    wait_row(dash, "run", status="running", attempt=2, live=True)
+    done = wait_action(dash, "run", "done")
+    assert done["action"] == "resume" and done["code"] == Exit.OK and "resumed" in done["message"]
+    assert post(dash, "run", "stop", **good) == 202
+    stop = runs.wait_event(rd, "run-stop", origin="dashboard")
+    assert stop["forced"] is False
+    runs.wait_engine_exit(rd)
+    assert not runs.tagged(rd.run_id)
