@@ -93,8 +93,9 @@ def test_refused_posts_and_gets_leave_a_live_run_running(runs, victim, dashboard
     Origin (token or not) is answered 403 and reaches no stop code; a GET on an action's
     URL changes nothing. The run keeps running: no stop request, no run-stop, its
     provider alive. Then a POST from the page's own origin with the token is accepted,
-    and the stop it starts journals its origin as `dashboard`."""
-    rd, v = runs.live_trap_term(victim, stop={"kill_grace": KILL_GRACE})
+    the server keeps answering while that stop runs (a thread of its own, kill_grace
+    long at least), and the stop journals its origin as `dashboard`."""
+    rd, v = runs.live_trap_term(victim, stop=None)  # the default kill_grace: a stop that takes a while
     dash = dashboard()
     good = {"X-Runner-Token": dash.token}
     for action in ("stop", "stop-now", "stop-graceful", "pause"):
@@ -111,12 +112,13 @@ def test_refused_posts_and_gets_leave_a_live_run_running(runs, victim, dashboard
     assert not runs.events(rd, "run-stop")
     assert wait_row(dash, "run", status="running")["buttons"]["stop"] is True
     assert post(dash, "run", "stop", Origin=dash.origin, **good) == 202
+    assert wait_action(dash, "run", "running")["action"] == "stop"  # answered while the stop runs
     runs.wait_event(rd, "run-stop", origin="dashboard", mode="hard", forced=False)
     runs.wait_engine_exit(rd)
     row = wait_row(dash, "run", status="stopped")
     assert row["stop_origin"] == "dashboard" and row["buttons"]["resume"] is True
-    action = wait_row(dash, "run")["action"]
-    assert action["action"] == "stop" and action["state"] in ("running", "done")
+    action = wait_action(dash, "run", "done")
+    assert action["action"] == "stop" and action["code"] == Exit.OK and "origin dashboard" in action["message"]
 
 
 def test_run_names_never_leave_the_base_directory(runs, victim, dashboard, tmp_path):
