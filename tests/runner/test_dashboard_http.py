@@ -112,6 +112,7 @@ def test_refused_posts_and_gets_leave_a_live_run_running(runs, victim, dashboard
     assert not runs.events(rd, "run-stop")
     assert wait_row(dash, "run", status="running")["buttons"]["stop"] is True
     assert post(dash, "run", "stop", Origin=dash.origin, **good) == 202
+    assert post(dash, "run", "stop", Origin=dash.origin, **good) == 409  # the same stop is still running
     assert wait_action(dash, "run", "running")["action"] == "stop"  # answered while the stop runs
     runs.wait_event(rd, "run-stop", origin="dashboard", mode="hard", forced=False)
     runs.wait_engine_exit(rd)
