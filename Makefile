@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv bytecode test measure mutate docs docs-check bench bench-ci lint soak soak-short
+.PHONY: venv bytecode browser test measure mutate docs docs-check bench bench-ci lint soak soak-short screenshot
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
@@ -26,6 +26,15 @@ venv: $(STAMP)
 bytecode: $(STAMP)
 	$(PY) -m compileall -q runner pytest_stoplatency mutation bench > /dev/null
 
+# Debian's chromium, which the dashboard's browser tests drive through Playwright (never a
+# browser download: none can work here). Installed where this user may (root, apt-get);
+# elsewhere the browser tests skip and say why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
+		  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; }; } || \
+		echo "make: no chromium could be installed: the dashboard's browser tests will skip" >&2
+
 # Lint, format and types: ruff (lint and format check) and mypy (strict on runner/; see
 # [tool.mypy] in pyproject.toml). CI runs this before the tests.
 LINTED := runner pytest_stoplatency mutation tests bench docs
@@ -35,13 +44,13 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 # The whole suite, the stop-latency tests included, in parallel.
-test: $(STAMP) bytecode
+test: $(STAMP) bytecode browser
 	mkdir -p $(ARTIFACTS)
 	$(PY) -m pytest --stop-latency -n 2 --stop-latency-json $(ARTIFACTS)/test-latency.json
 
 # The stop-latency tests only, serially (parallel load distorts latencies),
 # 20 samples per label so that a p95 means something.
-measure: $(STAMP) bytecode
+measure: $(STAMP) bytecode browser
 	mkdir -p $(ARTIFACTS)
 	$(PY) -m pytest --stop-latency -p no:xdist -m stop_latency --stop-latency-repeat 20 \
 		--stop-latency-json docs/measure.json -q
@@ -61,6 +70,11 @@ docs: $(STAMP)
 
 docs-check: $(STAMP)
 	$(PY) docs/render_stop_latency.py --check
+
+# docs/dashboard.png (shown in README.md): the dashboard over three real runs, taken by
+# chromium. Never drawn by hand.
+screenshot: $(STAMP) browser
+	$(PY) docs/dashboard_screenshot.py --out docs/dashboard.png
 
 # The benchmarks' own tools on top of the venv (the `bench` extra: supervisor). tini and
 # dumb-init are Debian packages (apt-get install tini dumb-init): where they are absent

@@ -29,6 +29,9 @@ RUN_DIR_HELP = (
 DETACH_HELP = "return once the engine is up and print the run directory"
 RUNS_DIR_HELP = "the base directory the runs live under (default .runner/runs)"
 STOP_ALL_HELP = "stop every live run under --runs-dir at once, from this one process"
+DASHBOARD_RUNS_DIR_HELP = "the directory whose runs the dashboard shows (default .runner/runs)"
+HOST_HELP = "the address to listen on (default 127.0.0.1; anything but loopback prints a warning)"
+PORT_HELP = "the port to listen on (default 0: any free port; the first line printed names it)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,6 +78,11 @@ def _parser() -> _Parser:
     wait = sub.add_parser("wait", help="block until a detached run ends; exit with its code")
     wait.add_argument("--run-dir", help=RUN_DIR_HELP)
 
+    dash = sub.add_parser("dashboard", help="serve a web page of every run, with the stop buttons")
+    dash.add_argument("--runs-dir", help=RUNS_DIR_HELP)
+    dash.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
+    dash.add_argument("--port", type=int, default=0, help=PORT_HELP)
+
     engine = sub.add_parser("_engine", help=argparse.SUPPRESS)
     engine.add_argument("run_dir")
     engine.add_argument("--lock-fd", type=int, default=None)
@@ -120,9 +128,10 @@ def _save_traceback() -> str:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    if getattr(args, "run_dir", None) == "":
-        # An empty path would silently make the current directory the run directory.
-        raise BadInput(f"runner {args.command}: --run-dir: expected a directory path, got ''")
+    for flag in ("run_dir", "runs_dir"):
+        if getattr(args, flag, None) == "":
+            # An empty path would silently make the current directory the run directory.
+            raise BadInput(f"runner {args.command}: --{flag.replace('_', '-')}: expected a directory path, got ''")
     if args.command == "_engine":
         from .engine_main import main as engine_main
 
@@ -150,6 +159,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _logs(args)
     if args.command == "list":
         return _list(args)
+    if args.command == "dashboard":
+        from .dashboard import serve
+        from .rundir import default_base
+
+        runs_dir = args.runs_dir if args.runs_dir is not None else str(default_base())
+        return serve(runs_dir, args.host, args.port, explicit_dir=args.runs_dir is not None)
     raise BadInput(f"runner: unknown command {args.command}")
 
 

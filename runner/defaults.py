@@ -94,3 +94,7 @@ MAX_ARG_BYTES = 128 * 1024 - 1
 FILE_POLL = 0.01
 """How often a command re-tries a lock held by another command (a stopper recording, a
 stopper forcing)."""
+
+# `runner dashboard`
+DASHBOARD_POLL = 0.25
+"""The page asks the server for every run's state this often (the issue's bound: 0.5 s)."""

@@ -70,6 +70,7 @@ class Origin(StrEnum):
     SIGNAL = "signal"  # SIGTERM or SIGHUP: `runner stop` on the signal channel, or `kill`
     FILE = "file"  # stop-request.json or the STOP file
     CTRL_C = "ctrl-c"  # SIGINT: a foreground run's terminal
+    DASHBOARD = "dashboard"  # a button of `runner dashboard` (the same stop code as the CLI's)
     FORCED = "forced"  # the stopper recorded it: the engine was killed, not asked
     UNKNOWN = "unknown"  # a request whose origin cannot be read
 

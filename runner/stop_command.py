@@ -184,22 +184,32 @@ def _recording_lock(rd: RunDir) -> EngineLock:
             time.sleep(defaults.FILE_POLL)
 
 
-def force(rd: RunDir, kill_grace: float | None = None, *, fallback: bool, view: RunView | None = None) -> StopResult:
+def force(
+    rd: RunDir,
+    kill_grace: float | None = None,
+    *,
+    fallback: bool,
+    view: RunView | None = None,
+    origin: Origin | None = None,
+) -> StopResult:
     """The immediate stop: every group of the run and the engine's pid at once, SIGKILL
     after kill_grace, then the tag sweep and the cgroup kill (reaper.kill_everything).
     Total: whatever the run directory holds, every process proven the run's (by its tag
     or its cgroup) is stopped; damaged files are named, not obeyed. Records the stop
-    only once the engine is proven dead, and only if it did not."""
+    only once the engine is proven dead, and only if it did not. `origin`: who asked
+    (the dashboard), journaled in the stop this stopper records; else `forced`."""
     started = time.monotonic()
     view = view or run_view.view(rd)
     kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
     # One forcing stopper at a time: a second one runs after the first has recorded the
     # stop, kills what may be left (usually nothing), and reports who recorded it.
     with _stop_lock(rd, view, _force_bound(kill_grace)):
-        return _force_locked(rd, kill_grace, fallback, view, started)
+        return _force_locked(rd, kill_grace, fallback, view, started, origin)
 
 
-def _force_locked(rd: RunDir, kill_grace: float, fallback: bool, view: RunView, started: float) -> StopResult:
+def _force_locked(
+    rd: RunDir, kill_grace: float, fallback: bool, view: RunView, started: float, origin: Origin | None
+) -> StopResult:
     engine, children = view.engine, view.children
     engine_ours = (
         engine is not None
@@ -223,7 +233,7 @@ def _force_locked(rd: RunDir, kill_grace: float, fallback: bool, view: RunView, 
         unkillable = sorted(set(unkillable) | {engine.pid})
     elif _engine_gone(rd, view):
         try:
-            recorded_by = _record_forced_stop(rd, report, fallback)
+            recorded_by = _record_forced_stop(rd, report, fallback, origin)
         except (Damaged, RunLocked) as exc:
             view.note(exc)
         if view.cgroup is not None and not unkillable:
@@ -284,12 +294,21 @@ def _engine_gone(rd: RunDir, view: RunView) -> bool:
         return not (view.run_id and sweep.tagged(view.run_id))
 
 
-def stop_now(rd: RunDir, kill_grace: float | None = None) -> StopResult:
-    """`runner stop --now`: the immediate stop, by the stopper itself (see force)."""
-    return force(rd, kill_grace, fallback=False)
+def stop_now(rd: RunDir, kill_grace: float | None = None, *, origin: Origin | None = None) -> StopResult:
+    """`runner stop --now`: the immediate stop, by the stopper itself (see force). A
+    caller that names its `origin` (the dashboard) lodges a hard request first, so that
+    whoever records the stop, the engine or this stopper, journals that origin."""
+    view = None
+    if origin is not None:
+        view = run_view.view(rd)
+        try:
+            stop_request.lodge(rd, stop_request.Mode.HARD, origin)
+        except (ControlFileError, Damaged) as exc:
+            view.note(exc)  # no request file: the kill needs none
+    return force(rd, kill_grace, fallback=False, view=view, origin=origin)
 
 
-def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool) -> str:
+def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None = None) -> str:
     """Record a stop the engine did not record, once. Returns who recorded it:
     "engine" (it did, itself), "other" (another stopper forced it first, e.g. a
     `--now` racing this `runner stop`), "finished" (the run had completed: nothing to
@@ -314,7 +333,7 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool) -> str:
         with Journal(rd.journal) as journal:
             journal.append(
                 Event.RUN_STOP,
-                origin=Origin.FORCED,
+                origin=origin or Origin.FORCED,
                 mode=Mode.HARD.label,
                 forced=True,
                 fallback=fallback,
@@ -326,12 +345,18 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool) -> str:
 
 
 def stop_hard(
-    rd: RunDir, *, channel: str | None = None, grace: float | None = None, kill_grace: float | None = None
+    rd: RunDir,
+    *,
+    channel: str | None = None,
+    grace: float | None = None,
+    kill_grace: float | None = None,
+    origin: Origin | None = None,
 ) -> StopResult:
     """`runner stop`: lodge, signal (signal channel), wait up to grace for the engine's
     own teardown, and only then fall back to the force-kill. With a damaged run
     directory (no engine to signal, no request file to write) it goes straight on to
-    the force-kill, which needs neither."""
+    the force-kill, which needs neither. The request names the channel, or `origin`
+    where the caller names itself (the dashboard)."""
     started = time.monotonic()
     view = run_view.view(rd)
     channel = view.stop.channel if channel is None else channel
@@ -343,7 +368,7 @@ def stop_hard(
     engine = view.engine
     use_signal = channel in ("signal", "auto") and os.name == "posix"
     try:
-        stop_request.lodge(rd, stop_request.Mode.HARD, "signal" if use_signal else "file")
+        stop_request.lodge(rd, stop_request.Mode.HARD, origin or ("signal" if use_signal else "file"))
     except (ControlFileError, Damaged) as exc:
         view.note(exc)
         use_signal = os.name == "posix"  # no file channel left: the signal is all there is
@@ -389,7 +414,8 @@ def stop_hard(
                 elapsed,
                 damaged=view.damaged,
             )
-    result = force(rd, view.stop.kill_grace if kill_grace is None else kill_grace, fallback=True, view=view)
+    kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
+    result = force(rd, kill_grace, fallback=True, view=view, origin=origin)
     result.elapsed = time.monotonic() - started
     if result.recorded_by == "engine":
         # The engine recorded its own stop while the fallback ran: it honored it, late.
@@ -401,10 +427,12 @@ def stop_hard(
     return result
 
 
-def stop_graceful(rd: RunDir) -> StopResult:
+def stop_graceful(rd: RunDir, *, origin: Origin = Origin.FILE) -> StopResult:
+    """`runner stop --graceful`: lodge a graceful request (file channel; `origin` names
+    a caller other than the CLI) for the engine to honor at its next graceful check point."""
     if not rd.is_live():
         raise NoLiveRun(f"{rd.path}: no live engine")
-    request = stop_request.lodge(rd, stop_request.Mode.GRACEFUL, "file")
+    request = stop_request.lodge(rd, stop_request.Mode.GRACEFUL, origin)
     if request.mode == stop_request.Mode.HARD:
         return StopResult(Exit.OK, f"a hard stop is already pending for run {rd.run_id}; it is not downgraded", 0.0)
     return StopResult(

@@ -46,8 +46,8 @@ _SIGNAL_ORIGINS: dict[int, Origin] = {
     signal.SIGHUP: Origin.SIGNAL,
     signal.SIGINT: Origin.CTRL_C,
 }
-# The origins a consumed hard request may claim for the stop it causes.
-_REQUEST_ORIGINS = (Origin.SIGNAL, Origin.FILE, Origin.CTRL_C)
+# The origins a consumed request may claim for the stop it causes.
+_REQUEST_ORIGINS = (Origin.SIGNAL, Origin.FILE, Origin.CTRL_C, Origin.DASHBOARD)
 
 
 class StopController:
@@ -268,10 +268,19 @@ class StopController:
         into the file since it was peeked): a hard request read here is honored as hard,
         since the watchdog may not have polled it yet and a hard stop is never
         downgraded."""
-        consumed = self.consume()
-        honored = self._honored_origin(consumed)
-        if consumed is not None and consumed.mode == Mode.HARD and not consumed.unreadable:
-            self.request(honored or Origin.FILE)
+        # Consumed and decided under the lock request() takes: the watchdog, woken by the
+        # signal of the stopper whose request this is, must not find the file gone and
+        # record the stop as a bare signal (the request names who asked: the dashboard).
+        with self._lock:
+            consumed = self.consume()
+            hard = consumed is not None and consumed.mode == Mode.HARD and not consumed.unreadable
+            starts = hard and not self._stopping.is_set() and not self._finishing
+            if starts:
+                self.origin = self._honored_origin(consumed) or Origin.FILE
+                self._stopping.set()
+        if starts:
+            self._kill()
+        if hard:
             return self.hard_stop()
         if self.stopping:
             return self.hard_stop()
@@ -283,7 +292,10 @@ class StopController:
             stop_file=stop_request.stop_file(self._rundir),
             request=None if consumed is None else consumed.origin,
         )
-        return RunStopped(Origin.FILE, Mode.GRACEFUL)
+        # The request's own origin where it names a stopper (the dashboard's graceful
+        # stop); the STOP file and `runner stop --graceful` are the file channel.
+        asked = consumed is not None and not consumed.unreadable and consumed.origin in _REQUEST_ORIGINS
+        return RunStopped(consumed.origin if consumed is not None and asked else Origin.FILE, Mode.GRACEFUL)
 
     def as_recorded(self, stop: RunStopped) -> RunStopped:
         """The stop the engine records: a hard stop (signal or file) that arrived while a

@@ -161,6 +161,32 @@ def pause_file(run_dir: RunDir) -> bool:
     return os.path.lexists(run_dir.pause_file)
 
 
+def pause(run_dir: RunDir) -> bool:
+    """Put the operator's PAUSE file in place (what `touch <run-dir>/PAUSE` does): the
+    engine holds at its next check point until it is gone. Never through a link.
+    Returns False when it was already there."""
+    try:
+        fd = os.open(run_dir.pause_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        return False
+    except OSError as e:
+        raise ControlFileError(f"{run_dir.pause_file}: cannot create ({e.strerror or e})") from None
+    os.close(fd)
+    return True
+
+
+def unpause(run_dir: RunDir) -> bool:
+    """Remove the PAUSE file (a link is removed, never followed); the engine goes on
+    within PAUSE_POLL. Returns False when there was none."""
+    try:
+        os.unlink(run_dir.pause_file)
+    except FileNotFoundError:
+        return False
+    except OSError as e:  # a directory put there by hand: named, never removed recursively
+        raise ControlFileError(f"{run_dir.pause_file}: cannot remove ({e.strerror or e})") from None
+    return True
+
+
 def archive_pending(run_dir: RunDir) -> list[str]:
     """For resume: move a pending stop-request.json, STOP and PAUSE into archive/, so the
     resumed run does not stop at once. Returns the names that were moved."""

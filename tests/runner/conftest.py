@@ -153,3 +153,48 @@ def frozen_cgroup():
         while (path / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
             time.sleep(0.01)  # the pending SIGKILL lands at thaw
         path.rmdir()
+
+
+class Dashboard:
+    """A running `runner dashboard` (a real `python -m runner dashboard` process)."""
+
+    def __init__(self, proc, url, stderr_path):
+        self.proc, self.url, self.stderr_path = proc, url, stderr_path
+        self.token = url.split("token=", 1)[1]
+        self.origin = url.split("/?", 1)[0]
+
+    def stderr(self):
+        return self.stderr_path.read_text()
+
+
+@pytest.fixture
+def dashboard(tmp_path):
+    """Start `runner dashboard --runs-dir <tmp_path>` (or another base, `start(base)`);
+    stopped (SIGTERM, then SIGKILL) and reaped at teardown, even when the test fails."""
+    started = []
+
+    def start(base=tmp_path, *extra):
+        stderr_path = tmp_path / f"dashboard-{len(started)}.err"
+        with open(stderr_path, "w") as err:
+            proc = subprocess.Popen(
+                [*runs_helpers.RUNNER, "dashboard", "--runs-dir", str(base), "--port", "0", *extra],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                text=True,
+            )
+        started.append(proc)
+        line = proc.stdout.readline()  # the first line names the URL; flushed at once
+        assert line.startswith("dashboard: http://"), (line, proc.poll(), stderr_path.read_text())
+        return Dashboard(proc, line.split(" ", 1)[1].strip(), stderr_path)
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        proc.stdout.close()

@@ -27,7 +27,7 @@ def _documented() -> set[str]:
 def _used_members() -> set[str]:
     """Event members the runner's code refers to (Event.RUN_STOP and the like)."""
     used = set()
-    for path in RUNNER.glob("*.py"):
+    for path in RUNNER.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "Event":
                 used.add(node.attr)
@@ -37,7 +37,7 @@ def _used_members() -> set[str]:
 def _hand_spelled_writes() -> list[str]:
     """journal.append("...") or _journal_quietly("...") with a string literal event."""
     found = []
-    for path in RUNNER.glob("*.py"):
+    for path in RUNNER.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue

@@ -5,13 +5,18 @@ adversarial process: a trap-term victim or a shell that ignores SIGTERM."""
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
 import runs as R
 
-from runner import identity
+from runner import identity, stop_request
+from runner.events import Mode, Origin
 from runner.exitcodes import Exit
+from runner.journal import Journal
+from runner.rundir import RunDir
+from runner.stop_controller import StopController
 
 KILL_GRACE = 0.3
 
@@ -198,3 +203,34 @@ def test_verify_killed_from_outside_is_a_failed_verify(runs, tmp_path):
     st = R.state(rd)
     assert (st.status, st.stopped) == ("completed", False)
     assert st.items["a"].repairs == 1
+
+
+def test_graceful_check_point_racing_the_watchdog_keeps_the_requests_origin(tmp_path, reg):
+    """Path: StopController.graceful_stop consumes a hard request under the lock that
+    request() takes. A stopper lodges its request (origin `dashboard`), then signals; the
+    engine's main thread, at a graceful check point, consumes the request while the
+    watchdog, woken by that signal, asks for the stop too. Without the lock the watchdog
+    finds the file gone and records a bare `signal`: red (seen in the dashboard's Resume
+    test, where the stop lands as the new attempt passes its first check point)."""
+    spec = R.write_spec(tmp_path / "spec.toml", provider=["true"])
+    rd = RunDir.create(tmp_path / "run", spec)
+    with Journal(rd.journal) as journal:
+        ctl = StopController(rd, reg, journal)
+        stop_request.lodge(rd, "hard", "dashboard")
+        real_consume = ctl.consume
+        watchdog = []
+
+        def consume_then_signal():
+            consumed = real_consume()
+            if not watchdog:  # the signal's wake-up lands between the consume and the decision
+                watchdog.append(threading.Thread(target=ctl.request, args=(Origin.SIGNAL,)))
+                watchdog[0].start()
+                watchdog[0].join(0.3)
+            return consumed
+
+        ctl.consume = consume_then_signal
+        stop = ctl.graceful_stop("between-phases", item="a", phase="session")
+        watchdog[0].join(5)
+        assert not watchdog[0].is_alive()
+        assert (stop.origin, stop.mode, ctl.origin) == (Origin.DASHBOARD, Mode.HARD, Origin.DASHBOARD)
+        assert ctl.stopping and not rd.stop_request.exists()

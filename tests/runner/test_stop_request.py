@@ -2,6 +2,7 @@
 files read graceful; single atomic consume; STOP / PAUSE files; archiving for resume."""
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -9,6 +10,7 @@ import threading
 import pytest
 
 from runner import stop_request
+from runner.errors import ControlFileError
 from runner.rundir import RunDir
 from runner.stop_request import Mode
 
@@ -166,6 +168,25 @@ def test_stop_and_pause_files(rd):
     rd.stop_file.touch()
     rd.pause_file.touch()
     assert stop_request.stop_file(rd) and stop_request.pause_file(rd)
+
+
+def test_pause_and_unpause_files(rd, tmp_path):
+    """Path: the dashboard's Pause / Unpause buttons (stop_request.pause / unpause): the
+    same PAUSE file an operator touches; never written or removed through a link, and a
+    directory in its place is named, not removed."""
+    assert stop_request.pause(rd) is True and stop_request.pause_file(rd)
+    assert stop_request.pause(rd) is False
+    assert stop_request.unpause(rd) is True and not stop_request.pause_file(rd)
+    assert stop_request.unpause(rd) is False
+    target = tmp_path / "elsewhere"
+    rd.pause_file.symlink_to(target)
+    assert stop_request.pause(rd) is False  # a link there already pauses (lexists); never followed
+    assert not target.exists()
+    assert stop_request.unpause(rd) is True and not os.path.lexists(rd.pause_file)
+    rd.pause_file.mkdir()
+    with pytest.raises(ControlFileError, match="PAUSE: cannot remove"):
+        stop_request.unpause(rd)
+    assert rd.pause_file.is_dir()
 
 
 def test_archive_pending_for_resume(rd):

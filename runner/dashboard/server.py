@@ -1,0 +1,222 @@
+"""`runner dashboard`: the HTTP server (the standard library's ThreadingHTTPServer: one
+thread a request, so a poll is never queued behind a stop that takes seconds).
+
+    GET  /                      the page (no data; it fetches it with the token)
+    GET  /static/<file>         its script and style sheet
+    GET  /api/runs              every run as JSON (X-Runner-Token required)
+    POST /api/runs/<run>/<act>  a button (X-Runner-Token, own Origin): 202, or 403 / 404 / 409
+
+GET never changes anything. A request's failure is its own (a 4xx or 500 answer); the
+server and the other requests go on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import signal
+import socket
+import sys
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any, TextIO
+from urllib.parse import unquote, urlsplit
+
+from ..errors import BadInput, printable
+from ..exitcodes import Exit
+from . import security
+from .actions import ACTIONS, Actions
+from .runs import Base, NotARun
+from .snapshot import Snapshots
+
+BODY_CAP = 4096
+"""A button's POST carries no body; anything larger is refused unread."""
+ACTIONS_JOIN = 60.0
+"""At exit, how long the dashboard waits for the stops it started (each is bounded)."""
+_STATIC = {
+    "/": ("page.html", "text/html; charset=utf-8"),
+    "/static/page.js": ("page.js", "text/javascript; charset=utf-8"),
+    "/static/page.css": ("page.css", "text/css; charset=utf-8"),
+}
+_POST = re.compile(r"/api/runs/([^/]+)/([a-z-]+)")
+_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+}
+
+
+class DashboardServer(ThreadingHTTPServer):
+    daemon_threads = True  # a page left open never holds the dashboard's exit
+
+    def __init__(self, address: tuple[str, int], base: Base, token: str) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, Handler)
+        self.base = base
+        self.actions = Actions()
+        self.snapshots = Snapshots(base, self.actions)
+        self.guard = security.Guard(token, address[0], self.server_address[1])
+        self.assets = {path: (_asset(name), ctype) for path, (name, ctype) in _STATIC.items()}
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # One line, never a traceback dump per broken connection.
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+            logging.getLogger(__name__).warning("request from %s failed: %r", client_address, exc)
+
+
+def _asset(name: str) -> bytes:
+    return (resources.files(__package__) / "static" / name).read_bytes()
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: DashboardServer
+    protocol_version = "HTTP/1.1"  # keep-alive: the page polls four times a second
+
+    def version_string(self) -> str:
+        return "runner-dashboard"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # polls would flood the terminal; refusals are answered, not logged
+
+    # -- GET: reads only -------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        try:
+            if path in self.server.assets:
+                body, ctype = self.server.assets[path]
+                self._send(HTTPStatus.OK, body, ctype)
+            elif path == "/favicon.ico":
+                self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
+            elif path == "/api/runs":
+                if not self.server.guard.token_ok(self.headers.get):
+                    self._json(HTTPStatus.FORBIDDEN, {"error": f"missing or wrong {security.TOKEN_HEADER}"})
+                else:
+                    self._send(HTTPStatus.OK, self.server.snapshots.json(), "application/json")
+            else:
+                self._json(HTTPStatus.NOT_FOUND, {"error": "no such page"})
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception as exc:
+            self._internal(exc)
+
+    # -- POST: the buttons -----------------------------------------------------------
+
+    def do_POST(self) -> None:
+        try:
+            self._post()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception as exc:
+            self._internal(exc)
+
+    def _post(self) -> None:
+        refused = self.server.guard.refuse_change(self.headers.get)
+        if refused is not None:
+            self.close_connection = True
+            self._json(HTTPStatus.FORBIDDEN, {"error": refused})
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= BODY_CAP:
+            self.close_connection = True
+            self._json(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"a button's request has no body (cap {BODY_CAP})"}
+            )
+            return
+        self.rfile.read(length)
+        match = _POST.fullmatch(urlsplit(self.path).path)
+        if match is None or match.group(2) not in ACTIONS:
+            self._json(HTTPStatus.NOT_FOUND, {"error": "no such action"})
+            return
+        name, action = unquote(match.group(1)), match.group(2)
+        try:
+            rd = self.server.base.run(name)
+        except NotARun as exc:
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"{printable(name, 140)}: {exc}"})
+            return
+        if not self.server.actions.start(name, rd, action):
+            self._json(HTTPStatus.CONFLICT, {"error": f"{action} is already running for {name}"})
+            return
+        self._json(HTTPStatus.ACCEPTED, {"run": name, "action": action})
+
+    # -- answers ---------------------------------------------------------------------
+
+    def _internal(self, exc: Exception) -> None:
+        logging.getLogger(__name__).warning("dashboard request %s %s failed: %r", self.command, self.path[:200], exc)
+        try:
+            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(exc).__name__}"})
+        except OSError:
+            pass
+
+    def _json(self, status: HTTPStatus, data: dict[str, Any]) -> None:
+        self._send(status, json.dumps(data).encode(), "application/json")
+
+    def _send(self, status: HTTPStatus, body: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in _HEADERS.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def serve(
+    runs_dir: str,
+    host: str,
+    port: int,
+    *,
+    explicit_dir: bool,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> Exit:
+    """Serve until interrupted (Ctrl-C, SIGTERM, SIGHUP); the first line on `out` is the
+    page's URL with its token. Refuses bad flags and an unusable address with BAD_INPUT."""
+    out, err = out or sys.stdout, err or sys.stderr
+    if not 0 <= port <= 65535:
+        raise BadInput(f"runner dashboard: --port: expected 0..65535, got {port}")
+    base = Base(runs_dir)
+    if explicit_dir and not base.path.is_dir():
+        raise BadInput(f"runner dashboard: --runs-dir: not a directory: {printable(base.path, 300)}")
+    token = security.new_token()
+    try:
+        server = DashboardServer((host, port), base, token)
+    except OSError as exc:
+        raise BadInput(
+            f"runner dashboard: cannot listen on {printable(host, 100)}:{port} ({exc.strerror or exc})"
+        ) from None
+    bound = server.server_address[1]
+    print(f"dashboard: http://{security.url_host(host)}:{bound}/?token={token}", file=out, flush=True)
+    if not security.is_loopback(host):
+        print(
+            f"runner: warning: the dashboard listens on {printable(host, 100)}, not on loopback: anyone who can "
+            "reach it and learns the token can stop and resume runs",
+            file=err,
+            flush=True,
+        )
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupted)
+    try:
+        server.serve_forever(poll_interval=0.25)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        server.actions.join(ACTIONS_JOIN)
+    return Exit.OK

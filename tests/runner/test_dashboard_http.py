@@ -1,0 +1,230 @@
+"""`runner dashboard` over plain HTTP: the URL line, the token and Origin checks, GET
+never changing anything, run names that cannot leave the base directory, and damaged or
+vanishing runs shown as error rows while the server goes on. Every run is a real one
+(`runner run --detach`); the server is a real `python -m runner dashboard` process."""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import time
+
+import pytest
+
+from runner import identity
+from runner.exitcodes import Exit
+
+KILL_GRACE = 0.3
+
+
+def request(dash, method, path, headers=None, body=None):
+    host, port = dash.origin.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+def runs_json(dash):
+    status, _, body = request(dash, "GET", "/api/runs", {"X-Runner-Token": dash.token})
+    assert status == 200, body
+    return {r["name"]: r for r in json.loads(body)["runs"]}
+
+
+def post(dash, name, action, **headers):
+    return request(dash, "POST", f"/api/runs/{name}/{action}", headers)[0]
+
+
+def wait_row(dash, name, timeout=30.0, **want):
+    deadline = time.monotonic() + timeout
+    while True:
+        row = runs_json(dash).get(name)
+        if row is not None and all(row.get(k) == v for k, v in want.items()):
+            return row
+        assert time.monotonic() < deadline, f"row {name} never had {want}: {row}"
+        time.sleep(0.05)
+
+
+def wait_action(dash, name, state, timeout=30.0):
+    """The run's last action once it is in `state` ("running", "done", "failed")."""
+    deadline = time.monotonic() + timeout
+    while True:
+        action = runs_json(dash)[name].get("action")
+        if action is not None and action["state"] == state:
+            return action
+        assert time.monotonic() < deadline, f"{name}: action never {state}: {action}"
+        time.sleep(0.05)
+
+
+def finished_run(runs, name="done"):
+    rd = runs.start(runs.spec(name=f"{name}.toml", provider=["true"]), name=name)
+    runs.wait_engine_exit(rd)
+    return rd
+
+
+def test_first_line_names_a_loopback_url_with_a_token(runs, dashboard):
+    """Path: serve() prints `dashboard: http://HOST:PORT/?token=TOKEN` first (flushed),
+    on 127.0.0.1 by default; the page and its assets need no token and carry a strict
+    Content-Security-Policy; the data needs the token; SIGTERM ends it with OK."""
+    finished_run(runs)
+    dash = dashboard()
+    assert dash.url.startswith("http://127.0.0.1:") and len(dash.token) >= 24
+    status, headers, body = request(dash, "GET", "/")
+    assert status == 200 and b"runner dashboard" in body
+    assert "script-src 'self'" in headers["Content-Security-Policy"]
+    assert request(dash, "GET", "/static/page.js")[0] == 200
+    assert request(dash, "GET", "/api/runs")[0] == 403
+    assert request(dash, "GET", "/api/runs", {"X-Runner-Token": "x" + dash.token})[0] == 403
+    row = runs_json(dash)["done"]
+    assert row["status"] == "completed" and row["live"] is False and row["done"] == row["total"] == 1
+    assert any("run-complete" in line for line in row["journal"])
+    assert row["buttons"] == {"stop": False, "pause": False, "unpause": False, "resume": False}
+    dash.proc.terminate()  # SIGTERM: the server closes and exits OK
+    assert dash.proc.wait(timeout=30) == Exit.OK
+    assert dash.stderr() == ""
+
+
+def test_refused_posts_and_gets_leave_a_live_run_running(runs, victim, dashboard):
+    """Path: security.Guard: a POST without the token, with a wrong one, or with a foreign
+    Origin (token or not) is answered 403 and reaches no stop code; a GET on an action's
+    URL changes nothing. The run keeps running: no stop request, no run-stop, its
+    provider alive. Then a POST from the page's own origin with the token is accepted,
+    the server keeps answering while that stop runs (a thread of its own, kill_grace
+    long at least), and the stop journals its origin as `dashboard`."""
+    rd, v = runs.live_trap_term(victim, stop=None)  # the default kill_grace: a stop that takes a while
+    dash = dashboard()
+    good = {"X-Runner-Token": dash.token}
+    for action in ("stop", "stop-now", "stop-graceful", "pause"):
+        assert post(dash, "run", action) == 403
+        assert post(dash, "run", action, **{"X-Runner-Token": dash.token[:-1]}) == 403
+        assert post(dash, "run", action, Origin="http://evil.example", **good) == 403
+        assert post(dash, "run", action, Origin="http://localhost.evil.example:80", **good) == 403
+        assert post(dash, "run", action, Origin="null", **good) == 403
+        assert post(dash, "run", action, **{"Sec-Fetch-Site": "cross-site"}, **good) == 403
+        assert request(dash, "GET", f"/api/runs/run/{action}", good)[0] == 404
+    time.sleep(0.5)  # the engine's watchdog polls every 0.1 s: a lodged request would be seen
+    assert v.alive() and rd.is_live()
+    assert not rd.stop_request.exists() and not rd.pause_file.exists()
+    assert not runs.events(rd, "run-stop")
+    assert wait_row(dash, "run", status="running")["buttons"]["stop"] is True
+    assert post(dash, "run", "stop", Origin=dash.origin, **good) == 202
+    assert post(dash, "run", "stop", Origin=dash.origin, **good) == 409  # the same stop is still running
+    assert wait_action(dash, "run", "running")["action"] == "stop"  # answered while the stop runs
+    runs.wait_event(rd, "run-stop", origin="dashboard", mode="hard", forced=False)
+    runs.wait_engine_exit(rd)
+    row = wait_row(dash, "run", status="stopped")
+    assert row["stop_origin"] == "dashboard" and row["buttons"]["resume"] is True
+    action = wait_action(dash, "run", "done")
+    assert action["action"] == "stop" and action["code"] == Exit.OK and "origin dashboard" in action["message"]
+
+
+def test_run_names_never_leave_the_base_directory(runs, victim, dashboard, tmp_path):
+    """Path: runs.Base.run: a name must have a run id's shape and be a real directory
+    holding a spec: '..', encoded slashes, a symlink to a live run (refused, never
+    followed) and unknown names all get 404 and signal nothing. The symlink is listed
+    as an error row."""
+    rd, v = runs.live_trap_term(victim, stop={"kill_grace": KILL_GRACE})
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "alias").symlink_to(rd.path)
+    dash = dashboard(base)
+    good = {"X-Runner-Token": dash.token}
+    for name in ("alias", "..", "%2e%2e", "..%2Frun", "%2E%2E%2Frun", "nope", ".hidden", "a%20b", "%00"):
+        assert post(dash, name, "stop-now", **good) == 404, name
+    assert post(dash, "alias", "unknown-action", **good) == 404
+    listed = runs_json(dash)
+    assert listed["alias"]["error"] == "a symlink (never followed)"
+    assert listed["alias"]["buttons"]["stop"] is False
+    time.sleep(0.3)
+    assert v.alive() and not rd.stop_request.exists() and not runs.events(rd, "run-stop")
+    assert runs.runner("stop", "--run-dir", rd.path).returncode == Exit.OK
+
+
+def test_damaged_and_removed_runs_are_error_rows(runs, dashboard, tmp_path):
+    """Path: snapshot.Snapshots: a run whose state.json is a FIFO or garbage shows what
+    is damaged (status_of's own report), a run removed while shown stays as an error
+    row, and the server keeps answering every poll."""
+    good = finished_run(runs, "good")
+    fifo = finished_run(runs, "fifo")
+    garbage = finished_run(runs, "garbage")
+    gone = finished_run(runs, "gone")
+    fifo.state.unlink()
+    os.mkfifo(fifo.state)
+    garbage.state.write_bytes(b"\xff{{{" * 100)
+    dash = dashboard()
+    rows = runs_json(dash)
+    assert rows["good"]["status"] == "completed" and rows["good"]["damaged"] == []
+    for name in ("fifo", "garbage"):
+        assert rows[name]["damaged"], rows[name]
+        assert any("state.json" in d for d in rows[name]["damaged"])
+    shutil.rmtree(gone.path)
+    deadline = time.monotonic() + 10
+    while "gone" in runs_json(dash) and runs_json(dash)["gone"].get("error") is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert "removed while shown" in runs_json(dash)["gone"]["error"]
+    assert post(dash, "gone", "resume", **{"X-Runner-Token": dash.token}) == 404
+    assert runs_json(dash)["good"]["status"] == "completed"
+    assert dash.proc.poll() is None
+    del good
+
+
+def test_non_loopback_host_warns(dashboard, tmp_path):
+    """Path: serve(): a --host that is not loopback is obeyed, with a warning on stderr."""
+    dash = dashboard(tmp_path, "--host", "0.0.0.0")
+    assert dash.url.startswith("http://0.0.0.0:")
+    deadline = time.monotonic() + 10
+    while "not on loopback" not in dash.stderr():
+        assert time.monotonic() < deadline, dash.stderr()
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--port", "70000"], "--port: expected 0..65535"),
+        (["--runs-dir", "/nonexistent/runs"], "--runs-dir: not a directory"),
+        (["--runs-dir", ""], "--runs-dir: expected a directory path"),
+        (["--host", "256.1.1.1"], "cannot listen on 256.1.1.1"),
+    ],
+)
+def test_bad_flags_are_one_line_and_bad_input(runs, tmp_path, args, message):
+    """Path: cli._dispatch and serve(): bad flags and an address that cannot be bound
+    are one line and exit BAD_INPUT; nothing is served."""
+    argv = ["dashboard", "--runs-dir", tmp_path, *args] if "--runs-dir" not in args else ["dashboard", *args]
+    proc = runs.runner(*argv, timeout=30)
+    assert proc.returncode == Exit.BAD_INPUT, proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stdout == ""
+
+
+def test_a_crashed_run_offers_resume_which_runs_the_clis_resume(runs, victim, dashboard):
+    """Path: snapshot._run_row calls a dead engine's `running` run crashed and offers
+    only "Resume"; actions._resume runs lifecycle.resume (detached) in the dashboard's
+    process, which kills the dead attempt's provider first (the CLI's kill of leftovers)
+    and starts attempt 2; "Stop" then stops it with origin `dashboard`."""
+    rd, v = runs.live_trap_term(victim, stop={"kill_grace": KILL_GRACE})
+    dash = dashboard()
+    engine = identity.read(rd.engine_identity)
+    os.kill(engine.pid, signal.SIGKILL)
+    runs.wait_engine_exit(rd)
+    row = wait_row(dash, "run", status="crashed")
+    assert row["buttons"] == {"stop": False, "pause": False, "unpause": False, "resume": True}
+    assert v.alive()  # the dead engine's provider: resume's to kill
+    good = {"X-Runner-Token": dash.token}
+    assert post(dash, "run", "resume", **good) == 202
+    runs.wait_event(rd, "resume", attempt=2)
+    assert v.wait_gone(10)
+    runs.wait_event(rd, "run-start", attempt=2)
+    wait_row(dash, "run", status="running", attempt=2, live=True)
+    done = wait_action(dash, "run", "done")
+    assert done["action"] == "resume" and done["code"] == Exit.OK and "resumed" in done["message"]
+    assert post(dash, "run", "stop", **good) == 202
+    stop = runs.wait_event(rd, "run-stop", origin="dashboard")
+    assert stop["forced"] is False
+    runs.wait_engine_exit(rd)
+    assert not runs.tagged(rd.run_id)
