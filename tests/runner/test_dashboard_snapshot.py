@@ -30,7 +30,10 @@ def test_a_row_shows_the_richer_status_when_status_of_gives_it(done, tmp_path, m
     list with attempts, duration and reason; pending_stop; paused; containment) and
     works with today's keys alone."""
     _, today = rows(tmp_path)
-    assert today["done"]["items"] == [{"item": "a", "status": "done"}, {"item": "b", "status": "done"}]
+    assert [(i["item"], i["status"], i["attempts"]) for i in today["done"]["items"]] == [
+        ("a", "done", 1),
+        ("b", "done", 1),
+    ]
     real = lifecycle.status_of
 
     def richer(rd):
