@@ -284,11 +284,13 @@ class Context:
         b = self.bench or {}
         mach = b.get("machine", {})
         kind = "a reduced CI run of `make bench`" if b.get("ci") else "`make bench`"
+        load = mach.get("loadavg_at_start")
+        load = f", load average {load[0]:g} at start" if load else ""
         grace = b.get("kill_grace")
         grace = f"{grace:g} s" if isinstance(grace, (int, float)) else "?"
         return (
             f"MEASURED by {kind} (`{self.bench_name}`, {b.get('date', '?')}; {mach.get('hostname', '?')}, "
-            f"Linux {mach.get('kernel', '?')}, {mach.get('cpus', '?')} CPUs, Python {mach.get('python', '?')}; "
+            f"Linux {mach.get('kernel', '?')}, {mach.get('cpus', '?')} CPUs{load}, Python {mach.get('python', '?')}; "
             f"commit `{b.get('git_commit') or 'unknown'}`; kill grace {grace} for every stopper)"
         )
 
