@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv test measure mutate docs docs-check bench bench-ci lint soak soak-short
+.PHONY: venv bytecode test measure mutate docs docs-check bench bench-ci lint soak soak-short
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
@@ -18,6 +18,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Byte-compile the project's own modules. Every `runner` command (each stop, each engine)
+# is a new interpreter: with PYTHONDONTWRITEBYTECODE set (as on these machines) and no
+# .pyc on disk, each one would compile its modules from source again, tens of ms of its
+# stop latency. pip does this for an installed package; an editable checkout needs it
+# here. Cheap when nothing changed.
+bytecode: $(STAMP)
+	$(PY) -m compileall -q runner pytest_stoplatency mutation bench > /dev/null
+
 # Lint, format and types: ruff (lint and format check) and mypy (strict on runner/; see
 # [tool.mypy] in pyproject.toml). CI runs this before the tests.
 LINTED := runner pytest_stoplatency mutation tests bench docs
@@ -27,13 +35,13 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 # The whole suite, the stop-latency tests included, in parallel.
-test: $(STAMP)
+test: $(STAMP) bytecode
 	mkdir -p $(ARTIFACTS)
 	$(PY) -m pytest --stop-latency -n 2 --stop-latency-json $(ARTIFACTS)/test-latency.json
 
 # The stop-latency tests only, serially (parallel load distorts latencies),
 # 20 samples per label so that a p95 means something.
-measure: $(STAMP)
+measure: $(STAMP) bytecode
 	mkdir -p $(ARTIFACTS)
 	$(PY) -m pytest --stop-latency -p no:xdist -m stop_latency --stop-latency-repeat 20 \
 		--stop-latency-json docs/measure.json -q
@@ -43,7 +51,7 @@ measure: $(STAMP)
 # copy, 2 at a time. Inner pytest output goes to $(ARTIFACTS)/mutate/*.log; stdout gets
 # the table. CI passes MUTATE_JSON elsewhere so that it never rewrites the committed one.
 MUTATE_JSON ?= docs/mutate.json
-mutate: $(STAMP)
+mutate: $(STAMP) bytecode
 	$(PY) -m mutation --jobs 2 --artifacts $(ARTIFACTS)/mutate --json $(MUTATE_JSON)
 
 # docs/stop-latency.md from its template, docs/measure.json, docs/mutate.json and
@@ -68,7 +76,7 @@ $(BENCH_STAMP): $(STAMP)
 # renders into docs/stop-latency.md (also when --check finds a runner cell that left an
 # orphan: the document shows it, then make fails). Under 10 minutes on 2 cores.
 BENCH_JSON ?= docs/bench.json
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) bytecode
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
 	$(PY) -m bench.stoppers --json $(BENCH_JSON) --check; status=$$?; \
@@ -77,19 +85,19 @@ bench: $(BENCH_STAMP)
 # CI's reduced stop benchmark (n=1, `timeout -k` and the two runner stops, small scale
 # and load): keeps it working, fails on an orphan of the runner; never writes the
 # committed docs/bench.json.
-bench-ci: $(STAMP)
+bench-ci: $(STAMP) bytecode
 	mkdir -p $(ARTIFACTS)
 	$(PY) -m bench.stoppers --ci --check --json $(ARTIFACTS)/bench-ci.json
 
 # The reliability soak: 200 engine SIGKILLs with resume, 50 runs stopped at once (hard,
 # then --now), 10 stoppers on one run; then the fuzz tests with thousands of examples.
 # Writes docs/soak.json, which `make docs` renders into the Reliability section.
-soak: $(STAMP)
+soak: $(STAMP) bytecode
 	$(PY) bench/soak.py --kills 200 --runs 50 --stoppers 10 --json docs/soak.json --check
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -p no:xdist -q tests/runner/test_fuzz.py
 	$(MAKE) --no-print-directory docs
 
 # CI's short soak: fails on any loss; never writes the committed docs/soak.json.
-soak-short: $(STAMP)
+soak-short: $(STAMP) bytecode
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/soak.py --kills 20 --runs 10 --stoppers 10 --json $(ARTIFACTS)/soak-ci.json --check

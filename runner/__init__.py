@@ -14,7 +14,10 @@ through this file, and must not pay for what they do not use).
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 _EXPORTS = {
     # specs and run directories

@@ -9,24 +9,24 @@ controllers are enabled: containment only, no limits.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import select
-import shlex
 import signal
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import identity, signals
+from . import log as _log
 from .errors import BadInput
 from .identity import Identity
 from .membership import Membership, cgroup_of
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-log = logging.getLogger("runner.cgroup")
+log = _log.get("runner.cgroup")
 
 _fallback_said = False
 _available: bool | None = None
@@ -153,6 +153,8 @@ class RunCgroup:
         # The child writes its own pid before exec: no moment exists where it (or
         # anything it forks) runs outside work/. Not preexec_fn, which is unsafe once
         # the engine has threads.
+        import shlex  # only a child's preexec wrapper needs it
+
         procs = shlex.quote(str(self.path / "work" / "cgroup.procs"))
         return ["/bin/sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *argv]
 

@@ -9,7 +9,6 @@ from the watchdog thread releases it promptly.
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 import signal
@@ -17,18 +16,20 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import defaults, reaper
+from . import log as _log
 from .reaper import ReapReport
 from .registry import Registry
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from .registry import Entry
 
-log = logging.getLogger("runner.child")
+log = _log.get("runner.child")
 
 SNAPSHOT_EVERY = defaults.SNAPSHOT_EVERY
 """Descendant snapshots while the call lives: what a later kill can still find after a

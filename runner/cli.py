@@ -4,22 +4,27 @@
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
 
-from . import lifecycle, stop_command
 from .errors import BadInput, RunnerError, printable
 from .exitcodes import Exit
-from .rundir import resolve
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import NoReturn
+
+# Each command imports only what it runs (inside its function below): a `runner stop`
+# never pays for the spec parser, subprocess or the engine. Start-up is part of the
+# stop's latency (docs/stop-latency.md, "Against other stoppers").
 
 RUN_DIR_HELP = (
     "the run directory; may be left off when exactly one run is live (runs live under .runner/runs/<run-id> by default)"
 )
 DETACH_HELP = "return once the engine is up and print the run directory"
+STOP_ALL_HELP = "stop every live run under --runs-dir at once, from this one process"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,6 +52,8 @@ def _parser() -> _Parser:
     mode.add_argument("--now", action="store_true", help="kill every process of the run at once")
     mode.add_argument("--graceful", action="store_true", help="finish the phase in flight, then stop")
     stop.add_argument("--wait", action="store_true", help="with --graceful: wait for the run to end")
+    stop.add_argument("--all", action="store_true", help=STOP_ALL_HELP)
+    stop.add_argument("--runs-dir", help="with --all: where the runs live (default .runner/runs)")
 
     status = sub.add_parser("status", help="show a run")
     status.add_argument("--run-dir", help=RUN_DIR_HELP)
@@ -65,7 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Warnings of the process layer (a stale identity refused, a pid that survived its
     # SIGKILL) reach the operator on stderr, each on its own line; the engine's go to
     # its engine.log.
-    logging.basicConfig(level=logging.WARNING, format="runner: warning: %(message)s")
+    from . import log
+
+    log.to_stderr()
     try:
         args = _parser().parse_args(argv)
         return int(_dispatch(args))
@@ -99,7 +108,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "_engine":
         from .engine_main import main as engine_main
 
-        return engine_main(args.run_dir, lock_fd=args.lock_fd)
+        code = engine_main(args.run_dir, lock_fd=args.lock_fd)
+        # Everything the engine owns is released by now (state and journal fsynced, the
+        # lock and the cgroup given back): skip the interpreter's teardown of every
+        # module, which a stopper waiting for this pid to exit would otherwise wait out.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
     if args.command == "run":
         return _run(args)
     if args.command == "resume":
@@ -109,8 +124,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "status":
         return _status(args)
     if args.command == "wait":
-        rd = resolve(args.run_dir)
-        return stop_command.wait_run(rd)
+        from . import stop_command
+        from .rundir import resolve
+
+        return stop_command.wait_run(resolve(args.run_dir))
     raise BadInput(f"runner: unknown command {args.command}")
 
 
@@ -119,6 +136,8 @@ def _say(line: str) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from . import lifecycle
+
     code, rd = lifecycle.run(args.spec, args.run_dir, detach=args.detach, say=_say)
     if args.detach and code == Exit.OK:
         print(rd.path)
@@ -126,6 +145,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
+    from . import lifecycle
+
     code, rd = lifecycle.resume(args.run_dir, detach=args.detach, say=_say)
     if args.detach and code == Exit.OK:
         print(rd.path)
@@ -138,6 +159,19 @@ def _resume(args: argparse.Namespace) -> int:
 def _stop(args: argparse.Namespace) -> Exit:
     if args.wait and not args.graceful:
         raise BadInput("runner stop: --wait: expected together with --graceful")
+    from . import stop_command
+    from .rundir import default_base, resolve
+
+    if args.all:
+        if args.run_dir is not None or args.wait:
+            raise BadInput("runner stop --all: expected without --run-dir and --wait")
+        mode = "now" if args.now else "graceful" if args.graceful else "hard"
+        code, lines = stop_command.stop_every(args.runs_dir or default_base(), mode)
+        for line in lines:
+            print(f"runner: {printable(line, None)}", file=sys.stdout if code == Exit.OK else sys.stderr)
+        return code
+    if args.runs_dir is not None:
+        raise BadInput("runner stop: --runs-dir: expected together with --all")
     rd = resolve(args.run_dir)
     if args.now:
         result = stop_command.stop_now(rd)
@@ -154,6 +188,11 @@ def _stop(args: argparse.Namespace) -> Exit:
 
 
 def _status(args: argparse.Namespace) -> Exit:
+    import json
+
+    from . import lifecycle
+    from .rundir import resolve
+
     rd = resolve(args.run_dir, want=lambda r: True, what="known") if args.run_dir is None else resolve(args.run_dir)
     info = lifecycle.status_of(rd)
     if args.json:

@@ -20,6 +20,8 @@ CONTAINMENT = "auto"
 """"auto", "group" or "cgroup"."""
 STOP_CHANNEL = "auto"
 """"signal", "file" or "auto": how `runner stop` reaches the engine."""
+STOP_CHANNELS = ("signal", "file", "auto")
+"""The values `[stop] channel` may take."""
 
 # [[hooks.post_session]], [[hooks.post_run]], [[verify]]
 HOOK_TIMEOUT = 120.0

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from typing import TYPE_CHECKING
 
 from . import defaults, reaper, stop_request
 from .child import Result, run_child
@@ -29,6 +28,8 @@ from .errors import RunStopped
 from .events import Event, Outcome
 from .exitcodes import Exit
 from .spec import substitute
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

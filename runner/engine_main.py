@@ -81,7 +81,10 @@ def _run_locked(rd: RunDir) -> Exit:
         me = identity.current(os.getpid())
         if me is None:  # our own live pid: /proc always has it
             raise RuntimeError(f"cannot read the engine's own identity (pid {os.getpid()})")
-        identity.write(rd.engine_identity, me, role="engine", containment=containment, subreaper=subreaper)
+        # The [stop] values beside the identity: a stopper reads them here, one small JSON
+        # file, instead of parsing the spec (the TOML parser's import is on its clock).
+        stop = {"grace": spec.stop.grace, "kill_grace": spec.stop.kill_grace, "channel": spec.stop.channel}
+        identity.write(rd.engine_identity, me, role="engine", containment=containment, subreaper=subreaper, stop=stop)
         engine = Engine(
             rd, spec, store=store, state=state, journal=journal, registry=registry, controller=controller, cgroup=cgroup
         )

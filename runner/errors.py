@@ -20,9 +20,10 @@ RunStopped derives from BaseException, as trio's Cancelled does, so that an
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from .exitcodes import Exit
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
     from .events import Mode, Origin

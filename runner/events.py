@@ -9,7 +9,10 @@ origins and modes are here too (the request file, the journal and the state use 
 from __future__ import annotations
 
 from enum import IntEnum, StrEnum
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Event(StrEnum):

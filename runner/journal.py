@@ -8,22 +8,25 @@ and the next writer starts on a fresh line so the torn fragment never swallows a
 
 from __future__ import annotations
 
+import _thread
 import fcntl
 import json
 import os
-import threading
 import time
-from typing import Any, Self
 
 from . import untrusted
 from .errors import Damaged
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+if TYPE_CHECKING:
+    from typing import Any, Self
 
 
 class Journal:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self._fd: int | None = None
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()  # threading.Lock, without importing threading
 
     def append(self, event: str, **fields: object) -> dict[str, object]:
         if "t" in fields:

@@ -15,23 +15,24 @@ to the test that turns red.
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 import signal
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from . import defaults, identity, signals, sweep
+from . import log as _log
 from .identity import Identity
 from .membership import Membership, Proof
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
     from .cgroup import RunCgroup
 
-log = logging.getLogger("runner.reaper")
+log = _log.get("runner.reaper")
 
 CONFIRM_TIMEOUT = defaults.CONFIRM_TIMEOUT
 """After SIGKILL, how long to wait for the kernel to confirm each death. Only a process
@@ -57,9 +58,12 @@ class Watch:
         self.fds: dict[int, int] = {}  # pid -> pidfd
         self.done: set[int] = set()
         self.sigkilled: set[int] = set()  # seen dead of a SIGKILL someone else sent
+        self.early: set[int] = set()  # group members already dead of our signal when first seen
         self.proven: dict[tuple[int, int], Proof] = {}
         self.refused: list[str] = []
         self._protected = signals.protected_pids()
+        self._by_fd: dict[int, int] = {}  # pidfd -> pid
+        self._epoll = select.epoll()
 
     def refuse(self, why: str) -> None:
         if why not in self.refused:
@@ -107,6 +111,8 @@ class Watch:
                 self.refuse(self.membership.why_not(ident.pid))
             return None
         self.fds[ident.pid] = fd
+        self._by_fd[fd] = ident.pid
+        self._epoll.register(fd, select.EPOLLIN)
         return fd
 
     def send(self, pid: int, sig: int) -> bool:
@@ -122,6 +128,9 @@ class Watch:
     def discard(self, pid: int) -> None:
         fd = self.fds.pop(pid, None)
         if fd is not None:
+            self._by_fd.pop(fd, None)
+            if pid not in self.done:
+                self._epoll.unregister(fd)
             os.close(fd)
 
     def alive(self) -> list[int]:
@@ -140,17 +149,15 @@ class Watch:
             self._collect(remaining)
 
     def _collect(self, timeout: float) -> None:
-        poller = select.poll()
-        by_fd: dict[int, int] = {}
-        for pid, fd in self.fds.items():
-            if pid not in self.done:
-                poller.register(fd, select.POLLIN)
-                by_fd[fd] = pid
-        if not by_fd:
-            return
-        for fd, _ in poller.poll(max(0, int(timeout * 1000 + 0.999))):
-            pid = by_fd[fd]
+        # epoll, each pidfd registered once (in add): a round over a thousand processes
+        # that die one after another costs one wake-up per batch of deaths, not a
+        # re-registration of every pidfd per wake-up.
+        for fd, _ in self._epoll.poll(max(0.0, timeout)):
+            pid = self._by_fd.get(fd)
+            if pid is None or pid in self.done:
+                continue
             self.done.add(pid)
+            self._epoll.unregister(fd)
             # Readable pidfd: the process is a zombie now, its exit status still in
             # /proc until its parent reaps it. A SIGKILL there was not ours yet (a
             # concurrent stopper's, or the engine's own kill of its children): such a
@@ -162,6 +169,8 @@ class Watch:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
+        self._by_fd.clear()
+        self._epoll.close()
 
 
 def _ident(st: identity.Stat) -> Identity:
@@ -195,7 +204,9 @@ def group_verdict(pgid: int, members: Iterable[Identity], stats: Sequence[identi
     )
 
 
-def signal_group(pgid: int, members: Iterable[Identity], sig: int, watch: Watch) -> bool:
+def signal_group(
+    pgid: int, members: Iterable[Identity], sig: int, watch: Watch, scan: identity.Scan | None = None
+) -> bool:
     """The group route: killpg if the group is proven the run's (its living members
     watched first, so a fast death is still seen). Otherwise the group is refused and
     only those of its members that prove themselves are signalled, each through its
@@ -209,7 +220,7 @@ def signal_group(pgid: int, members: Iterable[Identity], sig: int, watch: Watch)
     if never is not None:  # ours, an ancestor's, or 0/1: not even member by member
         watch.refuse(never)
         return False
-    stats = signals.group_stats(pgid)
+    stats = scan.group(pgid) if scan is not None else signals.group_stats(pgid)
     living = [st for st in stats if not st.zombie]
     if not living:
         return False
@@ -229,17 +240,88 @@ def signal_group(pgid: int, members: Iterable[Identity], sig: int, watch: Watch)
     return False
 
 
-def _term_groups(watch: Watch, groups: Iterable[tuple[int, Sequence[Identity]]]) -> dict[int, list[Identity]]:
+class _Scan:
+    """The round's one pass over /proc, taken when first needed: after the signals that
+    need no scan have gone out, so the kernel tears the tree down while we read /proc."""
+
+    def __init__(self) -> None:
+        self._scan: identity.Scan | None = None
+
+    def __call__(self) -> identity.Scan:
+        if self._scan is None:
+            self._scan = identity.Scan()
+        return self._scan
+
+
+def _signal_proven_leader(pgid: int, members: Sequence[Identity], sig: int, watch: Watch) -> bool:
+    """killpg at once, with no scan first, when the group's recorded leader is alive with
+    its recorded start time and proven the run's: a living leader pins the group id
+    (group_verdict's first case). Its members are watched after the signal."""
+    if signals.refusal(pgid) is not None:
+        return False
+    leader = next((m for m in members if m.pid == pgid), None)
+    fd = None if leader is None else watch.add(leader, named=False)
+    # Alive, not merely watched: a leader that died since the TERM no longer pins the
+    # group id (once reaped, its pid and so the id can be handed out again). Its own
+    # pidfd says so without a race on /proc: it turns readable when the process exits.
+    if fd is None or pgid in watch.done or _exited(fd):
+        return False
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _exited(pidfd: int) -> bool:
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _signal_groups(
+    watch: Watch, groups: Iterable[tuple[int, Sequence[Identity]]], sig: int, scan: _Scan
+) -> dict[int, list[Identity]]:
+    """The group route for one round: the groups whose leader proves itself are
+    signalled first; the rest need the scan (signal_group). Returns the groups signalled."""
     signalled: dict[int, list[Identity]] = {}
+    deferred: list[tuple[int, Sequence[Identity]]] = []
     for pgid, members in groups:
-        if signal_group(pgid, members, signal.SIGTERM, watch):
+        if _signal_proven_leader(pgid, members, sig, watch):
+            signalled[pgid] = list(members)
+        else:
+            deferred.append((pgid, members))
+    for pgid, members in deferred:
+        if signal_group(pgid, members, sig, watch, scan()):
             signalled[pgid] = list(members)
     return signalled
 
 
-def _kill_groups(watch: Watch, groups: Mapping[int, Sequence[Identity]]) -> None:
-    for pgid, members in groups.items():
-        signal_group(pgid, members, signal.SIGKILL, watch)
+def _watch_members(watch: Watch, groups: Iterable[int], sig: int, scan: identity.Scan) -> set[int]:
+    """Watch the living members of groups signalled the run's (vouched by the group);
+    returns those newly watched. A member already a zombie of this very signal (it died
+    before the scan) still counts as having died of it."""
+    new: set[int] = set()
+    for pgid in groups:
+        for st in scan.group(pgid):
+            if st.zombie:
+                if st.wait_status is not None and st.wait_status & 0x7F == sig:
+                    watch.early.add(st.pid)
+            elif st.pid not in watch.fds and watch.add(_ident(st), named=False, vouched=True) is not None:
+                new.add(st.pid)
+    return new
+
+
+def _kill_groups(watch: Watch, signalled: Mapping[int, Sequence[Identity]], left: set[int], scan: _Scan) -> set[int]:
+    """The group route's SIGKILL: when anything is left, each group signalled at TERM is
+    killed, leader-proven ones before any scan. Then the groups' members forked after
+    the TERM are watched, and killed too if nothing else was. Returns those members."""
+    if left:
+        _signal_groups(watch, signalled.items(), signal.SIGKILL, scan)
+    forked = _watch_members(watch, signalled, signal.SIGKILL, scan())
+    if forked and not left:
+        _signal_groups(watch, signalled.items(), signal.SIGKILL, scan)
+    return forked
 
 
 def _signal_pids(watch: Watch, pids: Iterable[Identity], sig: int) -> None:
@@ -248,10 +330,14 @@ def _signal_pids(watch: Watch, pids: Iterable[Identity], sig: int) -> None:
             watch.send(ident.pid, sig)
 
 
-def _signal_tagged(watch: Watch, run_id: str | None, sig: int) -> list[int]:
-    """The tag sweep: every living process that carries the run's tag; returns those reached."""
+def _signal_tagged(
+    watch: Watch, run_id: str | None, sig: int, scan: identity.Scan, skip: Collection[int] = ()
+) -> list[int]:
+    """The tag sweep: every living process that carries the run's tag; returns those
+    reached. `skip`: pids whose environment need not be read (already signalled this
+    round by another route, or dead)."""
     hit = []
-    for ident in sweep.tagged(run_id):
+    for ident in sweep.tagged(run_id, scan, skip=skip):
         if watch.add(ident, named=False, proof=Proof.TAG) is not None and watch.send(ident.pid, sig):
             hit.append(ident.pid)
     return hit
@@ -297,26 +383,35 @@ def kill_everything(
     sweep_tag = bool(run_id) if tag_sweep is None else (tag_sweep and bool(run_id))
     watch = Watch(membership)
     try:
-        signalled = _term_groups(watch, groups)
+        # Signals first, scans after: the groups whose leader proves itself and the
+        # recorded pids need no pass over /proc, so they are signalled before it. Then
+        # one pass per round (TERM, then KILL) serves every other route.
+        scan = _Scan()
+        signalled = _signal_groups(watch, groups, signal.SIGTERM, scan)
         _signal_pids(watch, pids, signal.SIGTERM)
+        _watch_members(watch, signalled, signal.SIGTERM, scan())
         if sweep_tag:
-            _signal_tagged(watch, run_id, signal.SIGTERM)
+            # Every watched process has had its SIGTERM (group or pid route): the sweep
+            # reads the environment of the others only.
+            _signal_tagged(watch, run_id, signal.SIGTERM, scan(), skip=set(watch.fds))
         if cgroup is not None and cgroup_scope is not None:
             _signal_cgroup_members(watch, cgroup, cgroup_scope, signal.SIGTERM)
-        at_term = set(watch.fds)
+        at_term = set(watch.fds) | watch.early
+        if not at_term and not signalled:
+            # Nothing of the run was alive: a KILL round could find only what a process
+            # of the run forked after the scan, and there was none to fork. (The engine's
+            # own clean-up lands here on every stop: two scans of /proc saved.)
+            return ReapReport(refused=list(watch.refused), elapsed=time.monotonic() - t0)
 
         watch.wait(t0 + kill_grace)
-        for pgid in signalled:  # forked after the TERM snapshot: watched, vouched by the group
-            for st in signals.group_stats(pgid):
-                if not st.zombie:
-                    watch.add(_ident(st), named=False, vouched=True)
         left = set(watch.alive()) | (watch.sigkilled & at_term)  # ablate: died-at-term-accuracy
 
+        scan = _Scan()
         if left:
-            _kill_groups(watch, signalled)  # ablate: kill-everything-group-sigkill
             _signal_pids(watch, pids, signal.SIGKILL)  # ablate: kill-everything-pid-sigkill
+        left |= _kill_groups(watch, signalled, left, scan)  # ablate: kill-everything-group-sigkill
         if sweep_tag:
-            left.update(_signal_tagged(watch, run_id, signal.SIGKILL))  # ablate: tag-sweep-sigkill
+            left.update(_signal_tagged(watch, run_id, signal.SIGKILL, scan(), watch.done))  # ablate: tag-sweep-sigkill
         if cgroup is not None and cgroup_scope is not None:
             for ident in cgroup.member_identities(cgroup_scope):
                 if watch.add(ident, named=False) is not None:

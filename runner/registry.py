@@ -6,22 +6,23 @@ command's death as stopped rather than failed; a return code cannot tell the two
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import identity, reaper, sweep
+from . import log as _log
 from .identity import Identity
 from .reaper import ReapReport
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
     from .cgroup import RunCgroup
 
-log = logging.getLogger("runner.registry")
+log = _log.get("runner.registry")
 
 
 @dataclass(eq=False)

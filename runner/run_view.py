@@ -10,10 +10,10 @@ proves each process a member of the run (membership.py) before it signals it.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import defaults, identity, signals, sweep, untrusted
@@ -22,7 +22,12 @@ from .errors import Damaged, NoLiveRun, RunnerError
 from .exitcodes import Exit
 from .identity import Identity
 from .rundir import RUN_ID_SHAPE, RunDir
-from .spec import Spec, load_frozen
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
 
 
 @dataclass
@@ -44,7 +49,7 @@ class RunView:
     cgroup: RunCgroup | None = None
     live: bool | None = None  # None: the lock itself is damaged
     stop: StopSettings = field(default_factory=StopSettings)
-    spec: Spec | None = None
+    engine_stop: Any = None  # the [stop] values engine.json carries, unchecked
     damaged: list[str] = field(default_factory=list)
 
     @property
@@ -140,9 +145,10 @@ def _engine(view: RunView, wait: bool) -> None:
 
     while True:
         try:
-            recorded = identity.read(rd.engine_identity)
+            recorded, extra = identity.read_record(rd.engine_identity)
             if lock_holders(rd, [recorded.pid]) or not tagged_holders() or recorded.pid in tagged_holders():
                 view.engine = recorded
+                view.engine_stop = extra.get("stop")
                 return
             # The kernel says another process holds the run's lock: engine.json is stale
             # or forged. The lock holder is the engine (still proven by its tag before
@@ -218,13 +224,36 @@ def _cgroup(view: RunView) -> None:
             view.cgroup = None
 
 
+def _duration(value: object) -> float | None:
+    """A [stop] duration as the spec loader accepts it, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return float(value) if 0 < value <= defaults.MAX_DURATION else None
+
+
 def _stop_settings(view: RunView) -> None:
+    """The [stop] values: from engine.json when it is the engine's and they hold (the
+    engine copies them there from the spec it loaded), else from the spec itself. The
+    spec parser is imported only then: most stops never pay for it."""
+    given = view.engine_stop
+    if isinstance(given, dict):
+        grace, kill_grace, channel = (
+            _duration(given.get("grace")),
+            _duration(given.get("kill_grace")),
+            given.get("channel"),
+        )
+        if grace is not None and kill_grace is not None and channel in defaults.STOP_CHANNELS:
+            view.stop = StopSettings(grace=grace, kill_grace=kill_grace, channel=str(channel))
+            return
+    from .spec import load_frozen
+
     try:
-        view.spec = load_frozen(view.rd.spec)
+        s = load_frozen(view.rd.spec).stop
     except RunnerError as exc:
         view.note(exc)
         return
-    s = view.spec.stop
     view.stop = StopSettings(grace=s.grace, kill_grace=s.kill_grace, channel=s.channel)
 
 
@@ -236,9 +265,9 @@ def view(rd: RunDir, *, wait_for_engine: bool = True) -> RunView:
     except Damaged as exc:
         v.note(exc)
         v.live = None
-    _stop_settings(v)
     v.run_id = _run_id(v)
     _engine(v, wait_for_engine)
+    _stop_settings(v)
     if (
         v.live is not True
         and v.engine is not None

@@ -11,16 +11,17 @@ import errno
 import fcntl
 import os
 import re
-import secrets
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Self
 
 from . import defaults, untrusted
-from .atomic import atomic_write_text, fsync_dir
+from .atomic import atomic_write_text, fsync_dir, temp_file
 from .errors import BadInput, Damaged, NoLiveRun, RunLocked
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+if TYPE_CHECKING:
+    from typing import Self
 
 
 class EngineLock:
@@ -119,7 +120,7 @@ class RunDir:
             raise BadInput(f"{rd.path}: cannot create the run directory ({e.strerror or e})") from None
         if rd.exists():
             raise BadInput(f"{rd.path}: already holds a run (use `runner resume` or another --run-dir)")
-        fd, tmp = tempfile.mkstemp(prefix=".spec.", suffix=".tmp", dir=rd.path)
+        fd, tmp = temp_file(str(rd.path), ".spec.")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -208,7 +209,7 @@ is matched in environments, so no '/', no '=', no control character."""
 
 def new_run_id() -> str:
     """UTC timestamp (sorts by start time to the second) plus 24 random bits."""
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
 def default_base() -> Path:

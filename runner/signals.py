@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import enum
 import errno
-import logging
 import os
 import signal
 import time
-from typing import TYPE_CHECKING
 
 from . import identity
+from . import log as _log
 from .identity import Identity
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
     from .membership import Membership
 
-log = logging.getLogger("runner.signals")
+log = _log.get("runner.signals")
 
 HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 TAG = "RUNNER_RUN_ID"
@@ -153,6 +154,10 @@ def _signal_process_psutil(ident: Identity, sig: int) -> Outcome:
     return Outcome.SENT
 
 
+EMPTY_ENVIRON_WINDOW = 2.0
+"""Seconds after its start during which an empty environment is read again (mid-exec)."""
+
+
 def has_tag(pid: int, run_id: str | None) -> bool:
     """Whether /proc/PID/environ holds exactly RUNNER_RUN_ID=run_id."""
     if not run_id:
@@ -174,6 +179,11 @@ def _environ(pid: int) -> bytes:
             return env
         st = identity.stat(pid)
         if st is None or st.zombie or st.ppid == 2 or st.pid == 2:  # gone, dead, or a kernel thread
+            return b""
+        # Only a process that has just started can be mid-exec. One that started long
+        # ago with an empty environment (`env -i`) keeps it: retrying would cost every
+        # sweep 7.5 ms per such process on the machine.
+        if identity.age(st) > EMPTY_ENVIRON_WINDOW:
             return b""
         time.sleep(0.0005 * (attempt + 1))
     return b""

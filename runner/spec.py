@@ -13,13 +13,16 @@ import re
 import tomllib
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import Any, NoReturn
 
 from . import defaults
 from .errors import SpecError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
 CONTAINMENTS = ("auto", "group", "cgroup")
-CHANNELS = ("signal", "file", "auto")
+CHANNELS = defaults.STOP_CHANNELS
 PLACEHOLDERS = ("item", "feedback")
 
 

@@ -14,11 +14,14 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, NoReturn
 
 from . import untrusted
 from .atomic import atomic_write_json
 from .errors import Damaged
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 ITEM_STATUSES = ("pending", "done", "failed", "stopped")
 RUN_STATUSES = ("running", "completed", "failed", "stopped", "crashed")

@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from . import defaults, identity, reaper, run_view, signals, stop_request, sweep, untrusted
 from .errors import ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked
@@ -28,7 +27,11 @@ from .membership import Membership
 from .rundir import RunDir
 from .state import State, StateStore
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+
 if TYPE_CHECKING:
+    from typing import Any
+
     from .identity import Identity
     from .reaper import ReapReport
     from .run_view import RunView
@@ -431,3 +434,55 @@ def run_outcome(rd: RunDir) -> Exit:
         f"run {state.run_id}: its engine died without recording how the run ended "
         f"(status {state.status!r}); `runner resume` continues it"
     )
+
+
+# -- every run at once ---------------------------------------------------------------
+
+_WORST_FIRST = (Exit.INTERNAL, Exit.UNKILLABLE, Exit.STOP_FORCED, Exit.DAMAGED, Exit.NO_LIVE_RUN, Exit.BAD_INPUT)
+"""Which code `stop --all` exits with when runs disagree: the first of these that any run
+gave (a run left alive outranks a damaged file, which outranks a run already gone)."""
+
+MAX_STOPPERS = 64
+"""`stop --all` stops this many runs at a time, each in its own thread."""
+
+
+def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]]:
+    """`runner stop --all`: every live run under `base`, from this one process, all at
+    once: each run gets the very stop its own `runner stop` would (stop_hard, stop_now or
+    stop_graceful) in a thread of its own, so that 50 runs cost one kill grace, not 50,
+    and one interpreter start, not 50. A run whose lock cannot be read counts as live.
+    Returns the exit code and the lines to print."""
+    from collections.abc import Callable
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .errors import RunnerError
+    from .rundir import list_runs
+
+    def live(rd: RunDir) -> bool:
+        try:
+            return rd.is_live()
+        except Damaged:
+            return True
+
+    runs = [rd for rd in list_runs(base) if live(rd)]
+    if not runs:
+        raise NoLiveRun(f"no live run under {base}")
+    stops: dict[str, Callable[[RunDir], StopResult]] = {
+        "hard": stop_hard,
+        "now": stop_now,
+        "graceful": stop_graceful,
+    }
+    stop = stops[mode]
+
+    def one(rd: RunDir) -> tuple[Exit, list[str]]:
+        try:
+            result = stop(rd)
+        except RunnerError as exc:  # gone meanwhile, or damaged past reading: its line, the rest go on
+            return exc.exit_code, [f"{rd.path}: {exc}"]
+        return result.code, result.lines()
+
+    with ThreadPoolExecutor(max_workers=min(MAX_STOPPERS, len(runs))) as pool:
+        outcomes = list(pool.map(one, runs))  # ablate: stop-all-at-once
+    codes = {code for code, _ in outcomes}
+    code = next((c for c in _WORST_FIRST if c in codes), Exit.OK)
+    return code, [line for _, lines in outcomes for line in lines]

@@ -14,7 +14,6 @@ unwinds through every `finally` to the engine's top.
 
 from __future__ import annotations
 
-import logging
 import os
 import select
 import signal
@@ -22,20 +21,24 @@ import threading
 import traceback
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
 
-from . import defaults, stop_request
+from . import defaults, inotify, stop_request
+from . import log as _log
 from .errors import RunStopped
 from .events import Event
 from .stop_request import Mode, Origin, StopRequest
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+
 if TYPE_CHECKING:
+    from typing import Any
+
     from .journal import Journal
     from .registry import Registry
     from .rundir import RunDir
 
-_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
-"""What signal.signal() takes and gives back: a handler, SIG_DFL or SIG_IGN, or None."""
+    _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+    """What signal.signal() takes and gives back: a handler, SIG_DFL or SIG_IGN, or None."""
 
 # What each signal means as a stop origin (the journal's `origin`).
 _SIGNAL_ORIGINS: dict[int, Origin] = {
@@ -62,6 +65,7 @@ class StopController:
         self._signal_origin: Origin | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._thread: threading.Thread | None = None
+        self._inotify: int | None = None
         self._previous_handlers: dict[int, _Handler] = {}
         self._kill_failed = False
         self.origin: Origin | None = None
@@ -73,6 +77,7 @@ class StopController:
             self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
 
     def start(self) -> None:
+        self._inotify = inotify.watch_dir(self._rundir.path)
         self._thread = threading.Thread(target=self._watch, name="stop-watchdog", daemon=True)
         self._thread.start()
 
@@ -88,6 +93,9 @@ class StopController:
             signal.signal(signum, signal.SIG_IGN if ignore_signals else handler)
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)
+        if self._inotify is not None:
+            os.close(self._inotify)
+            self._inotify = None
 
     # -- the two channels ----------------------------------------------------------
 
@@ -104,14 +112,19 @@ class StopController:
             pass  # the pipe is full or closed: the watchdog is awake or gone either way
 
     def _watch(self) -> None:
+        # The run directory's inotify descriptor wakes the watchdog the moment a stopper
+        # publishes stop-request.json; the poll is the backstop.
+        fds = [self._wake_r] + ([self._inotify] if self._inotify is not None else [])
         while not self._closed.is_set():
-            ready, _, _ = select.select([self._wake_r], [], [], self._poll)
-            if ready:
+            ready, _, _ = select.select(fds, [], [], self._poll)
+            if self._wake_r in ready:
                 try:
                     while os.read(self._wake_r, 512):
                         pass
                 except BlockingIOError:
                     pass
+            if self._inotify is not None and self._inotify in ready:
+                inotify.drain(self._inotify)
             if self._closed.is_set():
                 return
             try:
@@ -119,7 +132,7 @@ class StopController:
             except Exception:
                 # The watchdog must outlive any one failed read or kill: if it died,
                 # every later stop (signal or file) would go unheard until the fallback.
-                logging.getLogger(__name__).exception("stop watchdog tick failed")
+                _log.get(__name__).exception("stop watchdog tick failed")
                 self._journal_quietly(Event.WATCHDOG_ERROR, error=traceback.format_exc(limit=5))
 
     def _tick(self) -> None:

@@ -20,13 +20,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import untrusted
 from .atomic import atomic_write_json
 from .errors import ControlFileError, Damaged
 from .events import Mode as Mode
 from .events import Origin as Origin
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
     from .rundir import RunDir

@@ -4,33 +4,40 @@ reaper.py signals (it imports this module, never the other way round)."""
 
 from __future__ import annotations
 
-import ctypes
-import logging
 import os
 
 from . import identity, signals
+from . import log as _log
 from .identity import Identity
 
-log = logging.getLogger("runner.sweep")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+log = _log.get("runner.sweep")
 
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def tagged(run_id: str | None) -> list[Identity]:
+def tagged(run_id: str | None, scan: identity.Scan | None = None, skip: Collection[int] = ()) -> list[Identity]:
     """Every living process whose environment holds RUNNER_RUN_ID=run_id, minus this
-    process and its ancestors (a `runner stop` run from a hook carries the tag too)."""
+    process and its ancestors (a `runner stop` run from a hook carries the tag too).
+    `scan`: the round's pass over /proc, when the caller has one. `skip`: pids the
+    caller already watches, whose environment need not be read again (at a thousand
+    processes, those reads are most of a round)."""
     if not run_id:
         return []
     protected = signals.protected_pids()
+    # Start ticks first (the scan), the tag second: the reaper re-checks the ticks after
+    # it opens a pidfd, so a tag read in between belongs to the very process it signals.
+    stats = (scan or identity.Scan()).stats
+    boot = identity.boot_id()
     out: list[Identity] = []
-    for pid in identity.all_pids():
-        if pid in protected:
+    for pid, st in stats.items():
+        if pid in protected or pid in skip or st.zombie:
             continue
-        # Start ticks first, the tag second: the reaper re-checks the ticks after it
-        # opens a pidfd, so a tag read in between belongs to the very process it signals.
-        ident = identity.current(pid)
-        if ident is not None and signals.has_tag(pid, run_id):
-            out.append(ident)
+        if signals.has_tag(pid, run_id):
+            out.append(Identity(st.pid, st.pgid, st.sid, st.start_ticks, boot))
     return out
 
 
@@ -63,6 +70,8 @@ def descendants(pid: int) -> list[Identity]:
 def make_subreaper() -> bool:
     """Become a child subreaper: double-forked daemons of our children are re-parented
     to us instead of init, so the tag and descendant sweeps find and reap them at once."""
+    import ctypes  # here, not at the top: only the engine becomes a subreaper
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         rc: int = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

@@ -21,9 +21,12 @@ import json
 import os
 import re
 import stat
-from typing import Any
 
 from .errors import Damaged
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 SMALL_CAP = 64 * 1024
 """Identity files, run-id, cgroup, stop requests: a few hundred bytes when sound."""

@@ -1,0 +1,56 @@
+"""The runner's warnings, without importing `logging` until one is said.
+
+`logging` (with threading, traceback, string and weakref) costs milliseconds at every
+start, and a `runner stop` that warns about nothing should not pay them: the start-up
+of the stop command is part of the stop's latency. Each logger here hands its message
+to the real `logging.getLogger(name)` on first use, so pytest's caplog and any
+handler an embedding program installs see exactly what they saw before.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+
+_stderr_format: str | None = None
+
+
+def to_stderr(fmt: str = "runner: warning: %(message)s") -> None:
+    """The CLI's set-up: warnings go to stderr, one line each, once one is said."""
+    global _stderr_format
+    _stderr_format = fmt
+
+
+class Logger:
+    __slots__ = ("name", "_real")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._real: Any = None
+
+    def _logger(self) -> Any:
+        if self._real is None:
+            import logging
+
+            if _stderr_format is not None and not logging.getLogger().handlers:
+                logging.basicConfig(level=logging.WARNING, format=_stderr_format)
+            self._real = logging.getLogger(self.name)
+        return self._real
+
+    def info(self, msg: str, *args: object) -> None:
+        self._logger().info(msg, *args)
+
+    def warning(self, msg: str, *args: object) -> None:
+        self._logger().warning(msg, *args)
+
+    def error(self, msg: str, *args: object) -> None:
+        self._logger().error(msg, *args)
+
+    def exception(self, msg: str, *args: object) -> None:
+        self._logger().exception(msg, *args)
+
+
+def get(name: str) -> Logger:
+    return Logger(name)
