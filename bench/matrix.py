@@ -116,6 +116,8 @@ def cell_text(cell: dict[str, Any]) -> str:
         text += f" {stats.seconds(cell['median_s'])} (max {stats.seconds(cell['max_s'])})"
     if cell["orphans"]:
         text += f" orphans {cell['orphans']}"
+    if cell["errors"]:
+        text += f" failed {len(cell['errors'])}"
     return text
 
 

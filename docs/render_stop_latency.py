@@ -303,6 +303,8 @@ class Context:
             text += f", median {_measured(cell['median_s'])}, max {_measured(cell['max_s'])}"
         if cell["orphans"]:
             text += f"; **{cell['orphans']} orphan{'s' if cell['orphans'] != 1 else ''} left**"
+        if cell.get("errors"):
+            text += f"; {len(cell['errors'])} sample(s) failed: " + "; ".join(cell["errors"])
         return text
 
     def bench_stoppers(self) -> str:
