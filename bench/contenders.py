@@ -45,6 +45,17 @@ def reap(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def terminate_then_kill(proc: subprocess.Popen[bytes], grace: float) -> dict[str, Any]:
+    """SIGTERM to the one process, SIGKILL to it if it is still there after the grace."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return {"code": proc.returncode}
+
+
 class Stopper:
     id = ""
     label = ""
@@ -89,13 +100,7 @@ class PopenTerminate(_Direct):
     how = "`Popen.terminate()`, `wait(kill_grace)`, then `Popen.kill()`: the top process only"
 
     def stop(self, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
-        proc.terminate()
-        try:
-            proc.wait(self.kill_grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        return {"code": proc.returncode}
+        return terminate_then_kill(proc, self.kill_grace)
 
 
 class KillpgReaper(_Direct):
@@ -149,13 +154,7 @@ class _Init(_Wrapped):
     child's process group), KILL to the init once the grace is over."""
 
     def stop(self, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(self.kill_grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        return {"code": proc.returncode}
+        return terminate_then_kill(proc, self.kill_grace)
 
 
 class Tini(_Init):

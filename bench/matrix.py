@@ -34,7 +34,10 @@ def sample(stopper: Stopper, tree: Tree) -> dict[str, Any]:
         before = tree.members()
         with trees.Deaths({tree: before}) as deaths:  # pidfds opened before the stop
             t0 = time.monotonic()
-            said = stopper.stop(handle)
+            try:
+                said = stopper.stop(handle)
+            except Exception as exc:  # a stopper that hung or failed: this sample, not the run
+                return {"error": f"stop: {exc}"}
             returned = time.monotonic()
             gone = deaths.wait(returned + SETTLE)[tree]
         left = tree.members()  # a fresh scan: also whatever the tree started meanwhile
@@ -113,6 +116,8 @@ def cell_text(cell: dict[str, Any]) -> str:
         text += f" {stats.seconds(cell['median_s'])} (max {stats.seconds(cell['max_s'])})"
     if cell["orphans"]:
         text += f" orphans {cell['orphans']}"
+    if cell["errors"]:
+        text += f" failed {len(cell['errors'])}"
     return text
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest_stoplatency.victim as program
 from pytest_stoplatency import PreparedVictim
+from runner import identity
 
 SLEEP = 7200  # what a victim sleeps when nothing stops it: far past any stop measured here
 PROGRAMS = Path(program.__file__).resolve().parent
@@ -60,21 +61,10 @@ RECORD_DIRS: set[Path] = set()  # where the trees' ready files went (the plugin'
 Member = tuple[int, int]  # (pid, start ticks): a process, never a reused pid
 
 
-def _stat(pid: int) -> list[bytes] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2 :].split()
-
-
 def _living_ticks(pid: int) -> int | None:
     """Start ticks of a living process (a zombie is dead), else None."""
-    f = _stat(pid)
-    if f is None or f[0] in (b"Z", b"X", b"x"):
-        return None
-    return int(f[19])
+    st = identity.stat(pid)
+    return st.start_ticks if st is not None and not st.zombie else None
 
 
 def _read(path: str) -> bytes:

@@ -284,11 +284,13 @@ class Context:
         b = self.bench or {}
         mach = b.get("machine", {})
         kind = "a reduced CI run of `make bench`" if b.get("ci") else "`make bench`"
+        load = mach.get("loadavg_at_start")
+        load = f", load average {load[0]:g} at start" if load else ""
         grace = b.get("kill_grace")
         grace = f"{grace:g} s" if isinstance(grace, (int, float)) else "?"
         return (
             f"MEASURED by {kind} (`{self.bench_name}`, {b.get('date', '?')}; {mach.get('hostname', '?')}, "
-            f"Linux {mach.get('kernel', '?')}, {mach.get('cpus', '?')} CPUs, Python {mach.get('python', '?')}; "
+            f"Linux {mach.get('kernel', '?')}, {mach.get('cpus', '?')} CPUs{load}, Python {mach.get('python', '?')}; "
             f"commit `{b.get('git_commit') or 'unknown'}`; kill grace {grace} for every stopper)"
         )
 
@@ -301,6 +303,8 @@ class Context:
             text += f", median {_measured(cell['median_s'])}, max {_measured(cell['max_s'])}"
         if cell["orphans"]:
             text += f"; **{cell['orphans']} orphan{'s' if cell['orphans'] != 1 else ''} left**"
+        if cell.get("errors"):
+            text += f"; {len(cell['errors'])} sample(s) failed: " + "; ".join(cell["errors"])
         return text
 
     def bench_stoppers(self) -> str:

@@ -89,7 +89,13 @@ def bench_json(tmp_path):
     load_samples = [{"stopped": True, "latency_s": 1.0 + i / 100, "left": 0} for i in range(50)]
     data = {
         "schema": 1,
-        "machine": {"hostname": "bench-box", "kernel": "6.1.0-test", "cpus": 2, "python": "3.11.7"},
+        "machine": {
+            "hostname": "bench-box",
+            "kernel": "6.1.0-test",
+            "cpus": 2,
+            "python": "3.11.7",
+            "loadavg_at_start": [0.25, 0.5, 0.75],
+        },
         "date": "2025-02-03T04:05:06Z",
         "git_commit": "4567def",
         "kill_grace": 1.0,

@@ -200,7 +200,8 @@ def test_bench_stoppers_table(render_mod, bench_json):
     and a stopper that was not installed as a row saying so, never as figures."""
     doc = render_mod.render_files(TEMPLATE, None, None, None, bench_json)
     part = _section(doc, "Against other stoppers")
-    for tag in ("MEASURED by `make bench`", "bench-box", "2025-02-03T04:05:06Z", "`4567def`", "kill grace 1 s", "n=3"):
+    tags = ("MEASURED by `make bench`", "bench-box", "2025-02-03T04:05:06Z", "`4567def`", "kill grace 1 s", "n=3")
+    for tag in tags + ("load average 0.25 at start",):
         assert tag in part, tag
     row = next(l for l in part.splitlines() if l.startswith("| killpg TERM"))
     assert "| 3/3 stopped, median 1.006 s, max 1.011 s |" in row
