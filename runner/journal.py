@@ -94,17 +94,60 @@ def read(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         data = untrusted.read_bytes(path, untrusted.JOURNAL_CAP)
     except FileNotFoundError:
         return []
-    out: list[dict[str, Any]] = []
-    for raw in data.split(b"\n"):
-        if not raw.strip():
-            continue
-        try:
-            record = untrusted.parse_json(raw, path)
-        except Damaged:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("event"), str):
-            out.append(record)
-    return out
+    return [r for r in (_record(raw, path) for raw in data.split(b"\n")) if r is not None]
+
+
+ATTEMPT_STARTS = ("run-start", "resume")
+"""The records that open an attempt (`resume` is journaled by `runner resume` before its
+engine's `run-start`)."""
+
+_TAIL_CHUNK = 64 * 1024
+
+
+def read_attempt(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of the current attempt, in order: from the last `run-start` or
+    `resume` (included) to the end. Read from the end of the file backwards, so that a
+    stopper's cost does not grow with the run's history (a long run's journal holds
+    hundreds of thousands of records; `read` would parse them all at every stop). The
+    same tolerance as `read`: a torn or too-deep line is skipped."""
+    try:
+        fd = untrusted.open_regular(path)
+    except FileNotFoundError:
+        return []
+    try:
+        pos = os.fstat(fd).st_size
+        if pos > untrusted.JOURNAL_CAP:
+            raise Damaged(path, f"larger than its cap of {untrusted.JOURNAL_CAP} bytes")
+        found: list[dict[str, Any]] = []
+        head = b""  # the first, maybe partial, line of what was read so far
+        while pos > 0:
+            n = min(_TAIL_CHUNK, pos)
+            pos -= n
+            try:
+                lines = (os.pread(fd, n, pos) + head).split(b"\n")
+            except OSError as exc:
+                raise Damaged(path, f"cannot read ({exc.strerror or exc})") from None
+            head = lines.pop(0) if pos > 0 else b""
+            for raw in reversed(lines):
+                record = _record(raw, path)
+                if record is None:
+                    continue
+                found.append(record)
+                if record["event"] in ATTEMPT_STARTS:
+                    return found[::-1]
+        return found[::-1]
+    finally:
+        os.close(fd)
+
+
+def _record(raw: bytes, path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    if not raw.strip():
+        return None
+    try:
+        record = untrusted.parse_json(raw, path)
+    except Damaged:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("event"), str) else None
 
 
 def events(path: str | os.PathLike[str], name: str) -> list[dict[str, Any]]:

@@ -21,8 +21,7 @@ from . import defaults, identity, reaper, run_view, signals, stop_request, sweep
 from .errors import ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked
 from .events import Event, Mode, Origin
 from .exitcodes import Exit
-from .journal import Journal
-from .journal import read as read_journal
+from .journal import Journal, read_attempt
 from .membership import Membership
 from .rundir import RunDir
 from .state import State, StateStore
@@ -96,13 +95,9 @@ def _membership(view: RunView) -> Membership:
 def _attempt_records(rd: RunDir) -> list[dict[str, Any]]:
     """Journal records of the current attempt: after the last `resume` (journaled by
     `runner resume` before its engine starts) or `run-start`, whichever is later, so
-    that the previous attempt's `run-stop` never counts for this one."""
-    records: list[dict[str, Any]] = []
-    for record in read_journal(rd.journal):
-        if record.get("event") in ("run-start", "resume"):
-            records = []
-        records.append(record)
-    return records
+    that the previous attempt's `run-stop` never counts for this one. Read from the
+    journal's end (journal.read_attempt): a stop costs the same after a million records."""
+    return read_attempt(rd.journal)
 
 
 def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, RunView]:

@@ -6,6 +6,8 @@ import sys
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from runner import journal
 
@@ -74,3 +76,61 @@ def test_concurrent_appenders_from_processes_never_interleave(tmp_path):
     recs = [json.loads(line) for line in lines]  # every line parses: nothing interleaved
     for w in range(3):
         assert [r["i"] for r in recs if r["writer"] == str(w)] == list(range(200))
+
+
+def _attempt_by_full_read(path):
+    """The reference: every record read, the attempt cut at its last opening record."""
+    records = []
+    for record in journal.read(path):
+        if record["event"] in journal.ATTEMPT_STARTS:
+            records = []
+        records.append(record)
+    return records
+
+
+_EVENTS = ["run-start", "resume", "phase-start", "run-stop", "session-end"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    entries=st.lists(
+        st.tuples(st.sampled_from(_EVENTS), st.integers(min_value=0, max_value=40_000)), min_size=0, max_size=40
+    ),
+    torn=st.booleans(),
+)
+def test_read_attempt_equals_the_full_read_cut_at_the_last_attempt(tmp_path_factory, entries, torn):
+    """Path: journal.read_attempt (the stopper's read of the current attempt, backwards
+    in 64 KiB chunks) gives exactly what a full read cut at the last run-start or
+    resume gives, whatever the record sizes (lines across chunk boundaries) and with a
+    torn last line. The journal is written by the real writer (Journal.append)."""
+    path = tmp_path_factory.mktemp("j") / "journal.jsonl"
+    with journal.Journal(path) as j:
+        for event, size in entries:
+            j.append(event, pad="x" * size)
+    if torn:
+        with open(path, "ab") as f:
+            f.write(b'{"event": "run-st')
+    assert journal.read_attempt(path) == _attempt_by_full_read(path)
+
+
+def test_read_attempt_parses_only_the_current_attempt(tmp_path, monkeypatch):
+    """Path: read_attempt stops at the attempt's opening record: after 20,000 records of
+    earlier attempts, a stop parses the few of its own, not the run's history."""
+    path = tmp_path / "journal.jsonl"
+    with journal.Journal(path) as j:
+        j.append("run-start", attempt=1)
+        for i in range(20_000):
+            j.append("phase-start", n=i)
+        j.append("resume", attempt=2)
+        j.append("run-start", attempt=2)
+        j.append("run-stop", origin="signal")
+    parsed = []
+    real = journal.untrusted.parse_json
+
+    def counting(raw, source):
+        parsed.append(raw)
+        return real(raw, source)
+
+    monkeypatch.setattr(journal.untrusted, "parse_json", counting)
+    assert [r["event"] for r in journal.read_attempt(path)] == ["run-start", "run-stop"]
+    assert len(parsed) == 2
