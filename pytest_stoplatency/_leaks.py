@@ -29,6 +29,7 @@ import itertools
 import os
 import select
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -58,6 +59,22 @@ def last_pid() -> int | None:
             return int(f.read())
     except (OSError, ValueError):
         return None
+
+
+def interpreter_helpers() -> list[int]:
+    """Pids of multiprocessing's per-interpreter helpers, where this process started them
+    (read from the modules only if already imported: no import on the test's path)."""
+    out = []
+    tracker = sys.modules.get("multiprocessing.resource_tracker")
+    server = sys.modules.get("multiprocessing.forkserver")
+    for owner, attr in (
+        (getattr(tracker, "_resource_tracker", None), "_pid"),
+        (getattr(server, "_forkserver", None), "_forkserver_pid"),
+    ):
+        pid = getattr(owner, attr, None)
+        if isinstance(pid, int):
+            out.append(pid)
+    return out
 
 
 def now_ticks() -> int:

@@ -77,9 +77,12 @@ def leaks_enabled(config) -> bool:
 
 
 def _helper_pids():
-    """The plugin's own long-lived helpers, never a leak: this process's session guardian."""
+    """Long-lived helpers of the pytest process itself, never a test's leak: this process's
+    session guardian, and multiprocessing's resource tracker and fork server (started on
+    first use by whichever test, they serve the interpreter until it exits)."""
     proc = _guardian._process
-    return [proc.pid] if proc is not None and _guardian._started_for == os.getpid() else []
+    pids = [proc.pid] if proc is not None and _guardian._started_for == os.getpid() else []
+    return pids + _leaks.interpreter_helpers()
 
 
 def _is_worker(config) -> bool:
