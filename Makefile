@@ -58,6 +58,7 @@ docs-check: $(STAMP)
 bench: $(STAMP)
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
+	$(PY) bench/process_leaks_cost.py --n 400 --rounds 3 --json $(ARTIFACTS)/bench-process-leaks.json
 
 # The reliability soak: 200 engine SIGKILLs with resume, 50 runs stopped at once (hard,
 # then --now), 10 stoppers on one run; then the fuzz tests with thousands of examples.

@@ -60,7 +60,7 @@ def marks():
 
 
 LEAKY_SUITE = """
-import multiprocessing, subprocess, time, pytest
+import multiprocessing, os, subprocess, time, pytest
 
 N = {marks!r}
 
@@ -82,8 +82,21 @@ def good_server():
 def test_child():
     subprocess.Popen(sleep("child"))
 
+def running(name):
+    want = f"sleep {{N[name]}}".encode()
+    for _ in range(500):  # the shell forks and execs at its own pace: wait for the sleep itself
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if open(f"/proc/{{pid}}/cmdline", "rb").read().replace(b"\\0", b" ").strip() == want:
+                    return
+            except OSError:
+                pass
+        time.sleep(0.01)
+    raise AssertionError(f"{{name}} never started")
+
 def test_setsid_grandchild():
     subprocess.Popen(["sh", "-c", f"setsid sleep {{N['escapee']}} & wait"])
+    running("escapee")  # else the check may catch the shell before its child exists
 
 def test_double_fork():
     subprocess.run(["sh", "-c", f"(sleep {{N['double_fork']}} &)"], check=True)
