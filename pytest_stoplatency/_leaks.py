@@ -77,6 +77,17 @@ def interpreter_helpers() -> list[int]:
     return out
 
 
+def scan_tags() -> dict[int, str]:
+    """Every process on the machine that carries a leak tag: {pid: tag} (for the sweep of
+    dead owners' processes, _cleanup.sweep_ownerless)."""
+    found = {}
+    for pid in _pids(None):
+        tag = _procs.env_value(pid, _TAG_KEY)
+        if tag:
+            found[pid] = tag
+    return found
+
+
 def now_ticks() -> int:
     """Now, on the clock /proc/<pid>/stat's start time uses (ticks since boot)."""
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * CLK_TCK)
@@ -145,8 +156,11 @@ class Tracker:
         self.fixtures: dict[str, Scope] = {}  # open fixture scopes, by tag
         self._helpers = helpers  # pids of the plugin's own long-lived helpers (the guardian)
 
-    def open(self, label: str, *, is_fixture: bool = False) -> Scope:
-        scope = Scope(f"{self.prefix}{next(self._ids)}", label, is_fixture, now_ticks(), last_pid())
+    def open(self, label: str, *, is_fixture: bool = False, checked: bool = True) -> Scope:
+        # An unchecked scope's tag does not name its owner: no sweep ever takes its
+        # processes, which its test (process_leaks(enabled=False)) keeps on purpose.
+        prefix = self.prefix if checked else f"off.{self.prefix}"
+        scope = Scope(f"{prefix}{next(self._ids)}", label, is_fixture, now_ticks(), last_pid())
         if is_fixture:
             self.fixtures[scope.tag] = scope
         return scope

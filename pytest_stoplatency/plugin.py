@@ -145,7 +145,10 @@ def pytest_runtest_setup(item):
     if st.tracker is not None:
         # The tag goes into os.environ for the test's whole duration: everything the test
         # (or code under test) starts inherits it.
-        scope = st.tracker.open(item.nodeid)
+        # Processes of a test that pytest never tears down (pytest-timeout's thread method
+        # ends it with os._exit) are the guardian's to kill when this process dies.
+        _guardian.ensure_started()
+        scope = st.tracker.open(item.nodeid, checked=_leak_scope_enabled(item))
         item.stash[_LEAK_SCOPE] = (scope, os.environ.get(_leaks.TAG_ENV))
         os.environ[_leaks.TAG_ENV] = scope.tag  # ablate: leak-tag
     return (yield)

@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -284,6 +285,7 @@ def test_tag_alone_finds_a_double_fork_that_left_the_tree(pytester, marks):
     pytester.makepyfile(
         f"""
 import subprocess
+import time
 
 def test_double_fork():
     subprocess.run(["sh", "-c", "(sleep {marks["double_fork"]} &)"], check=True)
@@ -306,6 +308,7 @@ def test_subreaper_brings_back_a_process_that_dropped_its_environment(pytester, 
     pytester.makepyfile(
         f"""
 import subprocess
+import time
 
 def test_env_scrubber():
     subprocess.run(["env", "-i", "setsid", "-f", "sleep", "{marks["scrubber"]}"], check=True)
@@ -344,3 +347,33 @@ def test_help_texts(pytester):
     )
     result = pytester.runpytest_subprocess("--markers")
     result.stdout.fnmatch_lines([f"*{plugin.LEAKS_MARKER_LINE[:50]}*"])
+
+
+def test_a_pytest_that_dies_without_teardown_has_its_leaks_killed_by_the_guardian(pytester, marks):
+    """Path: the session guardian's sweep takes --process-leaks tags too: a test that ends its
+    pytest with os._exit (as pytest-timeout's thread method does) skips every teardown, and the
+    process it started is killed within moments by the guardian (its tag names a dead owner).
+    A process of a test with the check turned off carries no owner in its tag: left alone.
+
+    Not an attribution test: another session's start-up sweep (any concurrent pytest of this
+    plugin) may get there first; tests/plugin/test_leaks.py attributes the guardian itself."""
+    pytester.makepyfile(
+        f"""
+import os, subprocess, time, pytest
+
+@pytest.mark.process_leaks(enabled=False)
+def test_a_kept():
+    subprocess.Popen(["sleep", "{marks["disabled"]}"])
+
+def test_b_dies():
+    subprocess.Popen(["sleep", "{marks["child"]}"])
+    time.sleep(0.2)
+    os._exit(3)
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks")
+    assert result.ret == 3
+    deadline = time.monotonic() + 10
+    while "child" in _sleepers(marks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(_sleepers(marks)) == {"disabled"}
