@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv test measure mutate docs docs-check bench lint soak soak-short
+.PHONY: venv test measure mutate docs docs-check bench lint soak soak-short examples
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
@@ -20,7 +20,7 @@ venv: $(STAMP)
 
 # Lint, format and types: ruff (lint and format check) and mypy (strict on runner/; see
 # [tool.mypy] in pyproject.toml). CI runs this before the tests.
-LINTED := runner pytest_stoplatency mutation tests bench docs
+LINTED := runner pytest_stoplatency mutation tests bench docs examples
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
@@ -30,6 +30,18 @@ lint: $(STAMP)
 test: $(STAMP)
 	mkdir -p $(ARTIFACTS)
 	$(PY) -m pytest --stop-latency -n 2 --stop-latency-json $(ARTIFACTS)/test-latency.json
+
+# examples/: the stop bugs of common tools (subprocess.run, asyncio, pytest-timeout, a
+# group reaper, supervisord, Popen.terminate/kill), each beside its fix. Its own
+# pytest.ini (strict xfails, --process-leaks), not in `make test`; the examples extra
+# installs supervisor.
+EXAMPLES_STAMP := $(VENV)/.installed-examples
+$(EXAMPLES_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[test,dev,examples]' --config-settings editable_mode=compat
+	touch $(EXAMPLES_STAMP)
+
+examples: $(EXAMPLES_STAMP)
+	$(PY) -m pytest -p no:xdist examples
 
 # The stop-latency tests only, serially (parallel load distorts latencies),
 # 20 samples per label so that a p95 means something.

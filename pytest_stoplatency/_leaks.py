@@ -155,6 +155,7 @@ class Tracker:
         self._ids = itertools.count(1)
         self.fixtures: dict[str, Scope] = {}  # open fixture scopes, by tag
         self._helpers = helpers  # pids of the plugin's own long-lived helpers (the guardian)
+        self._tracked_now: set[int] | None = None
 
     def open(self, label: str, *, is_fixture: bool = False, checked: bool = True) -> Scope:
         # An unchecked scope's tag does not name its owner: no sweep ever takes its
@@ -180,7 +181,6 @@ class Tracker:
         helpers = set(self._helpers())
         found: list[Found] = []
         zombies: list[int] = []
-        tracked: set[int] | None = None
         tags: dict[int, str | None] = {}
         for pid in _pids(None if full else (scope.lo, hi)):
             if pid == self.me or pid in helpers:
@@ -204,13 +204,18 @@ class Tracker:
             elif not in_tree:
                 route = ROUTE_REPARENTED
             elif p.ppid == self.me:
-                if tracked is None:
-                    tracked = _subreaper.tracked_children()
-                route = ROUTE_REPARENTED if pid not in tracked else self._session_route(p)
+                route = ROUTE_REPARENTED if pid not in self._tracked() else self._session_route(p)
             else:
                 route = self._session_route(p)
             found.append(Found(p, route))
         return found, zombies
+
+    def _tracked(self) -> set[int]:
+        """The children some object here will wait for: one gc walk per check, and only
+        when a suspect is pytest's own child."""
+        if self._tracked_now is None:
+            self._tracked_now = _subreaper.tracked_children()
+        return self._tracked_now
 
     def _session_route(self, p: Proc) -> str:
         return ROUTE_OWN_SESSION if p.sid != self.sid else ROUTE_CHILD
@@ -241,6 +246,7 @@ class Tracker:
         """Find, report and kill the scope's survivors; reap what pytest adopted."""
         if scope.is_fixture:
             self.fixtures.pop(scope.tag, None)
+        self._tracked_now = None
         found, zombies = self.find(scope, full=full)
         leaks: dict[tuple[int, int], dict] = {}
         killed: list[tuple[int, int]] = []
@@ -249,9 +255,17 @@ class Tracker:
             if not new:
                 break
             for f in new:
-                leaks[(f.proc.pid, f.proc.ticks)] = self._describe(f, scope)
+                key = (f.proc.pid, f.proc.ticks)
+                killed.append(key)
+                # Already on its way out (SIGKILL pending, or in do_exit: its cmdline reads
+                # empty): someone stopped it, and it is only waited for. Looked at twice,
+                # as _cleanup.kill_lineage does: between dequeuing SIGKILL and setting
+                # PF_EXITING the kernel shows neither.
+                if _procs.dying(*key) or _procs.dying(*key):
+                    leaks[key] = {}
+                    continue
+                leaks[key] = self._describe(f, scope)
                 _procs.signal_identified(f.proc.pid, f.proc.ticks, signal.SIGKILL)  # ablate: leak-kill
-                killed.append((f.proc.pid, f.proc.ticks))
             found, more = self.find(scope, full=True)
             zombies += more
         alive = wait_dead(killed, SETTLE)
@@ -259,8 +273,8 @@ class Tracker:
             leak["killed"] = key not in alive
         ours = [pid for pid, _ in killed] + zombies
         if ours:
-            _subreaper.reap(ours, _subreaper.tracked_children())
-        return list(leaks.values())
+            _subreaper.reap(ours, self._tracked())
+        return [leak for leak in leaks.values() if "pid" in leak]
 
     def _describe(self, f: Found, scope: Scope) -> dict:
         return {
