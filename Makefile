@@ -59,18 +59,23 @@ mutate: $(STAMP)
 	$(PY) -m mutation --jobs 2 --artifacts $(ARTIFACTS)/mutate --json $(MUTATE_JSON)
 
 # docs/stop-latency.md from its template, docs/measure.json, docs/mutate.json and
-# runner/defaults.py. docs-check fails (with a diff) when the committed file is stale.
+# runner/defaults.py; docs/plugin.md from its template, the plugin's code, docs/measure.json,
+# docs/process-leaks-bench.json and examples/. docs-check fails (with a diff) when a
+# committed file is stale.
 docs: $(STAMP)
 	$(PY) docs/render_stop_latency.py
+	$(PY) docs/render_plugin.py
 
 docs-check: $(STAMP)
 	$(PY) docs/render_stop_latency.py --check
+	$(PY) docs/render_plugin.py --check
 
-# Benchmarks: exact speeds, never asserted by the suite. Results go to $(ARTIFACTS)/bench-*.json.
+# Benchmarks: exact speeds, never asserted by the suite. Results go to $(ARTIFACTS)/bench-*.json,
+# except the --process-leaks cost, which docs/plugin.md renders (docs/process-leaks-bench.json).
 bench: $(STAMP)
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
-	$(PY) bench/process_leaks_cost.py --n 400 --rounds 3 --json $(ARTIFACTS)/bench-process-leaks.json
+	$(PY) bench/process_leaks_cost.py --n 400 --rounds 3 --json docs/process-leaks-bench.json
 
 # The reliability soak: 200 engine SIGKILLs with resume, 50 runs stopped at once (hard,
 # then --now), 10 stoppers on one run; then the fuzz tests with thousands of examples.

@@ -14,7 +14,10 @@ sessions), which a loaded machine disturbs far less. Prints one line per figure 
 There is no cgroup route yet (where cgroup v2 is writable it would add two writes per
 test): every figure here is "without cgroups".
 
-    python bench/process_leaks_cost.py [--n 400] [--json PATH]
+    python bench/process_leaks_cost.py [--n 400] [--rounds 3] [--json PATH]
+
+`make bench` writes docs/process-leaks-bench.json, which `make docs` renders into
+docs/plugin.md.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +119,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     half = max(args.n // 2, 1)
+    load_before = os.getloadavg()[0]  # a loaded machine widens the A/B figures: recorded with them
     with tempfile.TemporaryDirectory(prefix="bench-leaks-") as tmp:
         d = Path(tmp)
         (d / "conftest.py").write_text(CONFTEST)
@@ -128,6 +133,8 @@ def main() -> int:
         "rounds": len(offs),
         "cgroup": False,
         "machine": {"kernel": platform.release(), "python": platform.python_version(), "cpus": os.cpu_count()},
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_before": round(load_before, 2),
         "kinds": {},
     }
     for kind in ("quiet", "spawns"):
