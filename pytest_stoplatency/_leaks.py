@@ -51,6 +51,10 @@ _MAX_DEPTH = 64  # ancestry walk: deeper than any real tree, short of a loop
 
 _Window = tuple[int | None, int | None]
 
+# Module-level, not per tracker: an in-process pytester session runs a second tracker in
+# the same process (same owner prefix), and its tags must not repeat the outer one's.
+_ids = itertools.count(1)
+
 
 def last_pid() -> int | None:
     """The last pid handed out in this pid namespace (None where the kernel hides it)."""
@@ -152,7 +156,6 @@ class Tracker:
         me_ticks = _procs.start_ticks(self.me)
         self.prefix = f"{self.me}.{me_ticks}."
         self.sid = os.getsid(0)
-        self._ids = itertools.count(1)
         self.fixtures: dict[str, Scope] = {}  # open fixture scopes, by tag
         self._helpers = helpers  # pids of the plugin's own long-lived helpers (the guardian)
         self._tracked_now: set[int] | None = None
@@ -161,7 +164,7 @@ class Tracker:
         # An unchecked scope's tag does not name its owner: no sweep ever takes its
         # processes, which its test (process_leaks(enabled=False)) keeps on purpose.
         prefix = self.prefix if checked else f"off.{self.prefix}"
-        scope = Scope(f"{prefix}{next(self._ids)}", label, is_fixture, now_ticks(), last_pid())
+        scope = Scope(f"{prefix}{next(_ids)}", label, is_fixture, now_ticks(), last_pid())
         if is_fixture:
             self.fixtures[scope.tag] = scope
         return scope

@@ -35,8 +35,8 @@ LEAKS_MARKER_LINE = (
 )
 PROCESS_LEAKS_HEADER = "stoplatency: process leaks"
 NO_CGROUP_LINE = (
-    "stoplatency: --process-leaks without a cgroup (no writable cgroup v2): a process that drops its "
-    "environment and leaves pytest's process tree (handed to a daemon outside it) cannot be seen"
+    "stoplatency: --process-leaks runs without a cgroup: a process that drops its environment and "
+    "leaves pytest's process tree (handed to a daemon outside it) cannot be seen"
 )
 
 

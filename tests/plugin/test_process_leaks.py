@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from pytest_stoplatency import _leaks, _procs, plugin
+from pytest_stoplatency import _leakreport, _leaks, _procs, plugin
 
 
 def _marks(*names):
@@ -323,7 +323,8 @@ def test_env_scrubber():
 
 def test_ini_key_and_module_marker(pytester, marks):
     """Path: `process_leaks = true` in the ini file enables the check as --process-leaks does; a
-    module's `pytestmark = pytest.mark.process_leaks(enabled=False)` turns it off there."""
+    module's `pytestmark = pytest.mark.process_leaks(enabled=False)` turns it off there; the
+    stop-latency JSON carries the leaks."""
     pytester.makeini("[pytest]\nprocess_leaks = true\n")
     pytester.makepyfile(
         test_on=f"import subprocess\ndef test_on():\n    subprocess.Popen(['sleep', '{marks['child']}'])\n",
@@ -332,11 +333,18 @@ def test_ini_key_and_module_marker(pytester, marks):
             f"def test_off():\n    subprocess.Popen(['sleep', '{marks['disabled']}'])\n"
         ),
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--stop-latency-json", "sl.json")
     alive = _sleepers(marks)
     assert set(alive) == {"disabled"}
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(["*ERROR at teardown of test_on*", "stoplatency: 1 leaking test(s)*"])
+    # --stop-latency-json carries the same leak object as --process-leaks-json.
+    leaks = json.loads((pytester.path / "sl.json").read_text())["process_leaks"]
+    assert leaks["schema"] == _leakreport.SCHEMA and leaks["checked"] == 1
+    assert leaks["leaking_tests"] == ["test_on.py::test_on"]
+    assert [(x["route"], x["cmdline"], x["killed"]) for x in leaks["leaks"]] == [
+        ("still a child", f"sleep {marks['child']}", True)
+    ]
 
 
 def test_help_texts(pytester):
