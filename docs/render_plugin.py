@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import ast
-import difflib
 import inspect
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -32,7 +30,7 @@ if str(ROOT) not in sys.path[:1]:
     sys.path.insert(0, str(ROOT))
 
 from render_stop_latency import Context as StopLatencyContext  # noqa: E402
-from render_stop_latency import _load  # noqa: E402
+from render_stop_latency import _load, write_or_check  # noqa: E402
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)(?::([^}]+?))?\s*\}\}")
 
@@ -185,23 +183,7 @@ def main(argv=None) -> int:
     except (RenderError, ValueError, KeyError) as exc:
         print(f"render_plugin: {exc}", file=sys.stderr)
         return 2
-    if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-        if current != text:
-            with tempfile.NamedTemporaryFile("w", suffix=".md", delete=False) as tmp:
-                tmp.write(text)
-            diff = difflib.unified_diff(
-                current.splitlines(True), text.splitlines(True), f"{args.out} (committed)", f"{tmp.name} (rendered now)"
-            )
-            sys.stdout.writelines(diff)
-            print(f"\n{args.out} is stale: run `make docs` and commit it", file=sys.stderr)
-            return 1
-        print(f"{args.out} is up to date")
-        return 0
-    tmp_out = args.out.with_name(args.out.name + ".tmp")
-    tmp_out.write_text(text, encoding="utf-8")
-    tmp_out.replace(args.out)
-    return 0
+    return write_or_check(args.out, text, check=args.check)
 
 
 if __name__ == "__main__":

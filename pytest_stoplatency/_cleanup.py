@@ -59,7 +59,10 @@ def sweep_ownerless() -> int:
     killed = 0
     for _ in range(ROUNDS):
         orphans = []
-        for pid, tok in _procs.scan_tokens().items():
+        # Victim tokens, and --process-leaks tags, which name their owner too: a test's
+        # process whose pytest died without teardown (pytest-timeout's thread method) is a
+        # leak nobody else will end.
+        for pid, tok in [*_procs.scan_tokens().items(), *_leaks.scan_tags().items()]:
             t = _token.parse(tok)
             if t is None or t.owner.alive():
                 continue
@@ -70,15 +73,6 @@ def sweep_ownerless() -> int:
             if owner.alive():
                 continue
             orphans.extend(e for e in _records.recorded_extras(d) if _procs.is_alive(*e))
-        # --process-leaks tags name their owner too: a test's process whose pytest died
-        # without teardown (pytest-timeout's thread method) is a leak nobody else will end.
-        for pid, tag in _leaks.scan_tags().items():
-            t = _token.parse(tag)
-            if t is None or t.owner.alive():
-                continue
-            ticks = _procs.start_ticks(pid)
-            if ticks is not None:
-                orphans.append((pid, ticks))
         if not orphans:
             break
         for pid, ticks in orphans:
