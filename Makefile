@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv bytecode browser test measure mutate docs docs-check bench bench-ci lint soak soak-short screenshot
+.PHONY: venv bytecode browser test measure mutate docs docs-check bench bench-ci lint soak soak-short screenshot examples
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
@@ -37,7 +37,7 @@ browser:
 
 # Lint, format and types: ruff (lint and format check) and mypy (strict on runner/; see
 # [tool.mypy] in pyproject.toml). CI runs this before the tests.
-LINTED := runner pytest_stoplatency mutation tests bench docs
+LINTED := runner pytest_stoplatency mutation tests bench docs examples
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
@@ -47,6 +47,18 @@ lint: $(STAMP)
 test: $(STAMP) bytecode browser
 	mkdir -p $(ARTIFACTS)
 	$(PY) -m pytest --stop-latency -n 2 --stop-latency-json $(ARTIFACTS)/test-latency.json
+
+# examples/: the stop bugs of common tools (subprocess.run, asyncio, pytest-timeout, a
+# group reaper, supervisord, Popen.terminate/kill), each beside its fix. Its own
+# pytest.ini (strict xfails, --process-leaks), not in `make test`; the examples extra
+# installs supervisor.
+EXAMPLES_STAMP := $(VENV)/.installed-examples
+$(EXAMPLES_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[test,dev,examples]' --config-settings editable_mode=compat
+	touch $(EXAMPLES_STAMP)
+
+examples: $(EXAMPLES_STAMP)
+	$(PY) -m pytest -p no:xdist examples
 
 # The stop-latency tests only, serially (parallel load distorts latencies),
 # 20 samples per label so that a p95 means something.
@@ -64,12 +76,16 @@ mutate: $(STAMP) bytecode
 	$(PY) -m mutation --jobs 2 --artifacts $(ARTIFACTS)/mutate --json $(MUTATE_JSON)
 
 # docs/stop-latency.md from its template, docs/measure.json, docs/mutate.json and
-# runner/defaults.py. docs-check fails (with a diff) when the committed file is stale.
+# runner/defaults.py; docs/plugin.md from its template, the plugin's code, docs/measure.json,
+# docs/process-leaks-bench.json and examples/. docs-check fails (with a diff) when a
+# committed file is stale.
 docs: $(STAMP)
 	$(PY) docs/render_stop_latency.py
+	$(PY) docs/render_plugin.py
 
 docs-check: $(STAMP)
 	$(PY) docs/render_stop_latency.py --check
+	$(PY) docs/render_plugin.py --check
 
 # docs/dashboard.png (shown in README.md): the dashboard over three real runs, taken by
 # chromium. Never drawn by hand.
@@ -97,8 +113,9 @@ BENCH_ARGS ?=
 bench: $(BENCH_STAMP) bytecode
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
+	$(PY) bench/process_leaks_cost.py --n 400 --rounds 3 --json docs/process-leaks-bench.json
 	$(PY) -m bench.stoppers --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
-		$(PY) docs/render_stop_latency.py && exit $$status
+		$(PY) docs/render_stop_latency.py && $(PY) docs/render_plugin.py && exit $$status
 
 # CI's reduced stop benchmark (n=1, `timeout -k` and the two runner stops, small scale
 # and load): keeps it working, fails on an orphan of the runner; never writes the

@@ -497,23 +497,29 @@ def main(argv=None) -> int:
     except (RenderError, ValueError, KeyError) as exc:
         print(f"render_stop_latency: {exc}", file=sys.stderr)
         return 2
-    if args.check:
+    return write_or_check(args.out, text, check=args.check)
+
+
+def write_or_check(out: Path, text: str, *, check: bool) -> int:
+    """Write `text` to `out` (temp file, replace), or with `check` fail with a diff when
+    the committed `out` differs from it. Shared by docs/render_plugin.py."""
+    if check:
         with tempfile.NamedTemporaryFile("w", suffix=".md", delete=False) as tmp:
             tmp.write(text)
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+        current = out.read_text(encoding="utf-8") if out.exists() else ""
         if current != text:
             diff = difflib.unified_diff(
-                current.splitlines(True), text.splitlines(True), f"{args.out} (committed)", f"{tmp.name} (rendered now)"
+                current.splitlines(True), text.splitlines(True), f"{out} (committed)", f"{tmp.name} (rendered now)"
             )
             sys.stdout.writelines(diff)
-            print(f"\n{args.out} is stale: run `make docs` and commit it", file=sys.stderr)
+            print(f"\n{out} is stale: run `make docs` and commit it", file=sys.stderr)
             return 1
         Path(tmp.name).unlink()
-        print(f"{args.out} is up to date")
+        print(f"{out} is up to date")
         return 0
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(args.out)
+    tmp_out = out.with_name(out.name + ".tmp")
+    tmp_out.write_text(text, encoding="utf-8")
+    tmp_out.replace(out)
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from . import _procs, _records, _token
+from . import _leaks, _procs, _records, _token
 
 SETTLE = 1.0  # how long a dying (or just killed) process gets to finish exiting, per round
 ROUNDS = 3  # a respawner may fork between our scan and our kill
@@ -51,14 +51,18 @@ def kill_lineage(tokens, extras=()) -> tuple[list[dict], list[dict]]:
 
 
 def sweep_ownerless() -> int:
-    """Kill every victim whose owner (pid + start ticks) is gone; return how many.
+    """Kill every victim, and every process carrying a --process-leaks tag, whose owner
+    (pid + start ticks) is gone; return how many.
 
-    A live owner's victims are never touched: several sessions may run at once.
+    A live owner's processes are never touched: several sessions may run at once.
     """
     killed = 0
     for _ in range(ROUNDS):
         orphans = []
-        for pid, tok in _procs.scan_tokens().items():
+        # Victim tokens, and --process-leaks tags, which name their owner too: a test's
+        # process whose pytest died without teardown (pytest-timeout's thread method) is a
+        # leak nobody else will end.
+        for pid, tok in [*_procs.scan_tokens().items(), *_leaks.scan_tags().items()]:
             t = _token.parse(tok)
             if t is None or t.owner.alive():
                 continue

@@ -46,8 +46,15 @@ def ensure_started() -> None:
 
 
 def _spawn(owner: Owner) -> subprocess.Popen[bytes]:
+    from ._leaks import TAG_ENV
+
+    # Its own leak tag, naming no scope and no owner: the guardian outlives its pytest by
+    # design, so no --process-leaks check (an outer pytest's, when this one runs inside a
+    # test) may take it for a leak, and no sweep for a dead owner's process.
+    env = {**os.environ, TAG_ENV: f"helper.guardian.{owner.pid}.{owner.start_ticks}"}
     return subprocess.Popen(
         [sys.executable, "-m", "pytest_stoplatency._guardian", str(owner.pid), str(owner.start_ticks)],
+        env=env,
         start_new_session=True,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

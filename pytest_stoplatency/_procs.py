@@ -205,3 +205,26 @@ def wait_gone(tokens, extras=(), timeout: float = 10.0, rescan: float = 0.05) ->
         finally:
             for fd in fds:
                 os.close(fd)
+
+
+def env_value(pid: int, key: bytes) -> str | None:
+    """The value of ``key`` (b"NAME=") in a process's environment, or None (absent, gone,
+    or not ours to read). Read as token_of() reads: an answer counts only when the
+    cmdline reads the same, non-empty, before and after the environ (not mid-exec)."""
+    for attempt in range(20):
+        before = _read(f"/proc/{pid}/cmdline")
+        env = _read(f"/proc/{pid}/environ")
+        after = _read(f"/proc/{pid}/cmdline")
+        if before is None or env is None or after is None:
+            return None
+        i = env.find(key)
+        if i >= 0 and (i == 0 or env[i - 1] == 0):
+            end = env.find(b"\0", i)
+            return env[i + len(key) : end if end >= 0 else None].decode(errors="replace")
+        if before == after and after:
+            return None
+        f = _stat(pid)
+        if f is None or f[0] in (b"Z", b"X", b"x") or int(f[1]) == 2 or pid == 2:
+            return None
+        time.sleep(0.0005 * (attempt + 1))
+    return None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from . import _cleanup, _guardian, _records, _report
+from . import _cleanup, _guardian, _leakreport, _leaks, _records, _report, _subreaper
 from ._handle import PreparedVictim, Victim
 from ._recorder import Recorder
 
@@ -23,6 +24,21 @@ MARKER_LINE = (
 SKIP_REASON = "stop-latency test: enable with --stop-latency (or stop_latency = true in the ini file)"
 LEAK_HEADER = "stoplatency: test leaked victim processes"
 
+HELP_LEAKS = (
+    "fail each test that leaves a process it started alive after its teardown (children, setsid "
+    "escapees, double forks, processes that dropped their environment), and kill those processes"
+)
+HELP_LEAKS_INI = "check every test for leaked processes, as --process-leaks does"
+HELP_LEAKS_JSON = "write the process leaks (leaking tests, each process and its escape route) to PATH as JSON"
+LEAKS_MARKER_LINE = (
+    "process_leaks(enabled=False): turn the --process-leaks check off for this test (or module, as pytestmark)"
+)
+PROCESS_LEAKS_HEADER = "stoplatency: process leaks"
+NO_CGROUP_LINE = (
+    "stoplatency: --process-leaks runs without a cgroup: a process that drops its environment and "
+    "leaves pytest's process tree (handed to a daemon outside it) cannot be seen"
+)
+
 
 @dataclass
 class _State:
@@ -30,6 +46,10 @@ class _State:
     samples: list = field(default_factory=list)
     missing_workers: list = field(default_factory=list)
     swept: int = 0
+    tracker: _leaks.Tracker | None = None
+    leaks: list = field(default_factory=list)  # leak records (every worker's, on the controller)
+    leak_checked: int = 0  # tests checked for leaks
+    pending: list = field(default_factory=list)  # fixture leaks found during a teardown
 
 
 _STATE = pytest.StashKey[_State]()
@@ -41,11 +61,28 @@ def pytest_addoption(parser):
     g.addoption("--stop-latency-json", dest="stop_latency_json", metavar="PATH", default=None, help=HELP_JSON)
     g.addoption("--stop-latency-repeat", dest="stop_latency_repeat", metavar="N", type=int, default=1, help=HELP_REPEAT)
     parser.addini("stop_latency", HELP_INI, type="bool", default=False)
+    g.addoption("--process-leaks", action="store_true", default=None, dest="process_leaks", help=HELP_LEAKS)
+    g.addoption("--process-leaks-json", dest="process_leaks_json", metavar="PATH", default=None, help=HELP_LEAKS_JSON)
+    parser.addini("process_leaks", HELP_LEAKS_INI, type="bool", default=False)
 
 
 def enabled(config) -> bool:
     opt = config.getoption("stop_latency")
     return bool(opt) if opt is not None else bool(config.getini("stop_latency"))
+
+
+def leaks_enabled(config) -> bool:
+    opt = config.getoption("process_leaks")
+    return bool(opt) if opt is not None else bool(config.getini("process_leaks"))
+
+
+def _helper_pids():
+    """Long-lived helpers of the pytest process itself, never a test's leak: this process's
+    session guardian, and multiprocessing's resource tracker and fork server (started on
+    first use by whichever test, they serve the interpreter until it exits)."""
+    proc = _guardian._process
+    pids = [proc.pid] if proc is not None and _guardian._started_for == os.getpid() else []
+    return pids + _leaks.interpreter_helpers()
 
 
 def _is_worker(config) -> bool:
@@ -54,8 +91,20 @@ def _is_worker(config) -> bool:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", MARKER_LINE)
+    config.addinivalue_line("markers", LEAKS_MARKER_LINE)
     worker = config.workerinput.get("workerid") if _is_worker(config) else None
     config.stash[_STATE] = _State(worker=worker)
+    if leaks_enabled(config):
+        # Every process that runs tests (each xdist worker; a controller adopts a dead
+        # worker's orphans and reaps them at its end).
+        _subreaper.enable()
+        config.stash[_STATE].tracker = _leaks.Tracker(helpers=_helper_pids)
+
+
+def pytest_report_header(config):
+    if leaks_enabled(config):
+        return [NO_CGROUP_LINE]
+    return None
 
 
 def pytest_sessionstart(session):
@@ -83,6 +132,101 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("stop_latency"):
             item.add_marker(skip)
+
+
+def _leak_scope_enabled(item) -> bool:
+    marker = item.get_closest_marker("process_leaks")
+    return marker is None or bool(marker.kwargs.get("enabled", marker.args[0] if marker.args else True))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item):
+    st = item.config.stash[_STATE]
+    if st.tracker is not None:
+        # The tag goes into os.environ for the test's whole duration: everything the test
+        # (or code under test) starts inherits it.
+        # Processes of a test that pytest never tears down (pytest-timeout's thread method
+        # ends it with os._exit) are the guardian's to kill when this process dies.
+        _guardian.ensure_started()
+        scope = st.tracker.open(item.nodeid, checked=_leak_scope_enabled(item))
+        item.stash[_LEAK_SCOPE] = (scope, os.environ.get(_leaks.TAG_ENV))
+        os.environ[_leaks.TAG_ENV] = scope.tag  # ablate: leak-tag
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    st = request.config.stash[_STATE]
+    if st.tracker is None or fixturedef.scope == "function":
+        return (yield)
+    # A wider fixture is its own scope: what it starts carries its tag and is checked
+    # when it is torn down, not after the test that happened to set it up.
+    scope = st.tracker.open(f"fixture {fixturedef.argname!r} ({fixturedef.scope} scope)", is_fixture=True)
+    _FIXTURE_SCOPES[id(fixturedef)] = scope
+    previous = os.environ.get(_leaks.TAG_ENV)
+    os.environ[_leaks.TAG_ENV] = scope.tag
+    lo = _leaks.last_pid()
+    try:
+        return (yield)
+    finally:
+        scope.windows.append((lo, _leaks.last_pid()))
+        _restore_tag(previous)
+
+
+def pytest_fixture_post_finalizer(fixturedef, request):
+    scope = _FIXTURE_SCOPES.pop(id(fixturedef), None)
+    st = request.config.stash[_STATE]
+    if scope is not None and st.tracker is not None:
+        st.pending.extend(st.tracker.check(scope, full=True))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    st = item.config.stash[_STATE]
+    if st.tracker is None or _LEAK_SCOPE not in item.stash:
+        return (yield)
+    scope, previous = item.stash[_LEAK_SCOPE]
+    try:
+        return (yield)
+    finally:
+        _restore_tag(previous)
+        leaks = []
+        if _leak_scope_enabled(item):
+            st.leak_checked += 1
+            leaks = st.tracker.check(scope)
+        leaks += st.pending
+        st.pending.clear()
+        _fail_on_leaks(st, item.nodeid, leaks)
+
+
+def _fail_on_leaks(st, nodeid, leaks):
+    if not leaks:
+        return
+    for leak in leaks:
+        leak["nodeid"] = nodeid
+        leak["worker"] = st.worker
+    st.leaks.extend(leaks)
+    by_scope: dict[str, list] = {}
+    for leak in leaks:
+        by_scope.setdefault(leak["scope"], []).append(leak)
+    msg = "\n".join(
+        f"{PROCESS_LEAKS_HEADER}: {label} left {len(group)} process(es) alive after its teardown; killed:\n"
+        + _leaks.format_leaks(group)
+        for label, group in by_scope.items()
+    )
+    pytest.fail(msg, pytrace=False)
+
+
+def _restore_tag(previous):
+    if previous is None:
+        os.environ.pop(_leaks.TAG_ENV, None)
+    else:
+        os.environ[_leaks.TAG_ENV] = previous
+
+
+_LEAK_SCOPE = pytest.StashKey[tuple]()
+# Open wider-fixture scopes by FixtureDef identity (a FixtureDef has no stash).
+_FIXTURE_SCOPES: dict[int, _leaks.Scope] = {}
 
 
 class VictimFactory:
@@ -166,13 +310,28 @@ def pytest_testnodedown(node, error):
         st.missing_workers.append(node.gateway.id)
     else:
         st.samples.extend(data["samples"])
+        st.leaks.extend(data.get("leaks", []))
+        st.leak_checked += data.get("leak_checked", 0)
 
 
 def pytest_sessionfinish(session):
     config = session.config
     st = config.stash[_STATE]
+    if st.tracker is not None:
+        # Wider fixtures torn down outside any test's teardown (an interrupted session).
+        for scope in list(st.tracker.fixtures.values()):
+            st.pending.extend(st.tracker.check(scope, full=True))
+        for leak in st.pending:
+            leak.update(nodeid=None, worker=st.worker)
+        st.leaks.extend(st.pending)
+        st.pending.clear()
+        st.tracker.reap_adopted()
     if _is_worker(config):
-        config.workeroutput[_report.WORKEROUTPUT_KEY] = {"samples": list(st.samples)}  # JSON-safe only
+        config.workeroutput[_report.WORKEROUTPUT_KEY] = {  # JSON-safe only
+            "samples": list(st.samples),
+            "leaks": list(st.leaks),
+            "leak_checked": st.leak_checked,
+        }
         _cleanup.drop_own_records()
         return
     st.swept += _cleanup.sweep_ownerless()
@@ -182,6 +341,12 @@ def pytest_sessionfinish(session):
         doc = _report.document(
             st.samples, missing_workers=st.missing_workers, swept=st.swept, rootdir=Path(config.rootpath)
         )
+        if leaks_enabled(config):
+            doc["process_leaks"] = _leakreport.section(st.leaks, checked=st.leak_checked)
+        _report.write_json(Path(config.invocation_params.dir) / path, doc)
+    path = config.getoption("process_leaks_json")
+    if path:
+        doc = _leakreport.document(st.leaks, checked=st.leak_checked, rootdir=Path(config.rootpath))
         _report.write_json(Path(config.invocation_params.dir) / path, doc)
 
 
@@ -189,6 +354,12 @@ def pytest_terminal_summary(terminalreporter, config):
     if _is_worker(config):
         return
     st = config.stash[_STATE]
+    if leaks_enabled(config):
+        terminalreporter.write_sep("=", "process leaks")
+        for line in _leakreport.summary_lines(st.leaks, checked=st.leak_checked):
+            terminalreporter.write_line(line)
+        if config.getoption("process_leaks_json"):
+            terminalreporter.write_line(f"stoplatency: wrote {config.getoption('process_leaks_json')}")
     if not (st.samples or enabled(config) or st.swept or st.missing_workers):
         return
     tr = terminalreporter

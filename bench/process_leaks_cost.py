@@ -1,0 +1,162 @@
+"""What --process-leaks costs per test (issue 12: at most 5 ms median, over at least 200 tests).
+
+Runs an inner pytest session of N generated tests without and with --process-leaks
+(serially, no xdist), alternating, --rounds times each, and times each test's whole
+run protocol (setup, call, teardown: every hook the check adds) from an outermost hook
+wrapper.
+Two kinds of test, half each: `quiet` starts no process (the check reads ns_last_pid
+twice and stops there); `spawns` runs and waits for one `true` (new pids: the check
+reads /proc for them). The overhead is the difference of the medians per kind (each
+the median over the rounds' medians: a loaded machine shifts whole sessions). It also
+reports the time spent inside the tracker itself (open + check, wrapped in the same
+sessions), which a loaded machine disturbs far less. Prints one line per figure and writes JSON.
+
+There is no cgroup route yet (where cgroup v2 is writable it would add two writes per
+test): every figure here is "without cgroups".
+
+    python bench/process_leaks_cost.py [--n 400] [--rounds 3] [--json PATH]
+
+`make bench` writes docs/process-leaks-bench.json, which `make docs` renders into
+docs/plugin.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CONFTEST = textwrap.dedent(
+    """
+    import json, os, time
+    import pytest
+
+    from pytest_stoplatency import _leaks
+
+    TIMES, TRACKER = {}, {}
+
+    def _timed(fn):
+        def wrapper(self, scope, *args, **kwargs):
+            t0 = time.perf_counter_ns()
+            try:
+                return fn(self, scope, *args, **kwargs)
+            finally:
+                TRACKER[scope.label] = TRACKER.get(scope.label, 0) + time.perf_counter_ns() - t0
+        return wrapper
+
+    _open = _leaks.Tracker.open
+
+    def _timed_open(self, label, **kwargs):
+        t0 = time.perf_counter_ns()
+        try:
+            return _open(self, label, **kwargs)
+        finally:
+            TRACKER[label] = TRACKER.get(label, 0) + time.perf_counter_ns() - t0
+
+    _leaks.Tracker.open = _timed_open
+    _leaks.Tracker.check = _timed(_leaks.Tracker.check)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(item, nextitem):
+        t0 = time.perf_counter_ns()
+        try:
+            return (yield)
+        finally:
+            TIMES[item.nodeid] = time.perf_counter_ns() - t0
+
+    def pytest_sessionfinish(session):
+        with open(os.environ["BENCH_OUT"], "w") as f:
+            json.dump({"protocol": TIMES, "tracker": TRACKER}, f)
+    """
+)
+
+TESTS = textwrap.dedent(
+    """
+    import subprocess
+    import pytest
+
+    @pytest.mark.parametrize("i", range({half}))
+    def test_quiet(i):
+        pass
+
+    @pytest.mark.parametrize("i", range({half}))
+    def test_spawns(i):
+        subprocess.run(["true"], check=True)
+    """
+)
+
+
+def run_session(directory: Path, leaks: bool) -> dict:
+    out = directory / f"times-{'on' if leaks else 'off'}.json"
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly"]
+    if leaks:
+        args.append("--process-leaks")
+    env = dict(os.environ, BENCH_OUT=str(out), PYTHONPATH=str(ROOT))
+    r = subprocess.run(args, cwd=directory, env=env, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise SystemExit(f"inner pytest failed ({r.returncode}):\n{r.stdout[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def median_ms(times: dict[str, int], kind: str) -> float:
+    return statistics.median(v for k, v in times.items() if f"::test_{kind}[" in k) / 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=400, help="tests per session (half quiet, half spawning)")
+    ap.add_argument("--rounds", type=int, default=3, help="sessions per side, alternating")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    half = max(args.n // 2, 1)
+    load_before = os.getloadavg()[0]  # a loaded machine widens the A/B figures: recorded with them
+    with tempfile.TemporaryDirectory(prefix="bench-leaks-") as tmp:
+        d = Path(tmp)
+        (d / "conftest.py").write_text(CONFTEST)
+        (d / "test_bench.py").write_text(TESTS.format(half=half))
+        offs, ons = [], []
+        for _ in range(max(args.rounds, 1)):
+            offs.append(run_session(d, leaks=False))
+            ons.append(run_session(d, leaks=True))
+    result = {
+        "n_tests": 2 * half,
+        "rounds": len(offs),
+        "cgroup": False,
+        "machine": {"kernel": platform.release(), "python": platform.python_version(), "cpus": os.cpu_count()},
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_before": round(load_before, 2),
+        "kinds": {},
+    }
+    for kind in ("quiet", "spawns"):
+        off_ms = statistics.median(median_ms(o["protocol"], kind) for o in offs)
+        on_ms = statistics.median(median_ms(o["protocol"], kind) for o in ons)
+        tracker = statistics.median(median_ms(o["tracker"], kind) for o in ons)
+        result["kinds"][kind] = {
+            "n": half,
+            "median_protocol_ms_without": round(off_ms, 4),
+            "median_protocol_ms_with": round(on_ms, 4),
+            "median_overhead_ms": round(on_ms - off_ms, 4),
+            "median_tracker_ms": round(tracker, 4),
+        }
+        print(
+            f"{kind:7s} n={half} x {len(offs)} rounds: median per test {off_ms:.3f} ms without, "
+            f"{on_ms:.3f} ms with --process-leaks (overhead {on_ms - off_ms:.3f} ms; in the tracker {tracker:.3f} ms)"
+        )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Render docs/plugin.md (the plugin's user guide) from its template and the code.
+
+    python docs/render_plugin.py            # write docs/plugin.md (make docs)
+    python docs/render_plugin.py --check    # fail with a diff if it is stale (make docs-check)
+
+No number or option text is typed into the template. Each comes from:
+
+    {{help:NAME}}          a text constant of pytest_stoplatency/plugin.py (option help, marker line)
+    {{const:MODULE.NAME}}  a constant of pytest_stoplatency/MODULE.py, DERIVED, with its file
+    {{default:PARAM}}      a default of `victim(...)` (plugin.VictimFactory.__call__), bare (it stands in code)
+    {{kind:NAME}}          a victim kind's heading; every kind of victim.KINDS must have one, once
+    {{measured:LABEL}}     a stop-latency label of docs/measure.json (`make measure`), MEASURED
+    {{leak_cost}}          the --process-leaks cost, docs/process-leaks-bench.json (`make bench`), MEASURED
+    {{examples}}           examples/: each file's first docstring line and its strict xfails' reasons
+    {{routes}}             the escape routes, in the order they are decided
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path[:1]:
+    sys.path.insert(0, str(ROOT))
+
+from render_stop_latency import Context as StopLatencyContext  # noqa: E402
+from render_stop_latency import _load, write_or_check  # noqa: E402
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)(?::([^}]+?))?\s*\}\}")
+
+
+class RenderError(ValueError):
+    """The template names something the code or the JSON cannot supply."""
+
+
+def _module(name: str):
+    import importlib
+
+    try:
+        return importlib.import_module(f"pytest_stoplatency.{name}")
+    except ImportError:
+        raise RenderError(f"template names module {name!r}, which pytest_stoplatency does not have") from None
+
+
+class Context:
+    def __init__(self, measure: dict | None, bench: dict | None, bench_name: str, examples_dir: Path):
+        self.stop = StopLatencyContext(measure, None)
+        self.bench, self.bench_name, self.examples_dir = bench, bench_name, examples_dir
+        self.kinds_seen: list[str] = []
+
+    def help(self, name: str) -> str:
+        plugin = _module("plugin")
+        value = getattr(plugin, name, None)
+        if not isinstance(value, str):
+            raise RenderError(f"template names {name!r}, which pytest_stoplatency/plugin.py does not define")
+        return value
+
+    def const(self, dotted: str) -> str:
+        mod, _, name = dotted.partition(".")
+        value = getattr(_module(mod), name, None)
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise RenderError(f"template names {dotted!r}, which is no number or text constant")
+        shown = f"`{value}`" if isinstance(value, str) else f"{value:g}"
+        return f"{shown} (DERIVED: `pytest_stoplatency/{mod}.py: {name}`)"
+
+    def default(self, param: str) -> str:
+        """A default of `victim(...)` (VictimFactory.__call__), bare: it stands in code."""
+        sig = inspect.signature(_module("plugin").VictimFactory.__call__)
+        if param not in sig.parameters or sig.parameters[param].default is inspect.Parameter.empty:
+            raise RenderError(f"template names victim parameter {param!r}, which has no default")
+        return repr(sig.parameters[param].default)
+
+    def kind(self, name: str) -> str:
+        kinds = _module("victim").KINDS
+        if name not in kinds:
+            raise RenderError(f"template names victim kind {name!r}; victim.KINDS has {', '.join(kinds)}")
+        if name in self.kinds_seen:
+            raise RenderError(f"victim kind {name!r} is described twice")
+        self.kinds_seen.append(name)
+        return f"`{name}`"
+
+    def measured(self, label: str) -> str:
+        return self.stop.measured(label)
+
+    def routes(self) -> str:
+        leaks = _module("_leaks")
+        return ", ".join(f'"{r}"' for r in leaks.ROUTES) + " (DERIVED: `pytest_stoplatency/_leaks.py: ROUTES`)"
+
+    def leak_cost(self) -> str:
+        b = self.bench
+        if not b:
+            return f"*Not measured: `{self.bench_name}` is absent (run `make bench`).*"
+        m = b.get("machine", {})
+        rows = [
+            "| test kind | n x rounds | median per test without | with --process-leaks | overhead | in the tracker |",
+            "|---|---|---|---|---|---|",
+        ]
+        for kind, k in b["kinds"].items():
+            rows.append(
+                f"| {kind} | {k['n']} x {b.get('rounds', 1)} | {k['median_protocol_ms_without']:.3f} ms "
+                f"| {k['median_protocol_ms_with']:.3f} ms | {k['median_overhead_ms']:.3f} ms "
+                f"| {k['median_tracker_ms']:.3f} ms |"
+            )
+        cg = "with a cgroup" if b.get("cgroup") else "without cgroups (there is no cgroup route yet)"
+        return (
+            f"MEASURED by `bench/process_leaks_cost.py` (`{self.bench_name}`, {b.get('time', '?')}; "
+            f"Linux {m.get('kernel', '?')}, {m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}; "
+            f"load average {b.get('load_before', '?')} at the start; {b['n_tests']} tests per session; {cg}):\n\n"
+            + "\n".join(rows)
+        )
+
+    def examples(self) -> str:
+        rows = ["| example | the behaviour (strict xfail) | the fix beside it |", "|---|---|---|"]
+        files = sorted(self.examples_dir.glob("test_*.py"))
+        if not files:
+            raise RenderError(f"no examples in {self.examples_dir}")
+        for f in files:
+            tree = ast.parse(f.read_text(encoding="utf-8"))
+            doc = (ast.get_docstring(tree) or "").strip().splitlines()
+            if not doc:
+                raise RenderError(f"{f.name} has no module docstring")
+            reasons, fixes = [], []
+            for node in tree.body:
+                if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test_"):
+                    continue
+                reason = _xfail_reason(node)
+                (reasons if reason else fixes).append(reason or f"`{node.name}`")
+            rows.append(
+                f"| `examples/{f.name}`: {doc[0]} | {'<br>'.join(sorted(set(reasons))) or '-'} "
+                f"| {'<br>'.join(fixes) or '-'} |"
+            )
+        return "\n".join(rows)
+
+
+def _xfail_reason(fn: ast.FunctionDef) -> str | None:
+    for dec in fn.decorator_list:
+        if (
+            isinstance(dec, ast.Call)
+            and isinstance(dec.func, ast.Attribute)
+            and dec.func.attr == "xfail"
+            and any(k.arg == "strict" and getattr(k.value, "value", None) is True for k in dec.keywords)
+        ):
+            for k in dec.keywords:
+                if k.arg == "reason":
+                    return str(ast.literal_eval(k.value))
+    return None
+
+
+def render(template: str, ctx: Context) -> str:
+    def sub(m: re.Match) -> str:
+        kind, arg = m.group(1), m.group(2)
+        if arg is not None and kind in ("help", "const", "default", "kind", "measured"):
+            return getattr(ctx, kind)(arg.strip())
+        if arg is None and kind in ("leak_cost", "examples", "routes"):
+            return getattr(ctx, kind)()
+        raise RenderError(f"unknown placeholder {m.group(0)!r}")
+
+    text = _PLACEHOLDER.sub(sub, template)
+    missing = [k for k in _module("victim").KINDS if k not in ctx.kinds_seen]
+    if missing:
+        raise RenderError(f"victim kinds not described in the template: {', '.join(missing)}")
+    return text
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="render_plugin", description="render docs/plugin.md")
+    ap.add_argument("--template", type=Path, default=HERE / "plugin.template.md")
+    ap.add_argument("--measure", type=Path, default=HERE / "measure.json")
+    ap.add_argument("--bench", type=Path, default=HERE / "process-leaks-bench.json")
+    ap.add_argument("--examples", type=Path, default=ROOT / "examples")
+    ap.add_argument("--out", type=Path, default=HERE / "plugin.md")
+    ap.add_argument("--check", action="store_true", help="fail with a diff if --out differs from a fresh render")
+    args = ap.parse_args(argv)
+    try:
+        ctx = Context(_load(args.measure), _load(args.bench), f"docs/{args.bench.name}", args.examples)
+        text = render(args.template.read_text(encoding="utf-8"), ctx)
+    except (RenderError, ValueError, KeyError) as exc:
+        print(f"render_plugin: {exc}", file=sys.stderr)
+        return 2
+    return write_or_check(args.out, text, check=args.check)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

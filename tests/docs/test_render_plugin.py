@@ -1,0 +1,84 @@
+"""docs/plugin.md is rendered from the code, docs/measure.json and the leak benchmark, never by hand."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_stoplatency import _leaks, plugin
+from pytest_stoplatency.victim import KINDS
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "docs" / "plugin.template.md"
+
+
+@pytest.fixture(scope="module")
+def mod():
+    sys.path.insert(0, str(ROOT / "docs"))  # render_plugin imports its sibling renderer
+    try:
+        spec = importlib.util.spec_from_file_location("render_plugin", ROOT / "docs" / "render_plugin.py")
+        m = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(m)
+        yield m
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+
+
+def ctx(mod, bench=None, measure=None):
+    return mod.Context(measure, bench, "docs/process-leaks-bench.json", ROOT / "examples")
+
+
+BENCH = {
+    "n_tests": 400,
+    "rounds": 3,
+    "cgroup": False,
+    "machine": {"kernel": "6.1.0-test", "python": "3.11.7", "cpus": 2},
+    "time": "2025-01-02T03:04:05+00:00",
+    "load_before": 0.5,
+    "kinds": {
+        "quiet": {
+            "n": 200,
+            "median_protocol_ms_without": 0.5,
+            "median_protocol_ms_with": 0.55,
+            "median_overhead_ms": 0.05,
+            "median_tracker_ms": 0.04,
+        }
+    },
+}
+
+
+def test_texts_and_constants_come_from_the_code(mod):
+    """Path: option help, routes and constants are the plugin's own, with their provenance."""
+    doc = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
+    assert plugin.HELP_LEAKS in doc and plugin.NO_CGROUP_LINE in doc
+    assert ", ".join(f'"{r}"' for r in _leaks.ROUTES) in doc
+    assert f"{_leaks.ROUNDS:g} (DERIVED: `pytest_stoplatency/_leaks.py: ROUNDS`)" in doc
+    assert "| quiet | 200 x 3 | 0.500 ms | 0.550 ms | 0.050 ms | 0.040 ms |" in doc
+    for f in (ROOT / "examples").glob("test_*.py"):
+        assert f"`examples/{f.name}`" in doc
+
+
+def test_without_a_benchmark_it_says_not_measured(mod):
+    doc = mod.render(TEMPLATE.read_text(), ctx(mod, None))
+    assert "*Not measured: `docs/process-leaks-bench.json` is absent (run `make bench`).*" in doc
+
+
+def test_every_victim_kind_must_be_described(mod):
+    """Path: a kind of victim.KINDS the template does not describe is a render error."""
+    template = TEMPLATE.read_text().replace(f"{{{{kind:{KINDS[-1]}}}}}", "`gone`")
+    with pytest.raises(mod.RenderError, match=KINDS[-1]):
+        mod.render(template, ctx(mod, BENCH))
+
+
+@pytest.mark.parametrize("bad", ["{{help:NO_SUCH}}", "{{const:_leaks.NO_SUCH}}", "{{kind:nope}}", "{{whatever}}"])
+def test_unknown_names_are_render_errors(mod, bad):
+    with pytest.raises(mod.RenderError):
+        mod.render(TEMPLATE.read_text() + bad, ctx(mod, BENCH))
+
+
+def test_committed_document_is_current():
+    """Path: `make docs-check` for docs/plugin.md: the committed file is what the renderer makes now."""
+    r = subprocess.run([sys.executable, str(ROOT / "docs" / "render_plugin.py"), "--check"], capture_output=True)
+    assert r.returncode == 0, r.stdout.decode()[-2000:] + r.stderr.decode()

@@ -1,0 +1,397 @@
+"""--process-leaks: every process a test (or a wider fixture) left alive is reported with its
+escape route and killed; nothing that existed before, nor anybody else's, is touched.
+
+Each inner suite's processes are plain `sleep N` commands (no victims: the check works on any
+test), N unique to the run, so that the outer test finds whatever survived by its command
+line and kills it itself: a red run still leaks nothing.
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+from pytest_stoplatency import _leakreport, _leaks, _procs, plugin
+from pytest_stoplatency._guardian import ENV_DISABLE as ENV_NO_GUARDIAN
+
+
+@pytest.fixture(autouse=True)
+def _no_guardian_unless_needed(request, monkeypatch):
+    """A --process-leaks session starts a guardian, which sweeps every dead owner's processes
+    when its pytest exits; each is one more sweeper racing the sweep tests of test_leaks.py
+    on a shared machine. Only the tests that need one keep it."""
+    if "guardian" not in request.node.name and "clean_suite" not in request.node.name:
+        monkeypatch.setenv(ENV_NO_GUARDIAN, "1")
+
+
+def _marks(*names):
+    base = random.randrange(10**6, 10**7)
+    return {name: f"{base}{i}" for i, name in enumerate(names, 1)}
+
+
+def _sleepers(marks) -> dict[str, tuple[int, int]]:
+    """Living `sleep N` processes of this run, by name: {name: (pid, start_ticks)}."""
+    wanted = {f"sleep {n}": name for name, n in marks.items()}
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (name := wanted.get(_procs.cmdline(int(entry)))):
+            ticks = _procs.start_ticks(int(entry))
+            if ticks is not None and _procs.is_alive(int(entry), ticks):
+                out[name] = (int(entry), ticks)
+    return out
+
+
+def _kill(procs):
+    for pid, ticks in procs:
+        _procs.signal_identified(pid, ticks, signal.SIGKILL)
+    _leaks.wait_dead(list(procs), 5.0)
+
+
+@pytest.fixture
+def marks():
+    """Names -> unique sleep durations; whatever of them outlives the test is killed."""
+    m = _marks(
+        "sentinel",
+        "sentinel_scrubbed",
+        "child",
+        "escapee",
+        "double_fork",
+        "scrubber",
+        "session",
+        "module",
+        "good",
+        "disabled",
+    )
+    yield m
+    _kill(_sleepers(m).values())
+
+
+LEAKY_SUITE = """
+import multiprocessing, os, subprocess, time, pytest
+
+N = {marks!r}
+
+def sleep(name):
+    return ["sleep", N[name]]
+
+@pytest.fixture(scope="session")
+def leaky_server():
+    subprocess.Popen(sleep("session"))  # never stopped
+    yield
+
+@pytest.fixture(scope="session")
+def good_server():
+    p = subprocess.Popen(sleep("good"))
+    yield p
+    p.kill()
+    p.wait()
+
+def test_child():
+    subprocess.Popen(sleep("child"))
+
+def running(name):
+    want = f"sleep {{N[name]}}".encode()
+    for _ in range(500):  # the shell forks and execs at its own pace: wait for the sleep itself
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if open(f"/proc/{{pid}}/cmdline", "rb").read().replace(b"\\0", b" ").strip() == want:
+                    return
+            except OSError:
+                pass
+        time.sleep(0.01)
+    raise AssertionError(f"{{name}} never started")
+
+def test_setsid_grandchild():
+    subprocess.Popen(["sh", "-c", f"setsid sleep {{N['escapee']}} & wait"])
+    running("escapee")  # else the check may catch the shell before its child exists
+
+def test_double_fork():
+    subprocess.run(["sh", "-c", f"(sleep {{N['double_fork']}} &)"], check=True)
+
+def test_env_scrubber():
+    subprocess.run(["env", "-i", "setsid", "-f", "sleep", N["scrubber"]], check=True)
+
+def test_uses_leaky_server(leaky_server):
+    pass
+
+@pytest.mark.process_leaks(enabled=False)
+def test_disabled():
+    subprocess.Popen(sleep("disabled"))
+
+def test_clean_run():
+    subprocess.run(["true"], check=True)
+
+def test_clean_popen_waited():
+    p = subprocess.Popen(["sleep", "0.05"])
+    p.wait()
+
+def test_clean_good_server(good_server):
+    assert good_server.poll() is None
+
+def test_clean_double_fork_that_exits():
+    subprocess.run(["sh", "-c", "(sleep 0.05 &)"], check=True)
+    time.sleep(0.3)  # the adopted orphan exits within the test: a zombie to reap, no leak
+
+def _work():
+    pass
+
+def test_clean_multiprocessing():
+    p = multiprocessing.get_context("fork").Process(target=_work)
+    p.start()
+    p.join()
+"""
+
+MODULE_SUITE = """
+import subprocess, pytest
+
+N = {marks!r}
+
+@pytest.fixture(scope="module")
+def scrubbed_module_server():
+    # The module fixture's process drops its environment and re-parents: only the fixture's
+    # pid window and pytest's tree say whose it is.
+    subprocess.run(["env", "-i", "setsid", "-f", "sleep", N["module"]], check=True)
+    yield
+
+def test_uses_module_server(scrubbed_module_server):
+    pass
+
+def test_clean_after(scrubbed_module_server):
+    pass
+"""
+
+
+def test_acceptance_each_leak_reported_with_its_route_killed_and_nothing_else_touched(pytester, marks):
+    """Path: --process-leaks under -n 2 on hidden leaking tests (a child, a setsid grandchild, a
+    double fork, an env scrubber (env -i + setsid -f), a session fixture's and a module fixture's
+    leak): each is reported once, with its escape route, against the right scope, and killed; the
+    clean tests pass; two sentinels started before the inner pytest (one of them env-scrubbed, in
+    its own session) survive, and so does the process of a test with the check turned off.
+
+    Ablations: `leak-subreaper` (the env scrubbers re-parent to init, untagged: unseen), `leak-tag`
+    (every process reads as 'environment dropped'; the session fixture's is blamed on a test),
+    `leak-kill` (the leaks survive).
+    """
+    sentinels = [
+        subprocess.Popen(["sleep", marks["sentinel"]]),
+        subprocess.Popen(["env", "-i", "sleep", marks["sentinel_scrubbed"]], start_new_session=True),
+    ]
+    try:
+        pytester.makepyfile(test_leaky=LEAKY_SUITE.format(marks=marks), test_module=MODULE_SUITE.format(marks=marks))
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "-n", "2", "--process-leaks", "--process-leaks-json", "leaks.json", timeout=120
+        )
+        alive = _sleepers(marks)
+        doc = json.loads((pytester.path / "leaks.json").read_text())
+    finally:
+        still = [(p.pid, _procs.start_ticks(p.pid)) for p in sentinels if p.poll() is None]
+        for p in sentinels:
+            p.kill()
+            p.wait()
+    assert len(still) == 2, "a process that existed before the inner pytest was touched"
+    assert set(alive) == {"sentinel", "sentinel_scrubbed", "disabled"}, f"survivors: {alive}"
+
+    def reported(name):
+        # Matched by the unique number: a process caught before its exec (`setsid -f`, a
+        # subshell) still shows the shell's command line.
+        return [x for x in doc["leaks"] if marks[name] in x["cmdline"]]
+
+    expected = {
+        "child": ("still a child", "test_leaky.py::test_child"),
+        "double_fork": ("re-parented", "test_leaky.py::test_double_fork"),
+        "scrubber": ("environment dropped", "test_leaky.py::test_env_scrubber"),
+        "session": ("still a child", "fixture 'leaky_server' (session scope)"),
+        # Each worker that runs a test of the module sets the module fixture up: once or twice.
+        "module": ("environment dropped", "fixture 'scrubbed_module_server' (module scope)"),
+    }
+    for name, want in expected.items():
+        hits = reported(name)
+        assert 1 <= len(hits) <= (2 if name == "module" else 1), f"{name}: {hits}; report: {doc['leaks']}"
+        for leak in hits:
+            assert (leak["route"], leak["scope"]) == want, (name, leak)
+            assert leak["killed"] is True
+        result.stdout.fnmatch_lines([f"*escaped: {want[0]}: *{marks[name]}*"])
+    # The setsid grandchild: its shell is still pytest's child, the sleep is in its own session.
+    got = sorted((x["route"], x["cmdline"].split()[0]) for x in reported("escapee"))
+    assert got == [("own session", "sleep"), ("still a child", "sh")], got
+    assert {x["scope"] for x in reported("escapee")} == {"test_leaky.py::test_setsid_grandchild"}
+    # Nothing else: no helper, no worker, no clean test's process.
+    assert len(doc["leaks"]) == 6 + len(reported("module")), doc["leaks"]
+    assert {x["worker"] for x in doc["leaks"]} <= {"gw0", "gw1"}
+    outcomes = result.parseoutcomes()
+    assert outcomes["passed"] == 13 and "failed" not in outcomes
+    result.stdout.fnmatch_lines(["*= process leaks =*", "stoplatency: * leaking test(s), * process(es) killed*"])
+
+
+CLEAN_SUITE = """
+import asyncio, multiprocessing, subprocess, sys, time, pytest
+
+@pytest.fixture(scope="session")
+def server():
+    p = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    yield p
+    p.kill()
+    p.wait()
+
+@pytest.mark.parametrize("i", range(6))
+def test_waited(i, server):
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+def test_victim_stopped(victim):
+    v = victim("forker", lang="bash")  # also starts the session guardian: a helper, no leak
+    v.kill()
+
+def test_asyncio_subprocess():
+    async def main():
+        p = await asyncio.create_subprocess_exec("sleep", "0.01")
+        await p.wait()
+    asyncio.run(main())
+
+def test_multiprocessing_spawn():
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(abs, (-1,)) == 1
+
+def test_double_fork_that_exits():
+    subprocess.run(["sh", "-c", "(sleep 0.05 &)"], check=True)
+    time.sleep(0.3)
+"""
+
+
+@pytest.mark.parametrize("xdist", [("-n", "2"), ("-p", "no:xdist")], ids=["xdist", "serial"])
+def test_clean_suite_reports_no_leak(pytester, xdist):
+    """Path: no false positives: a clean suite (waited subprocesses, a session server stopped at
+    its teardown, a victim (and with it the session guardian), asyncio and multiprocessing
+    children, a double fork that exits, xdist's workers) reports no leak."""
+    pytester.makepyfile(CLEAN_SUITE)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", *xdist, "--process-leaks", "--process-leaks-json", "leaks.json", timeout=120
+    )
+    doc = json.loads((pytester.path / "leaks.json").read_text())
+    assert doc["leaks"] == [] and doc["checked"] == 10, doc
+    result.assert_outcomes(passed=10)
+    result.stdout.fnmatch_lines(["stoplatency: no process leaks (10 test(s) checked)"])
+
+
+TAG_ONLY_CONFTEST = """
+import pytest_stoplatency._subreaper as subreaper
+
+subreaper.enable = lambda: False  # this session is no subreaper: the tag alone must find it
+"""
+
+
+def test_tag_alone_finds_a_double_fork_that_left_the_tree(pytester, marks):
+    """Path: the per-test tag alone: with pytest no subreaper, a double-forked process is
+    re-parented away from pytest's tree (to init); its inherited tag still names the test, and
+    it is reported ('re-parented') and killed.
+
+    Ablation: `leak-tag` turns this red (no tag, outside the tree: unseen); `leak-subreaper` does
+    not (this session never used the subreaper).
+    """
+    pytester.makeconftest(TAG_ONLY_CONFTEST)
+    pytester.makepyfile(
+        f"""
+import subprocess
+import time
+
+def test_double_fork():
+    subprocess.run(["sh", "-c", "(sleep {marks["double_fork"]} &)"], check=True)
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks")
+    alive = _sleepers(marks)
+    assert not alive, f"survivors: {alive}"
+    result.stdout.fnmatch_lines([f"*escaped: re-parented: *{marks['double_fork']}*"])
+    result.assert_outcomes(passed=1, errors=1)
+
+
+def test_subreaper_brings_back_a_process_that_dropped_its_environment(pytester, marks):
+    """Path: the subreaper alone: `env -i setsid -f` leaves no tag and forks away from its
+    parent; only because pytest is a child subreaper does it stay in pytest's tree, where it is
+    found ('environment dropped') and killed.
+
+    Ablation: `leak-subreaper` turns this red; `leak-tag` does not (there is no tag to read).
+    """
+    pytester.makepyfile(
+        f"""
+import subprocess
+import time
+
+def test_env_scrubber():
+    subprocess.run(["env", "-i", "setsid", "-f", "sleep", "{marks["scrubber"]}"], check=True)
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks")
+    alive = _sleepers(marks)
+    assert not alive, f"survivors: {alive}"
+    result.stdout.fnmatch_lines([f"*escaped: environment dropped: *{marks['scrubber']}*"])
+    result.assert_outcomes(passed=1, errors=1)
+
+
+def test_ini_key_and_module_marker(pytester, marks):
+    """Path: `process_leaks = true` in the ini file enables the check as --process-leaks does; a
+    module's `pytestmark = pytest.mark.process_leaks(enabled=False)` turns it off there; the
+    stop-latency JSON carries the leaks."""
+    pytester.makeini("[pytest]\nprocess_leaks = true\n")
+    pytester.makepyfile(
+        test_on=f"import subprocess\ndef test_on():\n    subprocess.Popen(['sleep', '{marks['child']}'])\n",
+        test_off=(
+            "import subprocess, pytest\npytestmark = pytest.mark.process_leaks(enabled=False)\n"
+            f"def test_off():\n    subprocess.Popen(['sleep', '{marks['disabled']}'])\n"
+        ),
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--stop-latency-json", "sl.json")
+    alive = _sleepers(marks)
+    assert set(alive) == {"disabled"}
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_on*", "stoplatency: 1 leaking test(s)*"])
+    # --stop-latency-json carries the same leak object as --process-leaks-json.
+    leaks = json.loads((pytester.path / "sl.json").read_text())["process_leaks"]
+    assert leaks["schema"] == _leakreport.SCHEMA and leaks["checked"] == 1
+    assert leaks["leaking_tests"] == ["test_on.py::test_on"]
+    assert [(x["route"], x["cmdline"], x["killed"]) for x in leaks["leaks"]] == [
+        ("still a child", f"sleep {marks['child']}", True)
+    ]
+
+
+def test_help_texts(pytester):
+    """Path: the option, ini key and marker document themselves with the plugin's constants."""
+    result = pytester.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines(
+        [f"*--process-leaks*{plugin.HELP_LEAKS[:40]}*", f"*process_leaks*{plugin.HELP_LEAKS_INI[:30]}*"]
+    )
+    result = pytester.runpytest_subprocess("--markers")
+    result.stdout.fnmatch_lines([f"*{plugin.LEAKS_MARKER_LINE[:50]}*"])
+
+
+def test_a_pytest_that_dies_without_teardown_has_its_leaks_killed_by_the_guardian(pytester, marks):
+    """Path: the session guardian's sweep takes --process-leaks tags too: a test that ends its
+    pytest with os._exit (as pytest-timeout's thread method does) skips every teardown, and the
+    process it started is killed within moments by the guardian (its tag names a dead owner).
+    A process of a test with the check turned off carries no owner in its tag: left alone.
+
+    Not an attribution test: another session's start-up sweep (any concurrent pytest of this
+    plugin) may get there first; tests/plugin/test_leaks.py attributes the guardian itself."""
+    pytester.makepyfile(
+        f"""
+import os, subprocess, time, pytest
+
+@pytest.mark.process_leaks(enabled=False)
+def test_a_kept():
+    subprocess.Popen(["sleep", "{marks["disabled"]}"])
+
+def test_b_dies():
+    subprocess.Popen(["sleep", "{marks["child"]}"])
+    time.sleep(0.2)
+    os._exit(3)
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks")
+    assert result.ret == 3
+    deadline = time.monotonic() + 10
+    while "child" in _sleepers(marks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(_sleepers(marks)) == {"disabled"}
