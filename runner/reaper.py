@@ -382,8 +382,11 @@ def kill_everything(
 ) -> ReapReport:
     """The stop: SIGTERM every route at once; wait (event-driven) up to kill_grace; then
     SIGKILL what is left by the same routes and the cgroup kill; confirm within
-    confirm_timeout. Bounded by about kill_grace + confirm_timeout whatever the
-    processes do; survivors are reported as unkillable, never waited for.
+    confirm_timeout. Its waits are bounded by kill_grace + confirm_timeout whatever the
+    processes do; survivors are reported as unkillable, never waited for. On top come
+    its reads of /proc (two scans, and the environments of processes it has not seen
+    yet), which a machine short of CPU stretches: under 50 concurrent stops on 2 cores a
+    `--now` took longer than that sum (docs/stop-latency.md, "At scale and under load").
 
     groups: (pgid, recorded identities) pairs; pids: recorded identities.
     run_id: the run's tag, for membership and (unless tag_sweep=False) the tag sweep.
