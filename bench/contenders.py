@@ -268,11 +268,12 @@ class RunnerStop(Stopper):
 
     runner = True
     flags: tuple[str, ...] = ()
+    channel: str | None = None
 
     def start(self, tree: Tree) -> Any:
         self.serial = getattr(self, "serial", 0) + 1
         name = f"{self.id}-{self.serial}"
-        spec = runs.write_spec(self.work / f"{name}.toml", tree.argv, self.kill_grace)
+        spec = runs.write_spec(self.work / f"{name}.toml", tree.argv, self.kill_grace, self.channel)
         rd = runs.start(spec, self.work / name)
         try:
             tree.adopt()
@@ -294,10 +295,18 @@ class RunnerHard(RunnerStop):
     how = "`runner stop --run-dir DIR` (hard stop: the engine tears its run down), `[stop] kill_grace = KILL_GRACE`"
 
 
+class RunnerFile(RunnerStop):
+    id, label, channel = "runner-stop-file", "`runner stop`, file channel", "file"
+    how = (
+        '`runner stop --run-dir DIR` with `[stop] channel = "file"`: no signal at all, the engine\'s '
+        "watchdog reads the request file (woken by inotify)"
+    )
+
+
 class RunnerNow(RunnerStop):
     id, label, flags = "runner-stop-now", "`runner stop --now`", ("--now",)
     how = "`runner stop --now --run-dir DIR` (the stopper kills every process of the run itself)"
 
 
-ALL = (PopenTerminate, KillpgReaper, CoreutilsTimeout, Supervisord, Tini, DumbInit, RunnerHard, RunnerNow)
+ALL = (PopenTerminate, KillpgReaper, CoreutilsTimeout, Supervisord, Tini, DumbInit, RunnerHard, RunnerFile, RunnerNow)
 CI = (CoreutilsTimeout, RunnerHard, RunnerNow)

@@ -38,10 +38,10 @@ def runner(*args: object, cwd: Path | None = None, timeout: float = 120) -> subp
     )
 
 
-def write_spec(path: Path, provider: Sequence[str], kill_grace: float) -> Path:
-    path.write_text(
-        f'items = ["a"]\n\n[provider]\ncommand = {json.dumps(list(provider))}\n\n[stop]\nkill_grace = {kill_grace!r}\n'
-    )
+def write_spec(path: Path, provider: Sequence[str], kill_grace: float, channel: str | None = None) -> Path:
+    """`channel`: the spec's `[stop] channel` ("signal", "file"); the default's when None."""
+    stop = f"kill_grace = {kill_grace!r}\n" + (f"channel = {json.dumps(channel)}\n" if channel else "")
+    path.write_text(f'items = ["a"]\n\n[provider]\ncommand = {json.dumps(list(provider))}\n\n[stop]\n{stop}')
     return path
 
 
