@@ -15,7 +15,7 @@ import signal
 import time
 from pathlib import Path
 
-from . import identity, signals
+from . import defaults, identity, signals
 from . import log as _log
 from .errors import BadInput
 from .identity import Identity
@@ -24,6 +24,7 @@ from .membership import Membership, cgroup_of
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Collection, Sequence
 
 log = _log.get("runner.cgroup")
@@ -113,6 +114,7 @@ class RunCgroup:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._home: Path | None = None  # where enter_engine() moved the caller from
+        self._leaving: threading.Thread | None = None
 
     @property
     def relative(self) -> str | None:
@@ -244,12 +246,36 @@ class RunCgroup:
         finally:
             os.close(fd)
 
-    def remove(self) -> None:
-        """rmdir work/, engine/ and the run's cgroup (only possible once empty). An
-        engine removing its own cgroup first goes back to the cgroup it came from: a
-        cgroup that holds a process cannot be removed."""
+    def leave(self) -> None:
+        """Move the engine back to the cgroup it came from: a cgroup that holds a
+        process cannot be removed."""
         if self._home is not None and os.getpid() in self.members("all"):
             (self._home / "cgroup.procs").write_text(f"{os.getpid()}\n")
+
+    def leave_in_background(self) -> None:
+        """Start leave() in a thread, once nothing of the run is left to contain. The
+        kernel's migration is milliseconds of waiting (an RCU grace period) on the exit
+        path a stopper waits on; the engine's last writes (state, journal, its
+        watchdog's exit) overlap it now. remove() joins it."""
+        if self._home is None or self._leaving is not None:
+            return
+        import threading  # the engine's alone: a stopper never leaves a cgroup
+
+        def leave_quietly() -> None:
+            try:
+                self.leave()
+            except OSError:
+                pass  # remove() tries again and reports
+
+        self._leaving = threading.Thread(target=leave_quietly, name="cgroup-leave", daemon=True)
+        self._leaving.start()
+
+    def remove(self) -> None:
+        """rmdir work/, engine/ and the run's cgroup (only possible once empty)."""
+        if self._leaving is not None:
+            self._leaving.join(timeout=defaults.CONFIRM_TIMEOUT)
+            self._leaving = None
+        self.leave()
         for path in (self.path / "work", self.path / "engine", self.path):
             try:
                 path.rmdir()

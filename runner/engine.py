@@ -326,6 +326,10 @@ class Engine:
             refused = getattr(result, "refused", None)
             if refused:
                 self.journal.append(Event.SIGNAL_REFUSED, by="cleanup", refused=refused)
+        if cgroup is not None:
+            # Nothing of the run is left to contain: the engine's way out of its cgroup
+            # (engine_main removes the cgroup) starts now, beside the last writes.
+            cgroup.leave_in_background()
 
     # -- check points -------------------------------------------------------------
 
