@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import NoReturn
+    from typing import Any, NoReturn
 
     from . import progress
     from .rundir import RunDir
@@ -39,20 +39,20 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(f"{self.prog}: {message}")
 
 
-def _parser() -> _Parser:
-    p = _Parser(prog="runner", description="Run a queue of items through a provider command; stop it fast.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
-
+def _add_run(sub: Any) -> None:
     run = sub.add_parser("run", help="start a run from a TOML spec")
     run.add_argument("spec", help="the TOML spec")
     run.add_argument("--run-dir", help="where the run lives (default .runner/runs/<run-id>)")
     run.add_argument("--detach", action="store_true", help=DETACH_HELP)
 
+
+def _add_resume(sub: Any) -> None:
     resume = sub.add_parser("resume", help="continue a stopped or crashed run (a new attempt)")
     resume.add_argument("--run-dir", help=RUN_DIR_HELP)
     resume.add_argument("--detach", action="store_true", help=DETACH_HELP)
 
+
+def _add_stop(sub: Any) -> None:
     stop = sub.add_parser("stop", help="stop a run: hard by default, bounded, the whole tree")
     stop.add_argument("--run-dir", help=RUN_DIR_HELP)
     mode = stop.add_mutually_exclusive_group()
@@ -62,30 +62,74 @@ def _parser() -> _Parser:
     stop.add_argument("--all", action="store_true", help=STOP_ALL_HELP)
     stop.add_argument("--runs-dir", help="with --all: where the runs live (default .runner/runs)")
 
+
+def _add_status(sub: Any) -> None:
     status = sub.add_parser("status", help="show a run: items, phase, child, pending stop, PAUSE, containment")
     status.add_argument("--run-dir", help=RUN_DIR_HELP)
     status.add_argument("--json", action="store_true", help="machine-readable (docs/status-json.md)")
 
+
+def _add_logs(sub: Any) -> None:
     logs_ = sub.add_parser("logs", help="print the captured output of a run's commands")
     logs_.add_argument("item", nargs="?", help="only this item's commands")
     logs_.add_argument("--run-dir", help=RUN_DIR_HELP)
     logs_.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
 
+
+def _add_list(sub: Any) -> None:
     list_ = sub.add_parser("list", help="the runs under the base directory, with status and age")
     list_.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     list_.add_argument("--json", action="store_true", help="one JSON object per run, in a list")
 
+
+def _add_wait(sub: Any) -> None:
     wait = sub.add_parser("wait", help="block until a detached run ends; exit with its code")
     wait.add_argument("--run-dir", help=RUN_DIR_HELP)
 
+
+def _add_dashboard(sub: Any) -> None:
     dash = sub.add_parser("dashboard", help="serve a web page of every run, with the stop buttons")
-    dash.add_argument("--runs-dir", help=RUNS_DIR_HELP)
+    dash.add_argument("--runs-dir", help=DASHBOARD_RUNS_DIR_HELP)
     dash.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
     dash.add_argument("--port", type=int, default=0, help=PORT_HELP)
 
-    engine = sub.add_parser("_engine", help=argparse.SUPPRESS)
+
+def _add_engine(sub: Any) -> None:
+    engine = sub.add_parser("_engine")
     engine.add_argument("run_dir")
     engine.add_argument("--lock-fd", type=int, default=None)
+
+
+_COMMANDS = {
+    "run": _add_run,
+    "resume": _add_resume,
+    "stop": _add_stop,
+    "status": _add_status,
+    "logs": _add_logs,
+    "list": _add_list,
+    "wait": _add_wait,
+    "dashboard": _add_dashboard,
+}
+"""The public commands, in the order `runner --help` lists them."""
+
+
+def _parser(argv: Sequence[str]) -> _Parser:
+    """The parser for `argv`. A command named first gets only its own sub-parser:
+    building every command's costs each `runner stop` milliseconds of its start-up,
+    which is part of the stop's latency. Anything else (no command, `--help`, a
+    mistyped command) gets them all, so the listing and the error name every command.
+    The engine's internal `_engine` is never listed."""
+    p = _Parser(prog="runner", description="Run a queue of items through a provider command; stop it fast.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    first = argv[0] if argv else None
+    if first == "_engine":
+        _add_engine(sub)
+    elif first in _COMMANDS:
+        _COMMANDS[first](sub)
+    else:
+        for add in _COMMANDS.values():
+            add(sub)
     return p
 
 
@@ -97,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     log.to_stderr()
     try:
-        args = _parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        args = _parser(argv).parse_args(argv)
         return int(_dispatch(args))
     except RunnerError as exc:
         print(f"runner: {printable(exc, None)}", file=sys.stderr)
