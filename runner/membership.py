@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
 
 from . import signals
+from .values import FrozenValue
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+if TYPE_CHECKING:
+    from typing import Final
 
 _CGROUP_LINE = re.compile(r"0::(/.*)")
 
@@ -49,15 +53,20 @@ def cgroup_of(pid: int) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Membership:
+class Membership(FrozenValue):
     """What makes a process this run's. `run_id` for the tag; `cgroup`, the run's cgroup
     path relative to the cgroup2 root (only ever a validated one); `known`, the
-    (pid, start ticks) pairs the caller vouches for itself."""
+    (pid, start ticks) pairs the caller vouches for itself. Treated as immutable; a plain
+    class, not a dataclass (see values.py)."""
 
-    run_id: str | None = None
-    cgroup: str | None = None
-    known: frozenset[tuple[int, int]] = field(default_factory=frozenset)
+    __slots__ = ("run_id", "cgroup", "known")
+
+    def __init__(
+        self, run_id: str | None = None, cgroup: str | None = None, known: frozenset[tuple[int, int]] = frozenset()
+    ) -> None:
+        self.run_id: Final = run_id
+        self.cgroup: Final = cgroup
+        self.known: Final = known
 
     def proof(self, pid: int, start_ticks: int) -> Proof | None:
         """How `pid` (whose start ticks the caller has just verified) is the run's, or None."""

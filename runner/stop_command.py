@@ -15,7 +15,6 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 from . import defaults, identity, reaper, run_view, signals, stop_request, sweep, untrusted
 from .errors import ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked
@@ -26,6 +25,7 @@ from .journal import read as read_journal
 from .membership import Membership
 from .rundir import RunDir
 from .state import State, StateStore
+from .values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
@@ -38,15 +38,28 @@ if TYPE_CHECKING:
     from .rundir import EngineLock
 
 
-@dataclass
-class StopResult:
-    code: Exit
-    message: str
-    elapsed: float
-    unkillable: list[int] = field(default_factory=list)
-    recorded_by: str | None = None
-    refused: list[str] = field(default_factory=list)
-    damaged: list[str] = field(default_factory=list)
+class StopResult(Value):
+    """What a stop command did. A plain class, not a dataclass (see values.py)."""
+
+    __slots__ = ("code", "message", "elapsed", "unkillable", "recorded_by", "refused", "damaged")
+
+    def __init__(
+        self,
+        code: Exit,
+        message: str,
+        elapsed: float,
+        unkillable: list[int] | None = None,
+        recorded_by: str | None = None,
+        refused: list[str] | None = None,
+        damaged: list[str] | None = None,
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.elapsed = elapsed
+        self.unkillable: list[int] = [] if unkillable is None else unkillable
+        self.recorded_by = recorded_by
+        self.refused: list[str] = [] if refused is None else refused
+        self.damaged: list[str] = [] if damaged is None else damaged
 
     def lines(self) -> list[str]:
         """What the command prints: the result, then (each on one line) what was refused

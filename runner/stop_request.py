@@ -18,7 +18,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import untrusted
@@ -26,6 +25,7 @@ from .atomic import atomic_write_json
 from .errors import ControlFileError, Damaged
 from .events import Mode as Mode
 from .events import Origin as Origin
+from .values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
@@ -38,14 +38,20 @@ if TYPE_CHECKING:
 UNKNOWN_ORIGIN = Origin.UNKNOWN
 
 
-@dataclass
-class StopRequest:
-    mode: Mode
-    origin: Origin
-    t: float
-    unreadable: bool = False
-    archived: str | None = None
-    """Where consume() moved the file (archive/...), for the journal."""
+class StopRequest(Value):
+    """A pending stop. A plain class, not a dataclass (see values.py)."""
+
+    __slots__ = ("mode", "origin", "t", "unreadable", "archived")
+
+    def __init__(
+        self, mode: Mode, origin: Origin, t: float, unreadable: bool = False, archived: str | None = None
+    ) -> None:
+        self.mode = mode
+        self.origin = origin
+        self.t = t
+        self.unreadable = unreadable
+        self.archived = archived
+        """Where consume() moved the file (archive/...), for the journal."""
 
     def to_dict(self) -> dict[str, str | float]:
         return {"mode": self.mode.label, "origin": self.origin.value, "t": self.t}
