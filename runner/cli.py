@@ -13,7 +13,7 @@ from .exitcodes import Exit
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import NoReturn
 
     from . import progress
@@ -36,49 +36,86 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(f"{self.prog}: {message}")
 
 
-def _parser() -> _Parser:
+def _add_run(p: _Parser) -> None:
+    p.add_argument("spec", help="the TOML spec")
+    p.add_argument("--run-dir", help="where the run lives (default .runner/runs/<run-id>)")
+    p.add_argument("--detach", action="store_true", help=DETACH_HELP)
+
+
+def _add_resume(p: _Parser) -> None:
+    p.add_argument("--run-dir", help=RUN_DIR_HELP)
+    p.add_argument("--detach", action="store_true", help=DETACH_HELP)
+
+
+def _add_stop(p: _Parser) -> None:
+    p.add_argument("--run-dir", help=RUN_DIR_HELP)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--now", action="store_true", help="kill every process of the run at once")
+    mode.add_argument("--graceful", action="store_true", help="finish the phase in flight, then stop")
+    p.add_argument("--wait", action="store_true", help="with --graceful: wait for the run to end")
+    p.add_argument("--all", action="store_true", help=STOP_ALL_HELP)
+    p.add_argument("--runs-dir", help="with --all: where the runs live (default .runner/runs)")
+
+
+def _add_status(p: _Parser) -> None:
+    p.add_argument("--run-dir", help=RUN_DIR_HELP)
+    p.add_argument("--json", action="store_true", help="machine-readable (docs/status-json.md)")
+
+
+def _add_logs(p: _Parser) -> None:
+    p.add_argument("item", nargs="?", help="only this item's commands")
+    p.add_argument("--run-dir", help=RUN_DIR_HELP)
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+
+
+def _add_list(p: _Parser) -> None:
+    p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
+    p.add_argument("--json", action="store_true", help="one JSON object per run, in a list")
+
+
+def _add_wait(p: _Parser) -> None:
+    p.add_argument("--run-dir", help=RUN_DIR_HELP)
+
+
+def _add_engine(p: _Parser) -> None:
+    p.add_argument("run_dir")
+    p.add_argument("--lock-fd", type=int, default=None)
+
+
+# name, help in `runner --help`, what adds the command's arguments; in the help's order.
+_COMMANDS: tuple[tuple[str, str, Callable[[_Parser], None]], ...] = (
+    ("run", "start a run from a TOML spec", _add_run),
+    ("resume", "continue a stopped or crashed run (a new attempt)", _add_resume),
+    ("stop", "stop a run: hard by default, bounded, the whole tree", _add_stop),
+    ("status", "show a run: items, phase, child, pending stop, PAUSE, containment", _add_status),
+    ("logs", "print the captured output of a run's commands", _add_logs),
+    ("list", "the runs under the base directory, with status and age", _add_list),
+    ("wait", "block until a detached run ends; exit with its code", _add_wait),
+    ("_engine", argparse.SUPPRESS, _add_engine),
+)
+
+
+def _parser(only: str | None = None) -> _Parser:
+    """The command line. With `only` (the command the command line starts with), only
+    that command's parser is built: it parses exactly as it does beside the others (the
+    top level has no option but -h; tests/runner/test_cli_parser.py), and argparse
+    builds each parser and argument with gettext look-ups and a help formatter, which
+    for all eight cost every `runner stop` about 7 M instructions (valgrind) of its
+    start-up. None builds them all (`runner -h`, a mistyped command)."""
     p = _Parser(prog="runner", description="Run a queue of items through a provider command; stop it fast.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-
-    run = sub.add_parser("run", help="start a run from a TOML spec")
-    run.add_argument("spec", help="the TOML spec")
-    run.add_argument("--run-dir", help="where the run lives (default .runner/runs/<run-id>)")
-    run.add_argument("--detach", action="store_true", help=DETACH_HELP)
-
-    resume = sub.add_parser("resume", help="continue a stopped or crashed run (a new attempt)")
-    resume.add_argument("--run-dir", help=RUN_DIR_HELP)
-    resume.add_argument("--detach", action="store_true", help=DETACH_HELP)
-
-    stop = sub.add_parser("stop", help="stop a run: hard by default, bounded, the whole tree")
-    stop.add_argument("--run-dir", help=RUN_DIR_HELP)
-    mode = stop.add_mutually_exclusive_group()
-    mode.add_argument("--now", action="store_true", help="kill every process of the run at once")
-    mode.add_argument("--graceful", action="store_true", help="finish the phase in flight, then stop")
-    stop.add_argument("--wait", action="store_true", help="with --graceful: wait for the run to end")
-    stop.add_argument("--all", action="store_true", help=STOP_ALL_HELP)
-    stop.add_argument("--runs-dir", help="with --all: where the runs live (default .runner/runs)")
-
-    status = sub.add_parser("status", help="show a run: items, phase, child, pending stop, PAUSE, containment")
-    status.add_argument("--run-dir", help=RUN_DIR_HELP)
-    status.add_argument("--json", action="store_true", help="machine-readable (docs/status-json.md)")
-
-    logs_ = sub.add_parser("logs", help="print the captured output of a run's commands")
-    logs_.add_argument("item", nargs="?", help="only this item's commands")
-    logs_.add_argument("--run-dir", help=RUN_DIR_HELP)
-    logs_.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
-
-    list_ = sub.add_parser("list", help="the runs under the base directory, with status and age")
-    list_.add_argument("--runs-dir", help=RUNS_DIR_HELP)
-    list_.add_argument("--json", action="store_true", help="one JSON object per run, in a list")
-
-    wait = sub.add_parser("wait", help="block until a detached run ends; exit with its code")
-    wait.add_argument("--run-dir", help=RUN_DIR_HELP)
-
-    engine = sub.add_parser("_engine", help=argparse.SUPPRESS)
-    engine.add_argument("run_dir")
-    engine.add_argument("--lock-fd", type=int, default=None)
+    for name, help_, add_arguments in _COMMANDS:
+        if only is None or name == only:
+            add_arguments(sub.add_parser(name, help=help_))
     return p
+
+
+def _command_named(argv: Sequence[str] | None) -> str | None:
+    """The command the command line starts with, or None."""
+    args = sys.argv[1:] if argv is None else argv
+    first = args[0] if len(args) else None
+    return first if any(first == name for name, _, _ in _COMMANDS) else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     log.to_stderr()
     try:
-        args = _parser().parse_args(argv)
+        args = _parser(_command_named(argv)).parse_args(argv)
         return int(_dispatch(args))
     except RunnerError as exc:
         print(f"runner: {printable(exc, None)}", file=sys.stderr)
