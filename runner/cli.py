@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -13,8 +12,12 @@ from .exitcodes import Exit
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Callable, Sequence
-    from typing import NoReturn
+    from types import SimpleNamespace
+    from typing import NoReturn, TypeAlias
+
+    Args: TypeAlias = argparse.Namespace | SimpleNamespace  # argparse's, or _stop_args'
 
     from . import progress
     from .rundir import RunDir
@@ -31,23 +34,18 @@ RUNS_DIR_HELP = "the base directory the runs live under (default .runner/runs)"
 STOP_ALL_HELP = "stop every live run under --runs-dir at once, from this one process"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise BadInput(f"{self.prog}: {message}")
-
-
-def _add_run(p: _Parser) -> None:
+def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="the TOML spec")
     p.add_argument("--run-dir", help="where the run lives (default .runner/runs/<run-id>)")
     p.add_argument("--detach", action="store_true", help=DETACH_HELP)
 
 
-def _add_resume(p: _Parser) -> None:
+def _add_resume(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help=RUN_DIR_HELP)
     p.add_argument("--detach", action="store_true", help=DETACH_HELP)
 
 
-def _add_stop(p: _Parser) -> None:
+def _add_stop(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help=RUN_DIR_HELP)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--now", action="store_true", help="kill every process of the run at once")
@@ -57,33 +55,34 @@ def _add_stop(p: _Parser) -> None:
     p.add_argument("--runs-dir", help="with --all: where the runs live (default .runner/runs)")
 
 
-def _add_status(p: _Parser) -> None:
+def _add_status(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help=RUN_DIR_HELP)
     p.add_argument("--json", action="store_true", help="machine-readable (docs/status-json.md)")
 
 
-def _add_logs(p: _Parser) -> None:
+def _add_logs(p: argparse.ArgumentParser) -> None:
     p.add_argument("item", nargs="?", help="only this item's commands")
     p.add_argument("--run-dir", help=RUN_DIR_HELP)
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
 
 
-def _add_list(p: _Parser) -> None:
+def _add_list(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
     p.add_argument("--json", action="store_true", help="one JSON object per run, in a list")
 
 
-def _add_wait(p: _Parser) -> None:
+def _add_wait(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help=RUN_DIR_HELP)
 
 
-def _add_engine(p: _Parser) -> None:
+def _add_engine(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir")
     p.add_argument("--lock-fd", type=int, default=None)
 
 
-# name, help in `runner --help`, what adds the command's arguments; in the help's order.
-_COMMANDS: tuple[tuple[str, str, Callable[[_Parser], None]], ...] = (
+# name, help in `runner --help` (None: not listed), what adds the command's arguments;
+# in the help's order.
+_COMMANDS: tuple[tuple[str, str | None, Callable[[argparse.ArgumentParser], None]], ...] = (
     ("run", "start a run from a TOML spec", _add_run),
     ("resume", "continue a stopped or crashed run (a new attempt)", _add_resume),
     ("stop", "stop a run: hard by default, bounded, the whole tree", _add_stop),
@@ -91,23 +90,29 @@ _COMMANDS: tuple[tuple[str, str, Callable[[_Parser], None]], ...] = (
     ("logs", "print the captured output of a run's commands", _add_logs),
     ("list", "the runs under the base directory, with status and age", _add_list),
     ("wait", "block until a detached run ends; exit with its code", _add_wait),
-    ("_engine", argparse.SUPPRESS, _add_engine),
+    ("_engine", None, _add_engine),
 )
 
 
-def _parser(only: str | None = None) -> _Parser:
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command line. With `only` (the command the command line starts with), only
     that command's parser is built: it parses exactly as it does beside the others (the
     top level has no option but -h; tests/runner/test_cli_parser.py), and argparse
     builds each parser and argument with gettext look-ups and a help formatter, which
     for all eight cost every `runner stop` about 7 M instructions (valgrind) of its
     start-up. None builds them all (`runner -h`, a mistyped command)."""
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise BadInput(f"{self.prog}: {message}")
+
     p = _Parser(prog="runner", description="Run a queue of items through a provider command; stop it fast.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, help_, add_arguments in _COMMANDS:
         if only is None or name == only:
-            add_arguments(sub.add_parser(name, help=help_))
+            add_arguments(sub.add_parser(name, help=argparse.SUPPRESS if help_ is None else help_))
     return p
 
 
@@ -118,6 +123,53 @@ def _command_named(argv: Sequence[str] | None) -> str | None:
     return first if any(first == name for name, _, _ in _COMMANDS) else None
 
 
+_STOP_FLAGS = ("--now", "--graceful", "--wait", "--all")
+_STOP_VALUES = ("--run-dir", "--runs-dir")
+
+
+def _stop_args(argv: Sequence[str]) -> SimpleNamespace | None:
+    """`runner stop`'s everyday command lines, read without argparse: importing it and
+    building the parser cost every stop about 23 M instructions (valgrind) of its
+    start-up. Only `stop` followed by its full option names, each at most once, a value
+    that cannot be mistaken for an option, and not both --now and --graceful: exactly
+    the namespace argparse would give (tests/runner/test_cli_parser.py). Anything else
+    (help, an abbreviation, an error to word) returns None, for argparse."""
+    if not argv or argv[0] != "stop":
+        return None
+    from types import SimpleNamespace
+
+    values: dict[str, str | bool | None] = {
+        "run_dir": None,
+        "now": False,
+        "graceful": False,
+        "wait": False,
+        "all": False,
+        "runs_dir": None,
+    }
+    seen = set()
+    i = 1
+    while i < len(argv):
+        option, equals, value = argv[i].partition("=")
+        if option in seen:
+            return None
+        seen.add(option)
+        if option in _STOP_FLAGS and not equals:
+            values[option[2:]] = True
+        elif option in _STOP_VALUES:
+            if not equals:
+                i += 1
+                if i == len(argv) or argv[i].startswith("-"):
+                    return None
+                value = argv[i]
+            values[option[2:].replace("-", "_")] = value
+        else:
+            return None
+        i += 1
+    if values["now"] and values["graceful"]:
+        return None
+    return SimpleNamespace(command="stop", **values)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Warnings of the process layer (a stale identity refused, a pid that survived its
     # SIGKILL) reach the operator on stderr, each on its own line; the engine's go to
@@ -126,7 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     log.to_stderr()
     try:
-        args = _parser(_command_named(argv)).parse_args(argv)
+        args: Args | None = _stop_args(sys.argv[1:] if argv is None else argv)
+        if args is None:
+            args = _parser(_command_named(argv)).parse_args(argv)
         return int(_dispatch(args))
     except RunnerError as exc:
         print(f"runner: {printable(exc, None)}", file=sys.stderr)
@@ -156,7 +210,7 @@ def _save_traceback() -> str:
     return path
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: Args) -> int:
     if getattr(args, "run_dir", None) == "":
         # An empty path would silently make the current directory the run directory.
         raise BadInput(f"runner {args.command}: --run-dir: expected a directory path, got ''")
@@ -194,13 +248,13 @@ def _say(line: str) -> None:
     print(f"runner: {printable(line, None)}", file=sys.stderr)
 
 
-def _show(args: argparse.Namespace) -> progress.Show | None:
+def _show(args: Args) -> progress.Show | None:
     from . import progress
 
     return None if args.detach else progress.Show.terminal()
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: Args) -> int:
     from . import lifecycle
 
     code, rd = lifecycle.run(args.spec, args.run_dir, detach=args.detach, say=_say, show=_show(args))
@@ -209,7 +263,7 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-def _resume(args: argparse.Namespace) -> int:
+def _resume(args: Args) -> int:
     from . import lifecycle
 
     code, rd = lifecycle.resume(args.run_dir, detach=args.detach, say=_say, show=_show(args))
@@ -221,7 +275,7 @@ def _resume(args: argparse.Namespace) -> int:
 # -- stop, status, wait ----------------------------------------------------------------
 
 
-def _stop(args: argparse.Namespace) -> Exit:
+def _stop(args: Args) -> Exit:
     if args.wait and not args.graceful:
         raise BadInput("runner stop: --wait: expected together with --graceful")
     from . import stop_command
@@ -259,7 +313,7 @@ def _known(run_dir: str | None) -> RunDir:
     return resolve(run_dir, want=lambda r: True, what="known") if run_dir is None else resolve(run_dir)
 
 
-def _status(args: argparse.Namespace) -> Exit:
+def _status(args: Args) -> Exit:
     import json
 
     from . import lifecycle, render
@@ -275,14 +329,14 @@ def _status(args: argparse.Namespace) -> Exit:
     return Exit.DAMAGED if info["damaged"] else Exit.OK
 
 
-def _logs(args: argparse.Namespace) -> Exit:
+def _logs(args: Args) -> Exit:
     from . import logs
 
     rd = _known(args.run_dir)
     return logs.show(rd, args.item, follow=args.follow, out=sys.stdout.buffer, err=_say)
 
 
-def _list(args: argparse.Namespace) -> Exit:
+def _list(args: Args) -> Exit:
     import json
     import time
 

@@ -1,13 +1,15 @@
-"""The command line's parser as `main` builds it: only the command the command line
-starts with (runner/cli.py, `_parser(only)`), a start-up saving for every `runner stop`.
-Proves that this parser answers every argument vector exactly as the full parser does:
-the same namespace, the same one-line error, the same --help text."""
+"""The command line as `main` reads it, two start-up savings for every `runner stop`
+(runner/cli.py): the parser of only the command the command line starts with
+(`_parser(only)`), and `runner stop`'s everyday command lines read without argparse
+(`_stop_args`). Proves that the first answers every argument vector exactly as the full
+parser does (the same namespace, one-line error, --help text), and that the second
+gives argparse's namespace wherever it gives one."""
 
 import contextlib
 import io
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from runner import cli
@@ -77,3 +79,64 @@ def test_the_one_command_parser_answers_like_the_full_one(argv):
     """Property: for any vector, `main`'s parser gives the same namespace, error line or
     help text as the parser of every command."""
     assert answer(cli._parser(cli._command_named(argv)), argv) == answer(cli._parser(), argv)
+
+
+STOP_WORDS = st.sampled_from(
+    [
+        "--run-dir",
+        "--runs-dir",
+        "--run-dir=d",
+        "--runs-dir=",
+        "--run-dir=-x",
+        "--now",
+        "--now=1",
+        "--no",
+        "--graceful",
+        "--wait",
+        "--all",
+        "--al",
+        "d",
+        "",
+        "-1",
+        "-x",
+        "-",
+        "--",
+        "a=b",
+        "stop",
+        "-h",
+        "--help",
+        "--json",
+    ]
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@example(first="stop", rest=["--now", "--graceful"])  # argparse's error: not allowed with
+@example(first="stop", rest=["--run-dir", "--now"])  # argparse's error: expected one argument
+@example(first="stop", rest=["--run-dir", "-1"])  # argparse: a negative number is a value
+@example(first="stop", rest=["--wait", "--now=1"])  # argparse's error: ignored explicit argument
+@given(rest=st.lists(STOP_WORDS, max_size=7), first=st.sampled_from(["stop", "stop", "stop", "status", "--now"]))
+def test_a_stop_command_line_read_without_argparse_is_argparse_s_namespace(first, rest):
+    """Property: where `_stop_args` reads a command line, argparse parses it without an
+    error into the same namespace; where argparse would refuse it, `_stop_args` leaves
+    it to argparse (returns None)."""
+    argv = [first, *rest]
+    fast = cli._stop_args(argv)
+    if fast is not None:
+        assert answer(cli._parser(), argv) == ("args", vars(fast))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["stop"],
+        ["stop", "--now", "--run-dir", "d"],
+        ["stop", "--run-dir=", "--graceful", "--wait"],
+        ["stop", "--all", "--now", "--runs-dir", "r"],
+        ["stop", "--run-dir", ""],
+    ],
+)
+def test_the_everyday_stop_command_lines_are_read_without_argparse(argv):
+    """The lines a stopper types (and the benchmark runs) take the fast path."""
+    fast = cli._stop_args(argv)
+    assert fast is not None and answer(cli._parser(), argv) == ("args", vars(fast))
