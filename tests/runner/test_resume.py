@@ -176,6 +176,12 @@ def test_resume_after_sigkill_of_the_engine(runs, tmp_path):
     The orphaned provider is released by its gate and left to exit before the resume."""
     sc = Scenario(runs, tmp_path, "session")
     R.wait_event(sc.rd, "session-start", item="a")
+    # session-start is journaled before the provider is spawned: kill the engine only
+    # once the provider has logged its call, or the crashed attempt may never have run it.
+    deadline = time.monotonic() + 10
+    while sc.provider_calls() != ["a"]:
+        assert time.monotonic() < deadline, f"provider calls: {sc.provider_calls()}"
+        time.sleep(0.01)
     engine = identity.read(sc.rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
     R.wait_engine_exit(sc.rd, timeout=10)
