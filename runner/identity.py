@@ -4,6 +4,9 @@ An identity is what makes "pid 4242" mean one particular process: the pid, its g
 and session, the kernel's start time in clock ticks (field 22 of /proc/PID/stat, an
 integer, never a rounded float) and the boot id. A pid alone is a number the kernel
 hands out again; pid plus start ticks plus boot id is not.
+
+Its classes are plain (values.py), not dataclasses: importing and applying dataclasses cost
+every stop command 74 M of its 205 M start-up instructions (valgrind), about 20 ms.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ is asked instead: the holder of the run's lock (the process whose fdinfo shows i
 its engine, the run's cgroup is at the one path the runner creates for the run's id,
 and every process of the run carries its tag. Nothing learnt here is a licence to signal: the reaper still
 proves each process a member of the run (membership.py) before it signals it.
+
+Its classes are plain (values.py), not dataclasses: importing and applying dataclasses cost
+every stop command 74 M of its 205 M start-up instructions (valgrind), about 20 ms.
 """
 
 from __future__ import annotations

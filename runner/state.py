@@ -6,9 +6,9 @@ belongs to its attempt and no later save of that attempt may take it back (the e
 keeps an in-memory State that may predate the stop; saving it must not clobber the stop).
 `runner resume` starts a new attempt, which is the only way back to stopped=False.
 
-State and ItemState are plain classes with their fields listed once (FIELDS), not
-dataclasses: see values.py for what dataclasses cost every stop command (a stopper loads
-and saves state.json).
+State and ItemState are plain classes (values.py) with their fields listed once (FIELDS),
+not dataclasses: importing and applying dataclasses cost every stop command 74 M of its
+205 M start-up instructions (valgrind), about 20 ms; a stopper loads and saves state.json.
 """
 
 from __future__ import annotations

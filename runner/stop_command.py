@@ -4,6 +4,9 @@ The request is always lodged before any signal is sent, so the engine can tell w
 the stop came from and a stop still lands when no signal is delivered at all (the
 file channel). While the engine lives, only the engine writes `stopped`: a stopper
 records a stop only after proving the engine dead, and only if the engine did not.
+
+Its classes are plain (values.py), not dataclasses: importing and applying dataclasses cost
+every stop command 74 M of its 205 M start-up instructions (valgrind), about 20 ms.
 """
 
 from __future__ import annotations

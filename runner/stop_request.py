@@ -9,6 +9,9 @@ stop-request.lock. Readers outside the lock (peek) are safe because writes are a
 A request that cannot be read (torn, empty, hand-edited) reads as GRACEFUL with
 unreadable=True: an operator meant *some* stop, and a spurious hard stop is worse than
 a graceful one.
+
+Its classes are plain (values.py), not dataclasses: importing and applying dataclasses cost
+every stop command 74 M of its 205 M start-up instructions (valgrind), about 20 ms.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Every `runner stop` is a new interpreter, and its start-up is part of the stop's latency.
 Importing `dataclasses` (it imports inspect, ast, dis, tokenize) and decorating the ten
-classes a stop imports (each decoration compiles generated code) cost that start-up about
-60 M of its 205 M instructions (valgrind; `import runner.cli, runner.stop_command`). So
+classes a stop imports (each decoration compiles generated code) cost that start-up 74 M
+of its 205 M instructions (valgrind, `import runner.cli, runner.stop_command`: 204.7 M
+with them, 130.5 M without; `python -c pass` is 38.5 M), about 20 ms here. So
 those classes are plain ones: each names its fields once, in `__slots__` (in field order),
 and writes its own `__init__`; `Value` gives it the repr and == a dataclass would have,
 and `FrozenValue` also the hash of a frozen one.
@@ -51,8 +52,8 @@ class FrozenValue(Value):
     """A Value that is treated as immutable (nothing assigns its fields after __init__,
     and mypy holds the stop path to that through `Final`), hence hashable: a set member
     and a dict key, as a frozen dataclass is. Assignment is not blocked at run time: a
-    raising __setattr__ would slow every Stat that a /proc scan creates, and nothing
-    relies on it."""
+    raising __setattr__ would slow every Stat that a /proc scan creates (a frozen
+    dataclass's __init__ made one in ~800 ns, this in ~250 ns), and nothing relies on it."""
 
     __slots__ = ()
 
