@@ -99,8 +99,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     that command's parser is built: it parses exactly as it does beside the others (the
     top level has no option but -h; tests/runner/test_cli_parser.py), and argparse
     builds each parser and argument with gettext look-ups and a help formatter, which
-    for all eight cost every `runner stop` about 7 M instructions (valgrind) of its
-    start-up. None builds them all (`runner -h`, a mistyped command)."""
+    for all eight cost every command (the engine's start too) about 7 M instructions
+    (valgrind) of its start-up. None builds them all (`runner -h`, a mistyped command)."""
     import argparse
 
     class _Parser(argparse.ArgumentParser):
