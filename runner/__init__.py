@@ -13,8 +13,6 @@ through this file, and must not pay for what they do not use).
 
 from __future__ import annotations
 
-from importlib import import_module
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
     from typing import Any
@@ -53,6 +51,10 @@ def __getattr__(name: str) -> Any:
         module, attr = _EXPORTS[name]
     except KeyError:
         raise AttributeError(f"module 'runner' has no attribute {name!r}") from None
+    # importlib (with warnings) imported here, not at the top: `import runner` is part
+    # of every command's start-up, and of every stop's latency.
+    from importlib import import_module
+
     return getattr(import_module(module), attr)
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -13,8 +12,12 @@ from .exitcodes import Exit
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any, NoReturn
+    import argparse
+    from collections.abc import Callable, Sequence
+    from types import SimpleNamespace
+    from typing import NoReturn, TypeAlias
+
+    Args: TypeAlias = argparse.Namespace | SimpleNamespace  # argparse's, or _stop_args'
 
     from . import progress
     from .rundir import RunDir
@@ -34,124 +37,169 @@ HOST_HELP = "the address to listen on (default 127.0.0.1; anything but loopback 
 PORT_HELP = "the port to listen on (default 0: any free port; the first line printed names it)"
 
 
-class _Formatter(argparse.HelpFormatter):
-    """argparse's formatter, given its width: argparse makes one for every add_argument,
-    and without a width each asks shutil for the terminal's, and the import of shutil
-    (with zlib, bz2 and lzma) cost every `runner stop` about 3 ms of its start-up. The
-    width is found as shutil finds it: $COLUMNS, else the terminal, else 80."""
-
-    def __init__(self, prog: str) -> None:
-        try:
-            columns = int(os.environ["COLUMNS"])
-        except (KeyError, ValueError):
-            try:
-                columns = os.get_terminal_size(sys.__stdout__.fileno() if sys.__stdout__ else 1).columns
-            except (AttributeError, ValueError, OSError):
-                columns = 80
-        super().__init__(prog, width=max(columns, 20) - 2)
+def _add_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="the TOML spec")
+    p.add_argument("--run-dir", help="where the run lives (default .runner/runs/<run-id>)")
+    p.add_argument("--detach", action="store_true", help=DETACH_HELP)
 
 
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:
-        raise BadInput(f"{self.prog}: {message}")
+def _add_resume(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run-dir", help=RUN_DIR_HELP)
+    p.add_argument("--detach", action="store_true", help=DETACH_HELP)
 
 
-def _add_run(sub: Any) -> None:
-    run = sub.add_parser("run", help="start a run from a TOML spec")
-    run.add_argument("spec", help="the TOML spec")
-    run.add_argument("--run-dir", help="where the run lives (default .runner/runs/<run-id>)")
-    run.add_argument("--detach", action="store_true", help=DETACH_HELP)
-
-
-def _add_resume(sub: Any) -> None:
-    resume = sub.add_parser("resume", help="continue a stopped or crashed run (a new attempt)")
-    resume.add_argument("--run-dir", help=RUN_DIR_HELP)
-    resume.add_argument("--detach", action="store_true", help=DETACH_HELP)
-
-
-def _add_stop(sub: Any) -> None:
-    stop = sub.add_parser("stop", help="stop a run: hard by default, bounded, the whole tree")
-    stop.add_argument("--run-dir", help=RUN_DIR_HELP)
-    mode = stop.add_mutually_exclusive_group()
+def _add_stop(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run-dir", help=RUN_DIR_HELP)
+    mode = p.add_mutually_exclusive_group()
     mode.add_argument("--now", action="store_true", help="kill every process of the run at once")
     mode.add_argument("--graceful", action="store_true", help="finish the phase in flight, then stop")
-    stop.add_argument("--wait", action="store_true", help="with --graceful: wait for the run to end")
-    stop.add_argument("--all", action="store_true", help=STOP_ALL_HELP)
-    stop.add_argument("--runs-dir", help="with --all: where the runs live (default .runner/runs)")
+    p.add_argument("--wait", action="store_true", help="with --graceful: wait for the run to end")
+    p.add_argument("--all", action="store_true", help=STOP_ALL_HELP)
+    p.add_argument("--runs-dir", help="with --all: where the runs live (default .runner/runs)")
 
 
-def _add_status(sub: Any) -> None:
-    status = sub.add_parser("status", help="show a run: items, phase, child, pending stop, PAUSE, containment")
-    status.add_argument("--run-dir", help=RUN_DIR_HELP)
-    status.add_argument("--json", action="store_true", help="machine-readable (docs/status-json.md)")
+def _add_status(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run-dir", help=RUN_DIR_HELP)
+    p.add_argument("--json", action="store_true", help="machine-readable (docs/status-json.md)")
 
 
-def _add_logs(sub: Any) -> None:
-    logs_ = sub.add_parser("logs", help="print the captured output of a run's commands")
-    logs_.add_argument("item", nargs="?", help="only this item's commands")
-    logs_.add_argument("--run-dir", help=RUN_DIR_HELP)
-    logs_.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+def _add_logs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("item", nargs="?", help="only this item's commands")
+    p.add_argument("--run-dir", help=RUN_DIR_HELP)
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
 
 
-def _add_list(sub: Any) -> None:
-    list_ = sub.add_parser("list", help="the runs under the base directory, with status and age")
-    list_.add_argument("--runs-dir", help=RUNS_DIR_HELP)
-    list_.add_argument("--json", action="store_true", help="one JSON object per run, in a list")
+def _add_list(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
+    p.add_argument("--json", action="store_true", help="one JSON object per run, in a list")
 
 
-def _add_wait(sub: Any) -> None:
-    wait = sub.add_parser("wait", help="block until a detached run ends; exit with its code")
-    wait.add_argument("--run-dir", help=RUN_DIR_HELP)
+def _add_wait(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run-dir", help=RUN_DIR_HELP)
 
 
-def _add_dashboard(sub: Any) -> None:
-    dash = sub.add_parser("dashboard", help="serve a web page of every run, with the stop buttons")
-    dash.add_argument("--runs-dir", help=DASHBOARD_RUNS_DIR_HELP)
-    dash.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
-    dash.add_argument("--port", type=int, default=0, help=PORT_HELP)
+def _add_dashboard(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs-dir", help=DASHBOARD_RUNS_DIR_HELP)
+    p.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
+    p.add_argument("--port", type=int, default=0, help=PORT_HELP)
 
 
-def _add_engine(sub: Any) -> None:
-    engine = sub.add_parser("_engine")
-    engine.add_argument("run_dir")
-    engine.add_argument("--lock-fd", type=int, default=None)
+def _add_engine(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir")
+    p.add_argument("--lock-fd", type=int, default=None)
 
 
-_COMMANDS = {
-    "run": _add_run,
-    "resume": _add_resume,
-    "stop": _add_stop,
-    "status": _add_status,
-    "logs": _add_logs,
-    "list": _add_list,
-    "wait": _add_wait,
-    "dashboard": _add_dashboard,
-}
-"""The public commands, in the order `runner --help` lists them."""
+# name, help in `runner --help` (None: not listed), what adds the command's arguments;
+# in the help's order.
+_COMMANDS: tuple[tuple[str, str | None, Callable[[argparse.ArgumentParser], None]], ...] = (
+    ("run", "start a run from a TOML spec", _add_run),
+    ("resume", "continue a stopped or crashed run (a new attempt)", _add_resume),
+    ("stop", "stop a run: hard by default, bounded, the whole tree", _add_stop),
+    ("status", "show a run: items, phase, child, pending stop, PAUSE, containment", _add_status),
+    ("logs", "print the captured output of a run's commands", _add_logs),
+    ("list", "the runs under the base directory, with status and age", _add_list),
+    ("wait", "block until a detached run ends; exit with its code", _add_wait),
+    ("dashboard", "serve a web page of every run, with the stop buttons", _add_dashboard),
+    ("_engine", None, _add_engine),
+)
 
 
-def _parser(argv: Sequence[str]) -> _Parser:
-    """The parser for `argv`. A command named first gets only its own sub-parser:
-    building every command's costs each `runner stop` milliseconds of its start-up,
-    which is part of the stop's latency. Anything else (no command, `--help`, a
-    mistyped command) gets them all, so the listing and the error name every command.
-    The engine's internal `_engine` is never listed."""
-    p = _Parser(prog="runner", description="Run a queue of items through a provider command; stop it fast.")
+def _parser(only: str | None = None, *, internal: bool = False) -> argparse.ArgumentParser:
+    """The command line. With `only` (the command the command line starts with), only
+    that command's parser is built: it parses exactly as it does beside the others (the
+    top level has no option but -h; tests/runner/test_cli_parser.py), and argparse
+    builds each parser and argument with gettext look-ups and a help formatter, which
+    for all eight cost every command (the engine's start too) about 7 M instructions
+    (valgrind) of its start-up. None builds them all (`runner -h`, a mistyped command)."""
+    import argparse
+
+    class _Formatter(argparse.HelpFormatter):
+        # argparse makes a formatter for every add_argument; without a width each asks
+        # shutil for the terminal's, and importing shutil (zlib, bz2, lzma) cost every
+        # command about 3 ms. The width as shutil finds it: $COLUMNS, the terminal, 80.
+        def __init__(self, prog: str) -> None:
+            try:
+                columns = int(os.environ["COLUMNS"])
+            except (KeyError, ValueError):
+                try:
+                    columns = os.get_terminal_size(sys.__stdout__.fileno() if sys.__stdout__ else 1).columns
+                except (AttributeError, ValueError, OSError):
+                    columns = 80
+            super().__init__(prog, width=max(columns, 20) - 2)
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise BadInput(f"{self.prog}: {message}")
+
+    p = _Parser(
+        prog="runner",
+        description="Run a queue of items through a provider command; stop it fast.",
+        formatter_class=_Formatter,
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    first = argv[0] if argv else None
-    if first == "_engine":
-        _add_engine(sub)
-    elif first in _COMMANDS:
-        _COMMANDS[first](sub)
-    else:
-        for add in _COMMANDS.values():
-            add(sub)
+    for name, help_, add_arguments in _COMMANDS:
+        # The engine's internal command is built only when named (or `internal`, for the
+        # tests' reference parser): argparse lists a suppressed one as ==SUPPRESS==.
+        if name == only or (only is None and (help_ is not None or internal)):
+            add_arguments(
+                sub.add_parser(name, help=argparse.SUPPRESS if help_ is None else help_, formatter_class=_Formatter)
+            )
     return p
+
+
+def _command_named(argv: Sequence[str] | None) -> str | None:
+    """The command the command line starts with, or None."""
+    args = sys.argv[1:] if argv is None else argv
+    first = args[0] if len(args) else None
+    return first if any(first == name for name, _, _ in _COMMANDS) else None
+
+
+_STOP_FLAGS = ("--now", "--graceful", "--wait", "--all")
+_STOP_VALUES = ("--run-dir", "--runs-dir")
+
+
+def _stop_args(argv: Sequence[str]) -> SimpleNamespace | None:
+    """`runner stop`'s everyday command lines, read without argparse: importing it and
+    building the parser cost every stop about 23 M instructions (valgrind) of its
+    start-up. Only `stop` followed by its full option names, each at most once, a value
+    that cannot be mistaken for an option, and not both --now and --graceful: exactly
+    the namespace argparse would give (tests/runner/test_cli_parser.py). Anything else
+    (help, an abbreviation, an error to word) returns None, for argparse."""
+    if not argv or argv[0] != "stop":
+        return None
+    from types import SimpleNamespace
+
+    values: dict[str, str | bool | None] = {
+        "run_dir": None,
+        "now": False,
+        "graceful": False,
+        "wait": False,
+        "all": False,
+        "runs_dir": None,
+    }
+    seen = set()
+    i = 1
+    while i < len(argv):
+        option, equals, value = argv[i].partition("=")
+        if option in seen:
+            return None
+        seen.add(option)
+        if option in _STOP_FLAGS and not equals:
+            values[option[2:]] = True
+        elif option in _STOP_VALUES:
+            if not equals:
+                i += 1
+                if i == len(argv) or argv[i].startswith("-"):
+                    return None
+                value = argv[i]
+            values[option[2:].replace("-", "_")] = value
+        else:
+            return None
+        i += 1
+    if values["now"] and values["graceful"]:
+        return None
+    return SimpleNamespace(command="stop", **values)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -162,8 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     log.to_stderr()
     try:
-        argv = sys.argv[1:] if argv is None else list(argv)
-        args = _parser(argv).parse_args(argv)
+        args: Args | None = _stop_args(sys.argv[1:] if argv is None else argv)
+        if args is None:
+            args = _parser(_command_named(argv)).parse_args(argv)
         return int(_dispatch(args))
     except RunnerError as exc:
         print(f"runner: {printable(exc, None)}", file=sys.stderr)
@@ -193,7 +242,7 @@ def _save_traceback() -> str:
     return path
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: Args) -> int:
     for flag in ("run_dir", "runs_dir"):
         if getattr(args, flag, None) == "":
             # An empty path would silently make the current directory the run directory.
@@ -238,13 +287,13 @@ def _say(line: str) -> None:
     print(f"runner: {printable(line, None)}", file=sys.stderr)
 
 
-def _show(args: argparse.Namespace) -> progress.Show | None:
+def _show(args: Args) -> progress.Show | None:
     from . import progress
 
     return None if args.detach else progress.Show.terminal()
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: Args) -> int:
     from . import lifecycle
 
     code, rd = lifecycle.run(args.spec, args.run_dir, detach=args.detach, say=_say, show=_show(args))
@@ -253,7 +302,7 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-def _resume(args: argparse.Namespace) -> int:
+def _resume(args: Args) -> int:
     from . import lifecycle
 
     code, rd = lifecycle.resume(args.run_dir, detach=args.detach, say=_say, show=_show(args))
@@ -265,7 +314,7 @@ def _resume(args: argparse.Namespace) -> int:
 # -- stop, status, wait ----------------------------------------------------------------
 
 
-def _stop(args: argparse.Namespace) -> Exit:
+def _stop(args: Args) -> Exit:
     if args.wait and not args.graceful:
         raise BadInput("runner stop: --wait: expected together with --graceful")
     from . import stop_command
@@ -303,7 +352,7 @@ def _known(run_dir: str | None) -> RunDir:
     return resolve(run_dir, want=lambda r: True, what="known") if run_dir is None else resolve(run_dir)
 
 
-def _status(args: argparse.Namespace) -> Exit:
+def _status(args: Args) -> Exit:
     import json
 
     from . import lifecycle, render
@@ -319,14 +368,14 @@ def _status(args: argparse.Namespace) -> Exit:
     return Exit.DAMAGED if info["damaged"] else Exit.OK
 
 
-def _logs(args: argparse.Namespace) -> Exit:
+def _logs(args: Args) -> Exit:
     from . import logs
 
     rd = _known(args.run_dir)
     return logs.show(rd, args.item, follow=args.follow, out=sys.stdout.buffer, err=_say)
 
 
-def _list(args: argparse.Namespace) -> Exit:
+def _list(args: Args) -> Exit:
     import json
     import time
 

@@ -20,12 +20,12 @@ import select
 import signal
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from . import defaults, identity, signals, sweep
 from . import log as _log
 from .identity import Identity
 from .membership import Membership, Proof
+from .values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
@@ -39,15 +39,26 @@ CONFIRM_TIMEOUT = defaults.CONFIRM_TIMEOUT
 that cannot die (uninterruptible sleep, a frozen cgroup) costs this much."""
 
 
-@dataclass
-class ReapReport:
-    died_at_term: list[int] = field(default_factory=list)
-    needed_kill: list[int] = field(default_factory=list)
-    unkillable: list[int] = field(default_factory=list)
-    elapsed: float = 0.0
-    refused: list[str] = field(default_factory=list)
-    """What a recorded identity or group named but membership did not prove: never
-    signalled. One short reason each, for the journal and the command's output."""
+class ReapReport(Value):
+    """What a stop did to each pid. A plain class, not a dataclass (see values.py)."""
+
+    __slots__ = ("died_at_term", "needed_kill", "unkillable", "elapsed", "refused")
+
+    def __init__(
+        self,
+        died_at_term: list[int] | None = None,
+        needed_kill: list[int] | None = None,
+        unkillable: list[int] | None = None,
+        elapsed: float = 0.0,
+        refused: list[str] | None = None,
+    ) -> None:
+        self.died_at_term: list[int] = [] if died_at_term is None else died_at_term
+        self.needed_kill: list[int] = [] if needed_kill is None else needed_kill
+        self.unkillable: list[int] = [] if unkillable is None else unkillable
+        self.elapsed = elapsed
+        self.refused: list[str] = [] if refused is None else refused
+        """What a recorded identity or group named but membership did not prove: never
+        signalled. One short reason each, for the journal and the command's output."""
 
 
 class Watch:

@@ -134,7 +134,7 @@ class RunDir:
             os.unlink(tmp)
         for sub in (rd.children, rd.output, rd.archive):
             sub.mkdir(exist_ok=True)
-        run_id = rd.path.name if _RUN_ID.fullmatch(rd.path.name) else new_run_id()
+        run_id = rd.path.name if re.fullmatch(_RUN_ID, rd.path.name) else new_run_id()
         # Written only once the spec link is won, so a losing create never overwrites the
         # winner's id; atomic, so a later command never reads half an id.
         atomic_write_text(rd.run_id_file, run_id + "\n")
@@ -201,7 +201,7 @@ class RunDir:
         return False
 
 
-_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+_RUN_ID = r"\d{8}-\d{6}-[0-9a-f]{6}"  # compiled on first use (re's cache): only `run` needs it
 RUN_ID_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """What a run id read back from `run-id` may look like: it names a cgroup directory and
 is matched in environments, so no '/', no '=', no control character."""

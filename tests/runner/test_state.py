@@ -162,3 +162,39 @@ def test_missing_state(store):
     assert store.load_or_none() is None
     with pytest.raises(Damaged, match="no state file"):
         store.load()
+
+
+def test_state_json_layout_and_the_new_attempt_copy(store):
+    """Path: State/ItemState as plain classes (values.py): state.json keeps the dataclass
+    layout (every field, in order, items as objects), and a new attempt is a deep copy
+    (changing its items leaves the attempt it came from untouched)."""
+    st = State.new("r", ["a"])
+    assert list(st.to_dict()) == [
+        "run_id",
+        "attempt",
+        "status",
+        "stopped",
+        "stop_origin",
+        "current_item",
+        "phase",
+        "items",
+        "provider_calls",
+        "exit_code",
+        "updated",
+    ]
+    assert st.to_dict()["items"] == {
+        "a": {
+            "status": "pending",
+            "session_done": False,
+            "post_session_done": False,
+            "verify_passed": False,
+            "repairs": 0,
+            "calls": 0,
+        }
+    }
+    st.items["a"].status = "stopped"
+    nxt = store.new_attempt(st)
+    assert nxt.items["a"].status == "pending" and st.items["a"].status == "stopped"
+    nxt.items["a"].repairs = 5
+    assert st.items["a"].repairs == 0 and nxt.items is not st.items
+    assert nxt == State.from_dict(nxt.to_dict()) and nxt != st
