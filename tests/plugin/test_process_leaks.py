@@ -7,15 +7,15 @@ line and kills it itself: a red run still leaks nothing.
 """
 
 import json
-import os
-import random
-import signal
 import subprocess
 import time
 
 import pytest
+from plugin_helpers import kill_identified as _kill
+from plugin_helpers import sleep_marks as _marks
+from plugin_helpers import sleepers as _sleepers
 
-from pytest_stoplatency import _leakreport, _leaks, _procs, plugin
+from pytest_stoplatency import _leakreport, _procs, plugin
 from pytest_stoplatency._guardian import ENV_DISABLE as ENV_NO_GUARDIAN
 
 
@@ -26,29 +26,6 @@ def _no_guardian_unless_needed(request, monkeypatch):
     on a shared machine. Only the tests that need one keep it."""
     if "guardian" not in request.node.name and "clean_suite" not in request.node.name:
         monkeypatch.setenv(ENV_NO_GUARDIAN, "1")
-
-
-def _marks(*names):
-    base = random.randrange(10**6, 10**7)
-    return {name: f"{base}{i}" for i, name in enumerate(names, 1)}
-
-
-def _sleepers(marks) -> dict[str, tuple[int, int]]:
-    """Living `sleep N` processes of this run, by name: {name: (pid, start_ticks)}."""
-    wanted = {f"sleep {n}": name for name, n in marks.items()}
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (name := wanted.get(_procs.cmdline(int(entry)))):
-            ticks = _procs.start_ticks(int(entry))
-            if ticks is not None and _procs.is_alive(int(entry), ticks):
-                out[name] = (int(entry), ticks)
-    return out
-
-
-def _kill(procs):
-    for pid, ticks in procs:
-        _procs.signal_identified(pid, ticks, signal.SIGKILL)
-    _leaks.wait_dead(list(procs), 5.0)
 
 
 @pytest.fixture
