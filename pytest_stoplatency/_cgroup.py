@@ -195,8 +195,11 @@ class Session:
         self.inside = path
 
     def evict(self, path: Path, pids: list[int]) -> None:
-        """Move pytest's own long-lived helpers (not a scope's) home before a kill."""
+        """Move pytest's own long-lived helpers (not a scope's) home before a kill of `path`."""
+        inside = set(members(path))
         for pid in pids:
+            if pid not in inside:
+                continue
             try:
                 _move(pid, self.home)
             except OSError:

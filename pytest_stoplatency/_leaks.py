@@ -200,6 +200,9 @@ class Tracker:
     def close(self) -> None:
         """At session end: pytest back home, the session cgroup removed."""
         if self.cgroups is not None:
+            # An interrupted test's cgroup may still hold pytest's own helpers: they are not
+            # what the kill of the leftovers is for.
+            self.cgroups.evict(self.cgroups.path, list(self._helpers()))
             self.cgroups.close()
             self.cgroups = None
 
@@ -335,7 +338,7 @@ class Tracker:
         assert self.cgroups is not None
         if self.cgroups.inside == path:
             self.cgroups.enter(None)  # never inside what is killed
-        self.cgroups.evict(path, [p for p in self._helpers() if p in _cgroup.members(path)])
+        self.cgroups.evict(path, list(self._helpers()))
         if _cgroup.members(path):
             _cgroup.kill(path, SETTLE)
         _cgroup.remove_tree(path)

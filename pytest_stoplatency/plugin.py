@@ -38,7 +38,7 @@ HELP_LEAKS_CGROUP = (
     "as --process-leaks, and run each test in a cgroup of its own (cgroup v2, where writable), which "
     "also finds a process that dropped its environment and left pytest's process tree; costs two "
     "moves of pytest between cgroups per test, each up to an RCU grace period (milliseconds) when "
-    "tests are spaced out: docs/plugin.md gives the measured cost"
+    "tests are spaced out (the plugin guide, docs/plugin.md, gives the measured cost)"
 )
 HELP_LEAKS_CGROUP_INI = "run each test in a cgroup of its own, as --process-leaks-cgroup does"
 NO_CGROUP_LINE = (

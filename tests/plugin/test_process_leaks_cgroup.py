@@ -218,3 +218,32 @@ def test_kill_refuses_a_cgroup_that_holds_pytest():
     finally:
         session.close()
     assert not session.path.exists()
+
+
+HELPER_SUITE = """
+import multiprocessing, os
+
+def test_a_starts_the_resource_tracker():
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(abs, (-1,)) == 1
+
+def test_b_the_resource_tracker_still_serves():
+    from multiprocessing import resource_tracker
+    pid = resource_tracker._resource_tracker._pid
+    assert pid is not None
+    assert os.waitpid(pid, os.WNOHANG) == (0, 0), "pytest's resource tracker was killed"
+"""
+
+
+@pytest.mark.parametrize("xdist", [("-p", "no:xdist"), ("-n", "2", "--dist", "loadfile")], ids=["serial", "xdist"])
+def test_pytests_own_helpers_started_in_a_test_are_moved_out_not_killed(pytester, xdist):
+    """Path: the eviction before the cgroup kill: multiprocessing's resource tracker, started by
+    the first test inside its cgroup, serves pytest (not the test): it is moved out of the cgroup
+    before the cgroup.kill, so it is neither reported nor killed, and still serves the next test."""
+    pytester.makepyfile(test_helpers=HELPER_SUITE)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", *xdist, "--process-leaks-cgroup", "--process-leaks-json", "leaks.json", timeout=120
+    )
+    doc = json.loads((pytester.path / "leaks.json").read_text())
+    assert doc["leaks"] == [] and doc["checked"] == 2, doc
+    result.assert_outcomes(passed=2)
