@@ -11,8 +11,9 @@ hierarchy's root: whoever put pytest there (a run orchestrator, a service manage
 container) still contains all of it.
 
 No controllers are enabled: containment only. Moving pytest costs a write to cgroup.procs
-each way, which waits for an RCU grace period when migrations are rare (milliseconds): the
-route is opt-in (--process-leaks-cgroup).
+each way, which write-locks the per-CPU cgroup_threadgroup_rwsem and so waits for an RCU
+grace period when migrations are rare (milliseconds; back-to-back moves share one): the
+route is opt-in (--process-leaks-cgroup). bench/process_leaks_cost.py measures it.
 
 A session cgroup is removed at the session's end; one whose owner died is killed and
 removed by the next sweep (sweep_dead, from _cleanup.sweep_ownerless).
