@@ -28,21 +28,24 @@ def _no_guardian_unless_needed(request, monkeypatch):
         monkeypatch.setenv(ENV_NO_GUARDIAN, "1")
 
 
+MARK_NAMES = (
+    "sentinel",
+    "sentinel_scrubbed",
+    "child",
+    "escapee",
+    "double_fork",
+    "scrubber",
+    "session",
+    "module",
+    "good",
+    "disabled",
+)
+
+
 @pytest.fixture
 def marks():
     """Names -> unique sleep durations; whatever of them outlives the test is killed."""
-    m = _marks(
-        "sentinel",
-        "sentinel_scrubbed",
-        "child",
-        "escapee",
-        "double_fork",
-        "scrubber",
-        "session",
-        "module",
-        "good",
-        "disabled",
-    )
+    m = _marks(*MARK_NAMES)
     yield m
     _kill(_sleepers(m).values())
 
@@ -153,6 +156,12 @@ def test_acceptance_each_leak_reported_with_its_route_killed_and_nothing_else_to
     (every process reads as 'environment dropped'; the session fixture's is blamed on a test),
     `leak-kill` (the leaks survive).
     """
+    run_acceptance(pytester, marks, "--process-leaks")
+
+
+def run_acceptance(pytester, marks, flag):
+    """The acceptance suite under `flag` (--process-leaks, or --process-leaks-cgroup: the same
+    findings, test_process_leaks_cgroup.py), with `marks` from the `marks` fixture's names."""
     sentinels = [
         subprocess.Popen(["sleep", marks["sentinel"]]),
         subprocess.Popen(["env", "-i", "sleep", marks["sentinel_scrubbed"]], start_new_session=True),
@@ -160,7 +169,7 @@ def test_acceptance_each_leak_reported_with_its_route_killed_and_nothing_else_to
     try:
         pytester.makepyfile(test_leaky=LEAKY_SUITE.format(marks=marks), test_module=MODULE_SUITE.format(marks=marks))
         result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "-n", "2", "--process-leaks", "--process-leaks-json", "leaks.json", timeout=120
+            "-p", "no:cacheprovider", "-n", "2", flag, "--process-leaks-json", "leaks.json", timeout=120
         )
         alive = _sleepers(marks)
         doc = json.loads((pytester.path / "leaks.json").read_text())
