@@ -279,3 +279,24 @@ def test_clean_suite_reports_no_leak_under_the_cgroup_route(pytester):
     doc = json.loads((pytester.path / "leaks.json").read_text())
     assert doc["leaks"] == [] and doc["checked"] == 10, doc
     result.assert_outcomes(passed=10)
+
+
+NOT_WRITABLE = """
+from pathlib import Path
+import pytest_stoplatency._cgroup as cgroup
+
+cgroup.own = lambda: Path("/proc/self/no-cgroup-here")  # where no cgroup can ever be made
+"""
+
+
+def test_where_no_cgroup_can_be_made_it_says_so_once_and_checks_as_before(pytester, marks):
+    """Path: the fallback: --process-leaks-cgroup where pytest cannot make a cgroup says so once,
+    in the header (the note of --process-leaks, and why), and still finds what the other routes
+    see."""
+    pytester.makeconftest(NOT_WRITABLE)
+    pytester.makepyfile(f"import subprocess\ndef test_child():\n    subprocess.Popen(['sleep', '{marks['child']}'])\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks-cgroup")
+    assert "child" not in sleepers(marks)
+    assert result.stdout.str().count(f"{plugin.NO_CGROUP_LINE} {plugin.CGROUP_UNAVAILABLE}") == 1
+    result.stdout.fnmatch_lines([f"*escaped: {_leaks.ROUTE_CHILD}: sleep {marks['child']}*"])
+    result.assert_outcomes(passed=1, errors=1)
