@@ -6,15 +6,19 @@ run protocol (setup, call, teardown: every hook the check adds) from an outermos
 wrapper.
 Two kinds of test, half each: `quiet` starts no process (the check reads ns_last_pid
 twice and stops there); `spawns` runs and waits for one `true` (new pids: the check
-reads /proc for them). The overhead is the difference of the medians per kind (each
-the median over the rounds' medians: a loaded machine shifts whole sessions). It also
-reports the time spent inside the tracker itself (open + check, wrapped in the same
-sessions), which a loaded machine disturbs far less. Prints one line per figure and writes JSON.
+reads /proc for them). A third, `paced` (--paced of them), sleeps PACE seconds, as a
+test that does some work does: the cgroup route's moves of pytest wait for an RCU grace
+period when they are rare, and only spaced-out tests show it. The overhead is the
+difference of the medians per kind (each the median over the rounds' medians: a loaded
+machine shifts whole sessions). It also reports the time spent inside the tracker itself
+(open + check, and with --process-leaks-cgroup the moves in and out of the test's
+cgroup, wrapped in the same sessions), which a loaded machine disturbs far less. Prints
+one line per figure and writes JSON.
 
-There is no cgroup route yet (where cgroup v2 is writable it would add two writes per
-test): every figure here is "without cgroups".
+Where cgroup v2 is writable (with cgroup.kill), a third session per round runs with
+--process-leaks-cgroup: the "with cgroup" figures.
 
-    python bench/process_leaks_cost.py [--n 400] [--rounds 3] [--json PATH]
+    python bench/process_leaks_cost.py [--n 400] [--paced 60] [--rounds 3] [--json PATH]
 
 `make bench` writes docs/process-leaks-bench.json, which `make docs` renders into
 docs/plugin.md.
@@ -65,6 +69,21 @@ CONFTEST = textwrap.dedent(
 
     _leaks.Tracker.open = _timed_open
     _leaks.Tracker.check = _timed(_leaks.Tracker.check)
+    _enter = _leaks.Tracker.enter
+    CURRENT = [None]
+
+    def _timed_enter(self, scope):
+        # The move out (scope None) counts against the test whose scope was entered last.
+        label = scope.label if scope is not None else CURRENT[0]
+        CURRENT[0] = label if scope is not None else None
+        t0 = time.perf_counter_ns()
+        try:
+            return _enter(self, scope)
+        finally:
+            if label is not None:
+                TRACKER[label] = TRACKER.get(label, 0) + time.perf_counter_ns() - t0
+
+    _leaks.Tracker.enter = _timed_enter
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_protocol(item, nextitem):
@@ -80,10 +99,16 @@ CONFTEST = textwrap.dedent(
     """
 )
 
+PACE = 0.05  # seconds a paced test works
+
 TESTS = textwrap.dedent(
     """
-    import subprocess
+    import subprocess, time
     import pytest
+
+    @pytest.mark.parametrize("i", range({paced}))
+    def test_paced(i):
+        time.sleep({pace})
 
     @pytest.mark.parametrize("i", range({half}))
     def test_quiet(i):
@@ -96,11 +121,11 @@ TESTS = textwrap.dedent(
 )
 
 
-def run_session(directory: Path, leaks: bool) -> dict:
-    out = directory / f"times-{'on' if leaks else 'off'}.json"
+def run_session(directory: Path, mode: str) -> dict:
+    """mode: "off", "on" (--process-leaks) or "cgroup" (--process-leaks-cgroup)."""
+    out = directory / f"times-{mode}.json"
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly"]
-    if leaks:
-        args.append("--process-leaks")
+    args += {"off": [], "on": ["--process-leaks"], "cgroup": ["--process-leaks-cgroup"]}[mode]
     env = dict(os.environ, BENCH_OUT=str(out), PYTHONPATH=str(ROOT))
     r = subprocess.run(args, cwd=directory, env=env, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
@@ -115,43 +140,62 @@ def median_ms(times: dict[str, int], kind: str) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=400, help="tests per session (half quiet, half spawning)")
+    ap.add_argument("--paced", type=int, default=60, help=f"tests per session that each sleep {PACE} s")
     ap.add_argument("--rounds", type=int, default=3, help="sessions per side, alternating")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     half = max(args.n // 2, 1)
+    paced = max(args.paced, 1)
+    sys.path.insert(0, str(ROOT))
+    from pytest_stoplatency import _cgroup
+
+    cgroup = _cgroup.probe()
     load_before = os.getloadavg()[0]  # a loaded machine widens the A/B figures: recorded with them
     with tempfile.TemporaryDirectory(prefix="bench-leaks-") as tmp:
         d = Path(tmp)
         (d / "conftest.py").write_text(CONFTEST)
-        (d / "test_bench.py").write_text(TESTS.format(half=half))
-        offs, ons = [], []
+        (d / "test_bench.py").write_text(TESTS.format(half=half, paced=paced, pace=PACE))
+        offs, ons, cgs = [], [], []
         for _ in range(max(args.rounds, 1)):
-            offs.append(run_session(d, leaks=False))
-            ons.append(run_session(d, leaks=True))
+            offs.append(run_session(d, "off"))
+            ons.append(run_session(d, "on"))
+            if cgroup:
+                cgs.append(run_session(d, "cgroup"))
     result = {
-        "n_tests": 2 * half,
+        "n_tests": 2 * half + paced,
         "rounds": len(offs),
-        "cgroup": False,
+        "cgroup": cgroup,
+        "pace_s": PACE,
         "machine": {"kernel": platform.release(), "python": platform.python_version(), "cpus": os.cpu_count()},
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "load_before": round(load_before, 2),
         "kinds": {},
     }
-    for kind in ("quiet", "spawns"):
+    for kind, n in (("quiet", half), ("spawns", half), ("paced", paced)):
         off_ms = statistics.median(median_ms(o["protocol"], kind) for o in offs)
         on_ms = statistics.median(median_ms(o["protocol"], kind) for o in ons)
         tracker = statistics.median(median_ms(o["tracker"], kind) for o in ons)
-        result["kinds"][kind] = {
-            "n": half,
+        row = result["kinds"][kind] = {
+            "n": n,
             "median_protocol_ms_without": round(off_ms, 4),
             "median_protocol_ms_with": round(on_ms, 4),
             "median_overhead_ms": round(on_ms - off_ms, 4),
             "median_tracker_ms": round(tracker, 4),
         }
         print(
-            f"{kind:7s} n={half} x {len(offs)} rounds: median per test {off_ms:.3f} ms without, "
+            f"{kind:7s} n={n} x {len(offs)} rounds: median per test {off_ms:.3f} ms without, "
             f"{on_ms:.3f} ms with --process-leaks (overhead {on_ms - off_ms:.3f} ms; in the tracker {tracker:.3f} ms)"
         )
+        if cgs:
+            cg_ms = statistics.median(median_ms(o["protocol"], kind) for o in cgs)
+            cg_tracker = statistics.median(median_ms(o["tracker"], kind) for o in cgs)
+            row["median_protocol_ms_with_cgroup"] = round(cg_ms, 4)
+            row["median_overhead_ms_cgroup"] = round(cg_ms - off_ms, 4)
+            row["median_tracker_ms_cgroup"] = round(cg_tracker, 4)
+            print(
+                f"{'':7s} with --process-leaks-cgroup: {cg_ms:.3f} ms (overhead {cg_ms - off_ms:.3f} ms; "
+                f"in the tracker {cg_tracker:.3f} ms)"
+            )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

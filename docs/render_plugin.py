@@ -97,22 +97,32 @@ class Context:
         if not b:
             return f"*Not measured: `{self.bench_name}` is absent (run `make bench`).*"
         m = b.get("machine", {})
-        rows = [
-            "| test kind | n x rounds | median per test without | with --process-leaks | overhead | in the tracker |",
-            "|---|---|---|---|---|---|",
-        ]
+        cg = bool(b.get("cgroup"))
+        head = "| test kind | n x rounds | median per test without | with --process-leaks | overhead | in the tracker |"
+        rule = "|---|---|---|---|---|---|"
+        if cg:
+            head += " with --process-leaks-cgroup | overhead | in the tracker |"
+            rule += "---|---|---|"
+        rows = [head, rule]
         for kind, k in b["kinds"].items():
-            rows.append(
+            row = (
                 f"| {kind} | {k['n']} x {b.get('rounds', 1)} | {k['median_protocol_ms_without']:.3f} ms "
                 f"| {k['median_protocol_ms_with']:.3f} ms | {k['median_overhead_ms']:.3f} ms "
                 f"| {k['median_tracker_ms']:.3f} ms |"
             )
-        cg = "with a cgroup" if b.get("cgroup") else "without cgroups (there is no cgroup route yet)"
+            if cg:
+                row += (
+                    f" {k['median_protocol_ms_with_cgroup']:.3f} ms | {k['median_overhead_ms_cgroup']:.3f} ms "
+                    f"| {k['median_tracker_ms_cgroup']:.3f} ms |"
+                )
+            rows.append(row)
+        pace = f", `paced` ones sleeping {b['pace_s']:g} s" if "pace_s" in b else ""
+        where = "with and without a cgroup" if cg else "without cgroups (cgroup v2 was not writable there)"
         return (
             f"MEASURED by `bench/process_leaks_cost.py` (`{self.bench_name}`, {b.get('time', '?')}; "
             f"Linux {m.get('kernel', '?')}, {m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}; "
-            f"load average {b.get('load_before', '?')} at the start; {b['n_tests']} tests per session; {cg}):\n\n"
-            + "\n".join(rows)
+            f"load average {b.get('load_before', '?')} at the start; {b['n_tests']} tests per session{pace}; "
+            f"{where}):\n\n" + "\n".join(rows)
         )
 
     def examples(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from . import _leaks, _procs, _records, _token
+from . import _cgroup, _leaks, _procs, _records, _token
 
 SETTLE = 1.0  # how long a dying (or just killed) process gets to finish exiting, per round
 ROUNDS = 3  # a respawner may fork between our scan and our kill
@@ -82,7 +82,8 @@ def sweep_ownerless() -> int:
     for owner, d in _records.owner_dirs():
         if not owner.alive():
             _records.remove(d)
-    return killed
+    # --process-leaks-cgroup sessions whose pytest died: what they hold is theirs, tag or not.
+    return killed + _cgroup.sweep_dead()
 
 
 def drop_own_records() -> None:

@@ -18,6 +18,9 @@ a scope's, without touching anybody else's:
   double-forked process comes back to it instead of leaving the tree) and its pid was
   handed out during the scope's own activity (a wider fixture records the pid windows
   of its set-up).
+- CGROUP (--process-leaks-cgroup, where cgroup v2 is writable): it sits in the scope's
+  own cgroup, which pytest was in while the scope ran (_cgroup.py). The one route that
+  sees a process which dropped its environment and left the tree.
 
 The survivors are killed by pidfd after an identity check (_procs.signal_identified),
 round after round, and the zombies pytest adopted are reaped.
@@ -32,8 +35,9 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from . import _procs, _subreaper
+from . import _cgroup, _procs, _subreaper
 
 TAG_ENV = "STOPLATENCY_LEAK_TAG"
 _TAG_KEY = TAG_ENV.encode() + b"="
@@ -43,7 +47,8 @@ ROUTE_ENV_DROPPED = "environment dropped"
 ROUTE_REPARENTED = "re-parented"
 ROUTE_OWN_SESSION = "own session"
 ROUTE_CHILD = "still a child"
-ROUTES = (ROUTE_ENV_DROPPED, ROUTE_REPARENTED, ROUTE_OWN_SESSION, ROUTE_CHILD)
+ROUTE_LEFT_TREE = "environment dropped, left the tree (found by cgroup)"
+ROUTES = (ROUTE_LEFT_TREE, ROUTE_ENV_DROPPED, ROUTE_REPARENTED, ROUTE_OWN_SESSION, ROUTE_CHILD)
 
 ROUNDS = 3  # a forker may fork between our scan and our kill
 SETTLE = 2.0  # how long the killed get to be gone, per round
@@ -135,6 +140,7 @@ class Scope:
     floor: int  # start ticks: nothing older is this scope's
     lo: int | None  # ns_last_pid when it opened
     windows: list[_Window] = field(default_factory=list)  # a fixture's own activity
+    cgroup: Path | None = None  # its cgroup, with --process-leaks-cgroup (_cgroup.py)
 
     def untagged_is_mine(self, pid: int, hi: int | None) -> bool:
         if self.is_fixture:
@@ -151,8 +157,10 @@ class Found:
 class Tracker:
     """One per pytest process that runs tests (each xdist worker has its own)."""
 
-    def __init__(self, helpers=lambda: ()):
+    def __init__(self, helpers=lambda: (), *, cgroups: bool = False):
         self.me = os.getpid()
+        self._want_cgroups = cgroups
+        self.cgroups: _cgroup.Session | None = None  # created with the first checked scope
         me_ticks = _procs.start_ticks(self.me)
         self.prefix = f"{self.me}.{me_ticks}."
         self.sid = os.getsid(0)
@@ -164,10 +172,39 @@ class Tracker:
         # An unchecked scope's tag does not name its owner: no sweep ever takes its
         # processes, which its test (process_leaks(enabled=False)) keeps on purpose.
         prefix = self.prefix if checked else f"off.{self.prefix}"
-        scope = Scope(f"{prefix}{next(_ids)}", label, is_fixture, now_ticks(), last_pid())
+        n = next(_ids)
+        scope = Scope(f"{prefix}{n}", label, is_fixture, now_ticks(), last_pid())
+        if checked and self._want_cgroups:
+            if self.cgroups is None:
+                self.cgroups = _cgroup.Session.create()
+                self._want_cgroups = self.cgroups is not None  # asked once
+            if self.cgroups is not None:
+                scope.cgroup = self.cgroups.scope_dir(str(n))
         if is_fixture:
             self.fixtures[scope.tag] = scope
         return scope
+
+    def enter(self, scope: Scope | None) -> Path | None:
+        """Move pytest into the scope's cgroup (None: back home), so that what it starts
+        from now on starts there; returns the cgroup pytest was in. A no-op without one."""
+        if self.cgroups is None:
+            return None
+        was = self.cgroups.inside
+        self.cgroups.enter(scope.cgroup if scope is not None else None)
+        return was
+
+    def enter_path(self, path: Path | None) -> None:
+        if self.cgroups is not None:
+            self.cgroups.enter(path)
+
+    def close(self) -> None:
+        """At session end: pytest back home, the session cgroup removed."""
+        if self.cgroups is not None:
+            # An interrupted test's cgroup may still hold pytest's own helpers: they are not
+            # what the kill of the leftovers is for.
+            self.cgroups.evict(self.cgroups.path, list(self._helpers()))
+            self.cgroups.close()
+            self.cgroups = None
 
     # -- finding ----------------------------------------------------------------
 
@@ -202,16 +239,30 @@ class Tracker:
                     continue  # outside the tree with no tag: not visible without a cgroup
             elif tag != scope.tag:
                 continue  # another scope's, another worker's or another session's
-            if own is None:
-                route = ROUTE_ENV_DROPPED
-            elif not in_tree:
-                route = ROUTE_REPARENTED
-            elif p.ppid == self.me:
-                route = ROUTE_REPARENTED if pid not in self._tracked() else self._session_route(p)
-            else:
-                route = self._session_route(p)
-            found.append(Found(p, route))
+            found.append(Found(p, self._route(p, own, in_tree)))
+        if scope.cgroup is not None:
+            # Everything in the scope's cgroup started while pytest was in it: the scope's,
+            # wherever its environment, session or parent went.
+            seen = {f.proc.pid for f in found}
+            for pid in _cgroup.members(scope.cgroup):  # ablate: leak-cgroup
+                if pid == self.me or pid in helpers or pid in seen:
+                    continue
+                p = _proc(pid)
+                if p is None or p.state in ("Z", "X", "x"):
+                    continue
+                own = self._tag(pid, tags)
+                _, in_tree = self._ancestry(p, own, tags)
+                found.append(Found(p, ROUTE_LEFT_TREE if own is None and not in_tree else self._route(p, own, in_tree)))
         return found, zombies
+
+    def _route(self, p: Proc, own: str | None, in_tree: bool) -> str:
+        if own is None:
+            return ROUTE_ENV_DROPPED
+        if not in_tree:
+            return ROUTE_REPARENTED
+        if p.ppid == self.me:
+            return ROUTE_REPARENTED if p.pid not in self._tracked() else self._session_route(p)
+        return self._session_route(p)
 
     def _tracked(self) -> set[int]:
         """The children some object here will wait for: one gc walk per check, and only
@@ -271,6 +322,8 @@ class Tracker:
                 _procs.signal_identified(f.proc.pid, f.proc.ticks, signal.SIGKILL)  # ablate: leak-kill
             found, more = self.find(scope, full=True)
             zombies += more
+        if scope.cgroup is not None and self.cgroups is not None:
+            self._kill_cgroup(scope.cgroup)
         alive = wait_dead(killed, SETTLE)
         for key, leak in leaks.items():
             leak["killed"] = key not in alive
@@ -278,6 +331,17 @@ class Tracker:
         if ours:
             _subreaper.reap(ours, self._tracked())
         return [leak for leak in leaks.values() if "pid" in leak]
+
+    def _kill_cgroup(self, path: Path) -> None:
+        """The backstop for what forked after the last round: cgroup.kill, once pytest's own
+        helpers (started during the scope, they serve pytest) are moved out; then rmdir."""
+        assert self.cgroups is not None
+        if self.cgroups.inside == path:
+            self.cgroups.enter(None)  # never inside what is killed
+        self.cgroups.evict(path, list(self._helpers()))
+        if _cgroup.members(path):
+            _cgroup.kill(path, SETTLE)
+        _cgroup.remove_tree(path)
 
     def _describe(self, f: Found, scope: Scope) -> dict:
         return {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from . import _cleanup, _guardian, _leakreport, _leaks, _records, _report, _subreaper
+from . import _cgroup, _cleanup, _guardian, _leakreport, _leaks, _records, _report, _subreaper
 from ._handle import PreparedVictim, Victim
 from ._recorder import Recorder
 
@@ -34,10 +34,19 @@ LEAKS_MARKER_LINE = (
     "process_leaks(enabled=False): turn the --process-leaks check off for this test (or module, as pytestmark)"
 )
 PROCESS_LEAKS_HEADER = "stoplatency: process leaks"
+HELP_LEAKS_CGROUP = (
+    "as --process-leaks, and run each test in a cgroup of its own (cgroup v2, where writable), which "
+    "also finds a process that dropped its environment and left pytest's process tree; costs two "
+    "moves of pytest between cgroups per test, each up to an RCU grace period (milliseconds) when "
+    "tests are spaced out (the plugin guide, docs/plugin.md, gives the measured cost)"
+)
+HELP_LEAKS_CGROUP_INI = "run each test in a cgroup of its own, as --process-leaks-cgroup does"
 NO_CGROUP_LINE = (
     "stoplatency: --process-leaks runs without a cgroup: a process that drops its environment and "
     "leaves pytest's process tree (handed to a daemon outside it) cannot be seen"
 )
+CGROUP_UNAVAILABLE = "(--process-leaks-cgroup: no writable cgroup v2 with cgroup.kill here)"
+CGROUP_LINE = "stoplatency: --process-leaks-cgroup: each test runs in a cgroup of its own under"
 
 
 @dataclass
@@ -64,6 +73,10 @@ def pytest_addoption(parser):
     g.addoption("--process-leaks", action="store_true", default=None, dest="process_leaks", help=HELP_LEAKS)
     g.addoption("--process-leaks-json", dest="process_leaks_json", metavar="PATH", default=None, help=HELP_LEAKS_JSON)
     parser.addini("process_leaks", HELP_LEAKS_INI, type="bool", default=False)
+    g.addoption(
+        "--process-leaks-cgroup", action="store_true", default=None, dest="process_leaks_cgroup", help=HELP_LEAKS_CGROUP
+    )
+    parser.addini("process_leaks_cgroup", HELP_LEAKS_CGROUP_INI, type="bool", default=False)
 
 
 def enabled(config) -> bool:
@@ -71,7 +84,14 @@ def enabled(config) -> bool:
     return bool(opt) if opt is not None else bool(config.getini("stop_latency"))
 
 
+def leaks_cgroup(config) -> bool:
+    opt = config.getoption("process_leaks_cgroup")
+    return bool(opt) if opt is not None else bool(config.getini("process_leaks_cgroup"))
+
+
 def leaks_enabled(config) -> bool:
+    if leaks_cgroup(config):
+        return True
     opt = config.getoption("process_leaks")
     return bool(opt) if opt is not None else bool(config.getini("process_leaks"))
 
@@ -98,13 +118,18 @@ def pytest_configure(config):
         # Every process that runs tests (each xdist worker; a controller adopts a dead
         # worker's orphans and reaps them at its end).
         _subreaper.enable()
-        config.stash[_STATE].tracker = _leaks.Tracker(helpers=_helper_pids)
+        config.stash[_STATE].tracker = _leaks.Tracker(helpers=_helper_pids, cgroups=leaks_cgroup(config))
 
 
 def pytest_report_header(config):
-    if leaks_enabled(config):
-        return [NO_CGROUP_LINE]
-    return None
+    if not leaks_enabled(config):
+        return None
+    if leaks_cgroup(config):
+        parent = _cgroup.parent_dir()
+        if parent is not None and _cgroup.probe():
+            return [f"{CGROUP_LINE} {parent}"]
+        return [f"{NO_CGROUP_LINE} {CGROUP_UNAVAILABLE}"]
+    return [NO_CGROUP_LINE]
 
 
 def pytest_sessionstart(session):
@@ -151,6 +176,9 @@ def pytest_runtest_setup(item):
         scope = st.tracker.open(item.nodeid, checked=_leak_scope_enabled(item))
         item.stash[_LEAK_SCOPE] = (scope, os.environ.get(_leaks.TAG_ENV))
         os.environ[_leaks.TAG_ENV] = scope.tag  # ablate: leak-tag
+        # With --process-leaks-cgroup, pytest itself runs the test from inside the test's
+        # cgroup (a process starts in its parent's): out again at the end of the teardown.
+        st.tracker.enter(scope if scope.cgroup is not None else None)
     return (yield)
 
 
@@ -165,11 +193,13 @@ def pytest_fixture_setup(fixturedef, request):
     _FIXTURE_SCOPES[id(fixturedef)] = scope
     previous = os.environ.get(_leaks.TAG_ENV)
     os.environ[_leaks.TAG_ENV] = scope.tag
+    was = st.tracker.enter(scope)  # its own cgroup too, then back to the test's
     lo = _leaks.last_pid()
     try:
         return (yield)
     finally:
         scope.windows.append((lo, _leaks.last_pid()))
+        st.tracker.enter_path(was)
         _restore_tag(previous)
 
 
@@ -190,6 +220,7 @@ def pytest_runtest_teardown(item, nextitem):
         return (yield)
     finally:
         _restore_tag(previous)
+        st.tracker.enter(None)
         leaks = []
         if _leak_scope_enabled(item):
             st.leak_checked += 1
@@ -325,6 +356,7 @@ def pytest_sessionfinish(session):
             leak.update(nodeid=None, worker=st.worker)
         st.leaks.extend(st.pending)
         st.pending.clear()
+        st.tracker.close()
         st.tracker.reap_adopted()
     if _is_worker(config):
         config.workeroutput[_report.WORKEROUTPUT_KEY] = {  # JSON-safe only

@@ -82,3 +82,14 @@ def test_committed_document_is_current():
     """Path: `make docs-check` for docs/plugin.md: the committed file is what the renderer makes now."""
     r = subprocess.run([sys.executable, str(ROOT / "docs" / "render_plugin.py"), "--check"], capture_output=True)
     assert r.returncode == 0, r.stdout.decode()[-2000:] + r.stderr.decode()
+
+
+def test_the_cgroup_route_gets_its_own_columns(mod):
+    """Path: a benchmark measured with --process-leaks-cgroup adds its figures beside the others."""
+    k = dict(BENCH["kinds"]["quiet"])
+    k.update(median_protocol_ms_with_cgroup=0.9, median_overhead_ms_cgroup=0.4, median_tracker_ms_cgroup=0.3)
+    bench = {**BENCH, "cgroup": True, "pace_s": 0.05, "kinds": {"quiet": k}}
+    doc = mod.render(TEMPLATE.read_text(), ctx(mod, bench))
+    assert "| quiet | 200 x 3 | 0.500 ms | 0.550 ms | 0.050 ms | 0.040 ms | 0.900 ms | 0.400 ms | 0.300 ms |" in doc
+    assert "with and without a cgroup" in doc and "`paced` ones sleeping 0.05 s" in doc
+    assert plugin.HELP_LEAKS_CGROUP in doc

@@ -2,7 +2,11 @@
 
 import json
 import os
+import random
+import signal
 import time
+
+from pytest_stoplatency import _leaks, _procs
 
 
 def sig_set(pid: int, field: str) -> set[int]:
@@ -33,3 +37,28 @@ def wait_for(pred, timeout: float = 5.0):
 
 def group_kill(v, sig):
     os.killpg(v.pgid, sig)
+
+
+def sleep_marks(*names) -> dict[str, str]:
+    """Names -> sleep durations unique to this run (a leak check's processes are `sleep N`)."""
+    base = random.randrange(10**6, 10**7)
+    return {name: f"{base}{i}" for i, name in enumerate(names, 1)}
+
+
+def sleepers(marks) -> dict[str, tuple[int, int]]:
+    """Living `sleep N` processes of this run, by name: {name: (pid, start_ticks)}."""
+    wanted = {f"sleep {n}": name for name, n in marks.items()}
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (name := wanted.get(_procs.cmdline(int(entry)))):
+            ticks = _procs.start_ticks(int(entry))
+            if ticks is not None and _procs.is_alive(int(entry), ticks):
+                out[name] = (int(entry), ticks)
+    return out
+
+
+def kill_identified(procs) -> None:
+    """SIGKILL each (pid, start ticks) through a pidfd, and wait until they are gone."""
+    for pid, ticks in procs:
+        _procs.signal_identified(pid, ticks, signal.SIGKILL)
+    _leaks.wait_dead(list(procs), 5.0)

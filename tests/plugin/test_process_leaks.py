@@ -7,15 +7,15 @@ line and kills it itself: a red run still leaks nothing.
 """
 
 import json
-import os
-import random
-import signal
 import subprocess
 import time
 
 import pytest
+from plugin_helpers import kill_identified as _kill
+from plugin_helpers import sleep_marks as _marks
+from plugin_helpers import sleepers as _sleepers
 
-from pytest_stoplatency import _leakreport, _leaks, _procs, plugin
+from pytest_stoplatency import _leakreport, _procs, plugin
 from pytest_stoplatency._guardian import ENV_DISABLE as ENV_NO_GUARDIAN
 
 
@@ -28,44 +28,24 @@ def _no_guardian_unless_needed(request, monkeypatch):
         monkeypatch.setenv(ENV_NO_GUARDIAN, "1")
 
 
-def _marks(*names):
-    base = random.randrange(10**6, 10**7)
-    return {name: f"{base}{i}" for i, name in enumerate(names, 1)}
-
-
-def _sleepers(marks) -> dict[str, tuple[int, int]]:
-    """Living `sleep N` processes of this run, by name: {name: (pid, start_ticks)}."""
-    wanted = {f"sleep {n}": name for name, n in marks.items()}
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (name := wanted.get(_procs.cmdline(int(entry)))):
-            ticks = _procs.start_ticks(int(entry))
-            if ticks is not None and _procs.is_alive(int(entry), ticks):
-                out[name] = (int(entry), ticks)
-    return out
-
-
-def _kill(procs):
-    for pid, ticks in procs:
-        _procs.signal_identified(pid, ticks, signal.SIGKILL)
-    _leaks.wait_dead(list(procs), 5.0)
+MARK_NAMES = (
+    "sentinel",
+    "sentinel_scrubbed",
+    "child",
+    "escapee",
+    "double_fork",
+    "scrubber",
+    "session",
+    "module",
+    "good",
+    "disabled",
+)
 
 
 @pytest.fixture
 def marks():
     """Names -> unique sleep durations; whatever of them outlives the test is killed."""
-    m = _marks(
-        "sentinel",
-        "sentinel_scrubbed",
-        "child",
-        "escapee",
-        "double_fork",
-        "scrubber",
-        "session",
-        "module",
-        "good",
-        "disabled",
-    )
+    m = _marks(*MARK_NAMES)
     yield m
     _kill(_sleepers(m).values())
 
@@ -176,6 +156,12 @@ def test_acceptance_each_leak_reported_with_its_route_killed_and_nothing_else_to
     (every process reads as 'environment dropped'; the session fixture's is blamed on a test),
     `leak-kill` (the leaks survive).
     """
+    run_acceptance(pytester, marks, "--process-leaks")
+
+
+def run_acceptance(pytester, marks, flag):
+    """The acceptance suite under `flag` (--process-leaks, or --process-leaks-cgroup: the same
+    findings, test_process_leaks_cgroup.py), with `marks` from the `marks` fixture's names."""
     sentinels = [
         subprocess.Popen(["sleep", marks["sentinel"]]),
         subprocess.Popen(["env", "-i", "sleep", marks["sentinel_scrubbed"]], start_new_session=True),
@@ -183,7 +169,7 @@ def test_acceptance_each_leak_reported_with_its_route_killed_and_nothing_else_to
     try:
         pytester.makepyfile(test_leaky=LEAKY_SUITE.format(marks=marks), test_module=MODULE_SUITE.format(marks=marks))
         result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "-n", "2", "--process-leaks", "--process-leaks-json", "leaks.json", timeout=120
+            "-p", "no:cacheprovider", "-n", "2", flag, "--process-leaks-json", "leaks.json", timeout=120
         )
         alive = _sleepers(marks)
         doc = json.loads((pytester.path / "leaks.json").read_text())
