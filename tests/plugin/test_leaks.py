@@ -94,6 +94,10 @@ def test_leaves_them(victim):
     result = run_inner(pytester)
     left = reap_leftovers(pytester)
     assert len(recorded(pytester)) == 2
+    # The inner session's own word first: once it has exited its victims are ownerless,
+    # and another session's sweep on the machine may kill them before reap_leftovers
+    # looks, which would hide a cleanup that never killed them.
+    assert "could NOT kill" not in result.stdout.str()
     assert not left, f"the per-test cleanup left {left} alive"
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
