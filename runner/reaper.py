@@ -76,7 +76,7 @@ class Watch:
         self.early: set[int] = set()  # group members already dead of our signal when first seen
         self.proven: dict[tuple[int, int], Proof] = {}
         self.refused: list[str] = []
-        self._protected = signals.protected_pids()
+        self.protected = signals.protected_pids()  # asked once per stop, not per group or round
         self._by_fd: dict[int, int] = {}  # pidfd -> pid
         self._epoll = select.epoll()
 
@@ -107,7 +107,7 @@ class Watch:
         `vouched`: a member of a group proven the run's, signalled with the group."""
         if ident.pid in self.fds or ident.pid in self.done:
             return self.fds.get(ident.pid)
-        if ident.pid in self._protected:
+        if ident.pid in self.protected:
             if named:
                 self.refuse(f"pid {ident.pid}: this process or one of its ancestors")
             return None
@@ -199,7 +199,7 @@ def group_verdict(pgid: int, members: Iterable[Identity], stats: Sequence[identi
     unreaped zombie, with the recorded start time, and proven a member; it pins the
     group id, so the group cannot be someone else's. Or, the leader gone, every living
     member proves itself. The members a scan finds are never their own proof."""
-    why = signals.refusal(pgid)
+    why = signals.refusal(pgid, watch.protected)
     if why is not None:
         return why
     leader = next((m for m in members if m.pid == pgid), None)
@@ -231,7 +231,7 @@ def signal_group(
     member could exit and the group id be reused by a new leader. That needs the pid
     space to wrap in microseconds; it is impossible while the proven leader is our
     unreaped zombie."""
-    never = signals.refusal(pgid)
+    never = signals.refusal(pgid, watch.protected)
     if never is not None:  # ours, an ancestor's, or 0/1: not even member by member
         watch.refuse(never)
         return False
@@ -272,7 +272,7 @@ def _signal_proven_leader(pgid: int, members: Sequence[Identity], sig: int, watc
     """killpg at once, with no scan first, when the group's recorded leader is alive with
     its recorded start time and proven the run's: a living leader pins the group id
     (group_verdict's first case). Its members are watched after the signal."""
-    if signals.refusal(pgid) is not None:
+    if signals.refusal(pgid, watch.protected) is not None:
         return False
     leader = next((m for m in members if m.pid == pgid), None)
     fd = None if leader is None else watch.add(leader, named=False)
@@ -362,7 +362,7 @@ def _signal_tagged(
     reached. `skip`: pids whose environment need not be read (already signalled this
     round by another route, or dead)."""
     hit = []
-    for ident in sweep.tagged(run_id, scan, skip=skip, untagged=untagged):
+    for ident in sweep.tagged(run_id, scan, skip=skip, untagged=untagged, protected=watch.protected):
         if watch.add(ident, named=False, proof=Proof.TAG) is not None and watch.send(ident.pid, sig):
             watch.by_tag.add(ident.pid)
             hit.append(ident.pid)

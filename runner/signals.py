@@ -22,6 +22,8 @@ from .identity import Identity
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from .membership import Membership
 
 log = _log.get("runner.signals")
@@ -199,13 +201,14 @@ def group_stats(pgid: int) -> list[identity.Stat]:
     return out
 
 
-def refusal(pgid: int) -> str | None:
-    """Why a group may never be signalled, or None."""
+def refusal(pgid: int, protected: Collection[int] | None = None) -> str | None:
+    """Why a group may never be signalled, or None. `protected`: protected_pids(), when
+    the caller already has it (the reaper asks for every group of every round)."""
     if pgid <= 1:
         return f"process group {pgid} is never signalled"
     if pgid == os.getpgrp():
         return f"process group {pgid} is this process's own group"
-    for pid in protected_pids():
+    for pid in protected_pids() if protected is None else protected:
         if pid <= 1:
             continue
         st = identity.stat(pid)

@@ -30,8 +30,6 @@ from .values import Value
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
-    from typing import Any
-
     from .identity import Identity
     from .reaper import ReapReport
     from .run_view import RunView
@@ -106,14 +104,6 @@ def _membership(view: RunView) -> Membership:
     return Membership(view.run_id, view.cgroup.relative if view.cgroup else None)
 
 
-def _attempt_records(rd: RunDir) -> list[dict[str, Any]]:
-    """Journal records of the current attempt: after the last `resume` (journaled by
-    `runner resume` before its engine starts) or `run-start`, whichever is later, so
-    that the previous attempt's `run-stop` never counts for this one. Read from the
-    journal's end (journal.read_attempt): a stop costs the same after a million records."""
-    return read_attempt(rd.journal)
-
-
 def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, RunView]:
     """Kill what a dead engine's attempt left running: its calls (recorded in
     children/), whatever carries the run's tag, and its cgroup's work members. Resume
@@ -175,7 +165,9 @@ class _StopLock:
 def _who_recorded(rd: RunDir, state: State) -> str | None:
     """ "engine" or "other" (another stopper) when this attempt's stop is already
     recorded: stopped in state.json and its run-stop journaled."""
-    if state.stopped and any(r.get("event") == Event.RUN_STOP for r in _attempt_records(rd)):
+    # The current attempt's records only (journal.read_attempt, read from the journal's
+    # end): the previous attempt's `run-stop` never counts for this one.
+    if state.stopped and any(r.get("event") == Event.RUN_STOP for r in read_attempt(rd.journal)):
         return "engine" if state.stop_origin != Origin.FORCED else "other"
     return None
 

@@ -24,6 +24,7 @@ def tagged(
     scan: identity.Scan | None = None,
     skip: Collection[int] = (),
     untagged: set[tuple[int, int]] | None = None,
+    protected: Collection[int] | None = None,
 ) -> list[Identity]:
     """Every living process whose environment holds RUNNER_RUN_ID=run_id, minus this
     process and its ancestors (a `runner stop` run from a hook carries the tag too).
@@ -31,10 +32,12 @@ def tagged(
     caller already watches, whose environment need not be read again (at a thousand
     processes, those reads are most of a round). `untagged`: (pid, start ticks) of the
     processes an earlier round of the same stop read without the tag; they are not read
-    again (a running process's environment does not change), and this round adds to it."""
+    again (a running process's environment does not change), and this round adds to it.
+    `protected`: signals.protected_pids(), when the caller already has it."""
     if not run_id:
         return []
-    protected = signals.protected_pids()
+    if protected is None:
+        protected = signals.protected_pids()
     # Start ticks first (the scan), the tag second: the reaper re-checks the ticks after
     # it opens a pidfd, so a tag read in between belongs to the very process it signals.
     stats = (scan or identity.Scan()).stats

@@ -184,11 +184,10 @@ def test_resume_kills_what_a_killed_engine_left_running(runs, victim):
 
 
 def test_the_previous_attempts_run_stop_never_counts_for_this_one(runs, tmp_path):
-    """Path: stop_command._attempt_records splits attempts at `resume` (journaled before the
+    """Path: journal.read_attempt (what stop_command reads) splits attempts at `resume` (journaled before the
     new engine starts) as well as at `run-start`: a stopper that finds the new engine
     dead before its run-start must record the stop, not mistake the old run-stop for it."""
-    from runner import stop_command
-    from runner.journal import Journal
+    from runner.journal import Journal, read_attempt
     from runner.rundir import RunDir
 
     rd = RunDir.create(tmp_path / "run", runs.spec(provider=["true"]))
@@ -196,4 +195,4 @@ def test_the_previous_attempts_run_stop_never_counts_for_this_one(runs, tmp_path
         journal.append("run-start", attempt=1)
         journal.append("run-stop", origin="signal", fallback=False)
         journal.append("resume", attempt=2)
-    assert [r["event"] for r in stop_command._attempt_records(rd)] == ["resume"]
+    assert [r["event"] for r in read_attempt(rd.journal)] == ["resume"]
