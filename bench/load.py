@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from runner.rundir import RunDir
+from runner.files.rundir import RunDir
 
 from . import runs, stats, trees
 from .trees import Tree, VictimSpec

@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runner import cgroup as cgroups  # noqa: E402
-from runner import identity, reaper
-from runner.membership import Membership  # noqa: E402
+from runner.proc import cgroup as cgroups  # noqa: E402
+from runner.proc import identity, reaper
+from runner.proc.membership import Membership  # noqa: E402
 
 
 def start(n, env):

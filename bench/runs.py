@@ -15,8 +15,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner import reaper
-from runner.rundir import RunDir
+from runner.files.rundir import RunDir
+from runner.proc import reaper
 
 
 def runner_command() -> list[str]:

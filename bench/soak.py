@@ -36,10 +36,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runner import identity, journal, stop_command, sweep  # noqa: E402
+from runner.control import stop_command  # noqa: E402
 from runner.exitcodes import Exit  # noqa: E402
-from runner.rundir import RunDir  # noqa: E402
-from runner.state import StateStore  # noqa: E402
+from runner.files import journal
+from runner.files.rundir import RunDir  # noqa: E402
+from runner.files.state import StateStore  # noqa: E402
+from runner.proc import identity, sweep
 
 RUNNER = [sys.executable, "-m", "runner"]
 DOCUMENTED = {int(e) for e in Exit} - {int(Exit.INTERNAL)}

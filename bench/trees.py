@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest_stoplatency.victim as program
 from pytest_stoplatency import PreparedVictim
-from runner import identity
+from runner.proc import identity
 
 SLEEP = 7200  # what a victim sleeps when nothing stops it: far past any stop measured here
 PROGRAMS = Path(program.__file__).resolve().parent

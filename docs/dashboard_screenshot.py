@@ -24,8 +24,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "runner")]
 import runs as R  # noqa: E402  (the tests' helpers: `runner run --detach`, journal reads)
 from dashboard_browser import chromium, launch, status_is  # noqa: E402
 
-from runner import reaper, stop_command  # noqa: E402
-from runner.rundir import RunDir, new_run_id  # noqa: E402
+from runner.control import stop_command  # noqa: E402
+from runner.files.rundir import RunDir, new_run_id  # noqa: E402
+from runner.proc import reaper  # noqa: E402
 
 LONG = "case $0 in test) exec sleep 600;; *) sleep 0.4;; esac"
 

@@ -19,21 +19,21 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     # specs and run directories
-    "load_spec": ("runner.spec", "load"),
-    "Spec": ("runner.spec", "Spec"),
-    "RunDir": ("runner.rundir", "RunDir"),
-    "resolve": ("runner.rundir", "resolve"),
-    "list_runs": ("runner.rundir", "list_runs"),
+    "load_spec": ("runner.files.spec", "load"),
+    "Spec": ("runner.files.spec", "Spec"),
+    "RunDir": ("runner.files.rundir", "RunDir"),
+    "resolve": ("runner.files.rundir", "resolve"),
+    "list_runs": ("runner.files.rundir", "list_runs"),
     # the life cycle
-    "run": ("runner.lifecycle", "run"),
-    "resume": ("runner.lifecycle", "resume"),
-    "status_of": ("runner.lifecycle", "status_of"),
+    "run": ("runner.control.lifecycle", "run"),
+    "resume": ("runner.control.lifecycle", "resume"),
+    "status_of": ("runner.control.lifecycle", "status_of"),
     # stops
-    "stop_hard": ("runner.stop_command", "stop_hard"),
-    "stop_graceful": ("runner.stop_command", "stop_graceful"),
-    "stop_now": ("runner.stop_command", "stop_now"),
-    "wait_run": ("runner.stop_command", "wait_run"),
-    "StopResult": ("runner.stop_command", "StopResult"),
+    "stop_hard": ("runner.control.stop_command", "stop_hard"),
+    "stop_graceful": ("runner.control.stop_command", "stop_graceful"),
+    "stop_now": ("runner.control.stop_command", "stop_now"),
+    "wait_run": ("runner.control.stop_command", "wait_run"),
+    "StopResult": ("runner.control.stop_command", "StopResult"),
     # outcomes and errors
     "Exit": ("runner.exitcodes", "Exit"),
     "RunnerError": ("runner.errors", "RunnerError"),

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .errors import BadInput, RunnerError, printable
-from .exitcodes import Exit
+from runner.errors import BadInput, RunnerError, printable
+from runner.exitcodes import Exit
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
     Args: TypeAlias = argparse.Namespace | SimpleNamespace  # argparse's, or _stop_args'
 
-    from . import progress
-    from .rundir import RunDir
+    from runner.files.rundir import RunDir
+    from runner.views import progress
 
 # Each command imports only what it runs (inside its function below): a `runner stop`
 # never pays for the spec parser, subprocess or the engine. Start-up is part of the
@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Warnings of the process layer (a stale identity refused, a pid that survived its
     # SIGKILL) reach the operator on stderr, each on its own line; the engine's go to
     # its engine.log.
-    from . import log
+    from runner import log
 
     log.to_stderr()
     try:
@@ -248,7 +248,7 @@ def _dispatch(args: Args) -> int:
             # An empty path would silently make the current directory the run directory.
             raise BadInput(f"runner {args.command}: --{flag.replace('_', '-')}: expected a directory path, got ''")
     if args.command == "_engine":
-        from .engine_main import main as engine_main
+        from runner.engine.main import main as engine_main
 
         code = engine_main(args.run_dir, lock_fd=args.lock_fd)
         # Everything the engine owns is released by now (state and journal fsynced, the
@@ -266,8 +266,8 @@ def _dispatch(args: Args) -> int:
     if args.command == "status":
         return _status(args)
     if args.command == "wait":
-        from . import stop_command
-        from .rundir import resolve
+        from runner.control import stop_command
+        from runner.files.rundir import resolve
 
         return stop_command.wait_run(resolve(args.run_dir))
     if args.command == "logs":
@@ -275,8 +275,8 @@ def _dispatch(args: Args) -> int:
     if args.command == "list":
         return _list(args)
     if args.command == "dashboard":
-        from .dashboard import serve
-        from .rundir import default_base
+        from runner.dashboard import serve
+        from runner.files.rundir import default_base
 
         runs_dir = args.runs_dir if args.runs_dir is not None else str(default_base())
         return serve(runs_dir, args.host, args.port, explicit_dir=args.runs_dir is not None)
@@ -288,13 +288,13 @@ def _say(line: str) -> None:
 
 
 def _show(args: Args) -> progress.Show | None:
-    from . import progress
+    from runner.views import progress
 
     return None if args.detach else progress.Show.terminal()
 
 
 def _run(args: Args) -> int:
-    from . import lifecycle
+    from runner.control import lifecycle
 
     code, rd = lifecycle.run(args.spec, args.run_dir, detach=args.detach, say=_say, show=_show(args))
     if args.detach and code == Exit.OK:
@@ -303,7 +303,7 @@ def _run(args: Args) -> int:
 
 
 def _resume(args: Args) -> int:
-    from . import lifecycle
+    from runner.control import lifecycle
 
     code, rd = lifecycle.resume(args.run_dir, detach=args.detach, say=_say, show=_show(args))
     if args.detach and code == Exit.OK:
@@ -317,8 +317,8 @@ def _resume(args: Args) -> int:
 def _stop(args: Args) -> Exit:
     if args.wait and not args.graceful:
         raise BadInput("runner stop: --wait: expected together with --graceful")
-    from . import stop_command
-    from .rundir import default_base, resolve
+    from runner.control import stop_command
+    from runner.files.rundir import default_base, resolve
 
     if args.all:
         if args.run_dir is not None or args.wait:
@@ -347,7 +347,7 @@ def _stop(args: Args) -> Exit:
 
 def _known(run_dir: str | None) -> RunDir:
     """The run a reading command shows: --run-dir, or the one run under the base."""
-    from .rundir import resolve
+    from runner.files.rundir import resolve
 
     return resolve(run_dir, want=lambda r: True, what="known") if run_dir is None else resolve(run_dir)
 
@@ -355,7 +355,8 @@ def _known(run_dir: str | None) -> RunDir:
 def _status(args: Args) -> Exit:
     import json
 
-    from . import lifecycle, render
+    from runner.control import lifecycle
+    from runner.views import render
 
     rd = _known(args.run_dir)
     info = lifecycle.status_of(rd)
@@ -369,7 +370,7 @@ def _status(args: Args) -> Exit:
 
 
 def _logs(args: Args) -> Exit:
-    from . import logs
+    from runner.views import logs
 
     rd = _known(args.run_dir)
     return logs.show(rd, args.item, follow=args.follow, out=sys.stdout.buffer, err=_say)
@@ -379,8 +380,8 @@ def _list(args: Args) -> Exit:
     import json
     import time
 
-    from . import render, run_list
-    from .rundir import default_base
+    from runner.files.rundir import default_base
+    from runner.views import render, run_list
 
     if args.runs_dir == "":
         raise BadInput("runner list: --runs-dir: expected a directory path, got ''")

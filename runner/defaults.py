@@ -74,7 +74,7 @@ ENGINE_START_POLL = 0.005
 FOREGROUND_POLL = 0.05
 """How often a foreground `runner run` forwards the terminal's signals to the engine."""
 
-# Limits on what a spec may ask for (runner/spec.py enforces them; the generated
+# Limits on what a spec may ask for (runner/files/spec.py enforces them; the generated
 # document prints them). A value past a limit is refused with one line naming its key.
 MAX_DURATION = 30 * 24 * 3600.0
 """Longest duration any spec key may hold (a timeout, a grace, a backoff): 30 days."""

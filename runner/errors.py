@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import os
 
-from .exitcodes import Exit
+from runner.exitcodes import Exit
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
-    from .events import Mode, Origin
+    from runner.events import Mode, Origin
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]}

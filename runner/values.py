@@ -3,7 +3,7 @@
 Every `runner stop` is a new interpreter, and its start-up is part of the stop's latency.
 Importing `dataclasses` (it imports inspect, ast, dis, tokenize) and decorating the ten
 classes a stop imports (each decoration compiles generated code) cost that start-up 74 M
-of its 205 M instructions (valgrind, `import runner.cli, runner.stop_command`: 204.7 M
+of its 205 M instructions (valgrind, `import runner.cli, runner.control.stop_command`: 204.7 M
 with them, 130.5 M without; `python -c pass` is 38.5 M), about 20 ms here. So
 those classes are plain ones: each names its fields once, in `__slots__` (in field order),
 and writes its own `__init__`; `Value` gives it the repr and == a dataclass would have,

@@ -9,6 +9,6 @@ CLI's stop, pause and resume behind its buttons.
     static/      the page, its script and its style sheet
 """
 
-from .server import serve
+from runner.dashboard.server import serve
 
 __all__ = ["serve"]

@@ -15,11 +15,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .. import identity, lifecycle, stop_command, stop_request
-from ..errors import IdentityError, RunnerError, printable
-from ..events import Origin
-from ..exitcodes import Exit
-from ..rundir import RunDir
+from runner.control import lifecycle, stop_command
+from runner.errors import IdentityError, RunnerError, printable
+from runner.events import Origin
+from runner.exitcodes import Exit
+from runner.files import stop_request
+from runner.files.rundir import RunDir
+from runner.proc import identity
 
 Action = Callable[[RunDir], tuple[Exit, str]]
 """One button's work: the exit code the CLI command would exit with, and its message."""

@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..rundir import RUN_ID_SHAPE, RunDir
+from runner.files.rundir import RUN_ID_SHAPE, RunDir
 
 
 class NotARun(Exception):

@@ -24,12 +24,12 @@ from importlib import resources
 from typing import Any, TextIO
 from urllib.parse import unquote, urlsplit
 
-from ..errors import BadInput, printable
-from ..exitcodes import Exit
-from . import security
-from .actions import ACTIONS, Actions
-from .runs import Base, NotARun
-from .snapshot import Snapshots
+from runner.dashboard import security
+from runner.dashboard.actions import ACTIONS, Actions
+from runner.dashboard.runs import Base, NotARun
+from runner.dashboard.snapshot import Snapshots
+from runner.errors import BadInput, printable
+from runner.exitcodes import Exit
 
 BODY_CAP = 4096
 """A button's POST carries no body; anything larger is refused unread."""

@@ -16,11 +16,14 @@ import threading
 import time
 from typing import Any
 
-from .. import defaults, identity, lifecycle, stop_request, untrusted
-from ..errors import printable
-from ..rundir import RunDir
-from .actions import Actions
-from .runs import Base, Entry
+from runner import defaults
+from runner.control import lifecycle
+from runner.dashboard.actions import Actions
+from runner.dashboard.runs import Base, Entry
+from runner.errors import printable
+from runner.files import stop_request, untrusted
+from runner.files.rundir import RunDir
+from runner.proc import identity
 
 MIN_AGE = 0.1
 """Polls closer together than this (several pages open) share one snapshot."""

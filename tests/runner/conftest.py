@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import runs as runs_helpers
 
-from runner import reaper, stop_command
-from runner.registry import Registry
-from runner.rundir import RunDir
+from runner.control import stop_command
+from runner.engine.registry import Registry
+from runner.files.rundir import RunDir
+from runner.proc import reaper
 
 REGISTRY_KILL_GRACE = 0.3
 

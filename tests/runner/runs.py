@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from runner import identity, stop_command
-from runner import journal as journalmod
-from runner.rundir import RunDir
-from runner.state import StateStore
+from runner.control import stop_command
+from runner.files import journal as journalmod
+from runner.files.rundir import RunDir
+from runner.files.state import StateStore
+from runner.proc import identity
 
 RUNNER = [sys.executable, "-m", "runner"]
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from runner import atomic
+from runner.files import atomic
 
 
 class Crash(Exception):
@@ -50,7 +50,7 @@ def test_sigkill_mid_write_loop_never_tears(tmp_path):
     Ablation: a non-atomic write makes some reads fail to parse."""
     p = tmp_path / "s.json"
     code = (
-        "import sys; from runner.atomic import atomic_write_json\n"
+        "import sys; from runner.files.atomic import atomic_write_json\n"
         "i = 0\n"
         "while True:\n"
         "    atomic_write_json(sys.argv[1], {'i': i, 'pad': 'y' * 200000}); i += 1\n"

@@ -1,4 +1,4 @@
-"""runner.cgroup: containment on this machine's cgroup v2 (hybrid layout, unified/)."""
+"""runner.proc.cgroup: containment on this machine's cgroup v2 (hybrid layout, unified/)."""
 
 import logging
 import subprocess
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from runs import new_run_id
 
-from runner import cgroup as cgroup_mod
-from runner import identity, reaper
-from runner.cgroup import RunCgroup
 from runner.errors import BadInput
+from runner.proc import cgroup as cgroup_mod
+from runner.proc import identity, reaper
+from runner.proc.cgroup import RunCgroup
 
 pytestmark = pytest.mark.skipif(not cgroup_mod.available(), reason="no writable cgroup v2 with cgroup.kill")
 
@@ -95,7 +95,7 @@ def test_kill_everything_reaches_the_env_scrubbers_grandchild_only_through_the_c
 
 def test_enter_engine_moves_the_caller(cg):
     code = (
-        f"from runner.cgroup import RunCgroup; import os; RunCgroup.open({str(cg.path)!r}).enter_engine(); "
+        f"from runner.proc.cgroup import RunCgroup; import os; RunCgroup.open({str(cg.path)!r}).enter_engine(); "
         f"print(open('/proc/self/cgroup').read())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
@@ -108,7 +108,7 @@ def test_kill_from_inside_spares_the_caller_and_kills_the_rest(spawn, cg):
     itself: it kills the other members one by one and lives."""
     v = spawn("trap-term", cgroup=cg)
     code = (
-        f"from runner.cgroup import RunCgroup; import os; c = RunCgroup.open({str(cg.path)!r}); "
+        f"from runner.proc.cgroup import RunCgroup; import os; c = RunCgroup.open({str(cg.path)!r}); "
         f"print(c.kill('work', timeout=2))"
     )
     out = subprocess.run(cg.wrap_argv([sys.executable, "-c", code]), capture_output=True, text=True, timeout=30)
@@ -136,7 +136,7 @@ def test_resolve_containment_modes(monkeypatch, caplog):
     monkeypatch.setattr(cgroup_mod, "_fallback_said", False)
     with pytest.raises(BadInput):
         cgroup_mod.resolve_containment("cgroup")
-    with caplog.at_level(logging.WARNING, logger="runner.cgroup"):
+    with caplog.at_level(logging.WARNING, logger="runner.proc.cgroup"):
         assert cgroup_mod.resolve_containment("auto") == "group"
         assert cgroup_mod.resolve_containment("auto") == "group"
     assert caplog.text.count("falls back") == 1

@@ -1,4 +1,4 @@
-"""runner.child: the one child runner (capture, cap, call and idle timeouts, stops,
+"""runner.engine.child: the one child runner (capture, cap, call and idle timeouts, stops,
 leftovers of a successful call)."""
 
 import os
@@ -6,8 +6,8 @@ import sys
 import threading
 import time
 
-from runner import sweep
-from runner.child import run_child
+from runner.engine.child import run_child
+from runner.proc import sweep
 
 KILL_GRACE = 0.3
 MARGIN = 1.0

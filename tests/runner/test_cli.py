@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import runs as R
 
-from runner import identity, stop_command
+from runner.control import stop_command
 from runner.exitcodes import Exit
-from runner.rundir import RunDir
+from runner.files.rundir import RunDir
+from runner.proc import identity
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -274,8 +275,8 @@ def test_child_runner_gives_dev_null_stdin_even_when_ours_is_a_pipe(tmp_path):
     """Path: child.run_child, called in this process while fd 0 is a pipe: the child reads
     /dev/null, not the caller's stdin, and gets the env it was given. Ablation: drop
     stdin=subprocess.DEVNULL in child.run_child and the child reads the pipe."""
-    from runner.child import run_child
-    from runner.registry import Registry
+    from runner.engine.child import run_child
+    from runner.engine.registry import Registry
 
     registry = Registry(tmp_path / "children", run_id="h5-stdin-probe", kill_grace=KILL_GRACE)
     out = tmp_path / "stdin"

@@ -15,8 +15,9 @@ import subprocess
 import pytest
 import runs as R
 
-from runner import identity, stop_command
+from runner.control import stop_command
 from runner.exitcodes import Exit
+from runner.proc import identity
 
 KILL_GRACE = 0.2
 STOP = {"kill_grace": KILL_GRACE, "grace": 3.0}

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from runner import identity
 from runner.exitcodes import Exit
+from runner.proc import identity
 
 KILL_GRACE = 0.3
 

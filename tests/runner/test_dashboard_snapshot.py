@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from runner import lifecycle
+from runner.control import lifecycle
 from runner.dashboard import snapshot
 from runner.dashboard.actions import Actions
 from runner.dashboard.runs import Base

@@ -2,9 +2,9 @@
 
 End to end: a hard stop (signal channel, then file channel) while a post_run hook is a
 `trap-term` victim. At unit level: the engine built in-process exactly as
-runner/engine_main.py builds it (minus signal handlers and the watchdog thread, so nothing
+runner/engine/main.py builds it (minus signal handlers and the watchdog thread, so nothing
 but the test decides when a request arrives), with requests lodged by the real writer
-(runner.stop_request.lodge).
+(runner.files.stop_request.lodge).
 """
 
 import sys
@@ -12,15 +12,15 @@ import sys
 import pytest
 import runs as R
 
-from runner import stop_request
-from runner.engine import Engine
+from runner.engine.phases import Engine
+from runner.engine.registry import Registry
+from runner.engine.stop_controller import StopController
 from runner.exitcodes import Exit
-from runner.journal import Journal
-from runner.registry import Registry
-from runner.rundir import RunDir
-from runner.spec import load as load_spec
-from runner.state import State, StateStore
-from runner.stop_controller import StopController
+from runner.files import stop_request
+from runner.files.journal import Journal
+from runner.files.rundir import RunDir
+from runner.files.spec import load as load_spec
+from runner.files.state import State, StateStore
 
 KILL_GRACE = 0.3
 
@@ -65,7 +65,7 @@ def test_hard_stop_during_a_post_run_hook(runs, tmp_path, victim, stop_latency, 
 
 
 class InProcessEngine:
-    """The engine as runner/engine_main.py builds it, in this process; no signal handlers,
+    """The engine as runner/engine/main.py builds it, in this process; no signal handlers,
     no watchdog thread, no lock: the test is the only clock."""
 
     def __init__(self, tmp_path, **spec_kw):

@@ -21,11 +21,13 @@ import runs as R
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from runner import logs, overview, render, run_view, spec
+from runner.control import run_view
 from runner.errors import RunnerError, SpecError
 from runner.events import Event
 from runner.exitcodes import Exit
-from runner.rundir import RunDir
+from runner.files import spec
+from runner.files.rundir import RunDir
+from runner.views import logs, overview, render
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -176,7 +178,7 @@ def test_reading_a_run_directory_never_crashes(tmp_path_factory, runs, name, con
     (rd.path / name).write_bytes(content)
     view = run_view.view(rd, wait_for_engine=False)
     assert all("\n" not in d for d in view.damaged)
-    from runner import lifecycle
+    from runner.control import lifecycle
 
     try:
         info = lifecycle.status_of(rd)

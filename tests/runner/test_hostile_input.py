@@ -14,8 +14,10 @@ import time
 import pytest
 import runs as R
 
-from runner import defaults, identity, stop_command
+from runner import defaults
+from runner.control import stop_command
 from runner.exitcodes import Exit
+from runner.proc import identity
 
 PROVIDER = '[provider]\ncommand = ["true"]\n'
 ITEMS = 'items = ["a"]\n'
@@ -77,7 +79,7 @@ def run_bad(tmp_path, spec, *extra):
 
 @pytest.mark.parametrize("case", sorted(RANGE_CASES))
 def test_out_of_range_spec_values_are_refused_at_load(tmp_path, case):
-    """Path: spec validation (runner/spec.py, limits in runner/defaults.py). Every value
+    """Path: spec validation (runner/files/spec.py, limits in runner/defaults.py). Every value
     that used to be accepted and then crash the stop (OverflowError, RecursionError,
     E2BIG) is refused with its key. Ablation: drop the maximum check in _Reader.number
     and kill_grace = 3e6 is accepted (red)."""

@@ -1,4 +1,4 @@
-"""runner.identity: the one writer and reader of process identity."""
+"""runner.proc.identity: the one writer and reader of process identity."""
 
 import json
 import os
@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from runner import identity
 from runner.errors import IdentityError
-from runner.identity import Identity
+from runner.proc import identity
+from runner.proc.identity import Identity
 
 
 def test_current_round_trips_through_the_file_format(tmp_path, procs):
@@ -121,7 +121,7 @@ def test_extra_keys_cannot_shadow_identity_fields(tmp_path):
 
 def test_file_written_by_a_real_registry_round_trips(tmp_path, procs):
     """The children/<pid>.json a Registry writes reads back as the live child."""
-    from runner.registry import Registry
+    from runner.engine.registry import Registry
 
     reg = Registry(tmp_path / "children", run_id="rt", kill_grace=0.3)
     p = procs(process_group=0)

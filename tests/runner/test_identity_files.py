@@ -8,8 +8,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from runner import identity, stop_command
+from runner.control import stop_command
 from runner.exitcodes import Exit
+from runner.proc import identity
 
 KILL_GRACE = 0.3
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner import journal
+from runner.files import journal
 
 
 def test_append_and_read(tmp_path):
@@ -57,7 +57,7 @@ def test_concurrent_appenders_from_processes_never_interleave(tmp_path):
     writes (or through a buffered file flushed in pieces) interleaves lines: red."""
     p = tmp_path / "journal.jsonl"
     code = (
-        "import sys\nfrom runner.journal import Journal\n"
+        "import sys\nfrom runner.files.journal import Journal\n"
         "j = Journal(sys.argv[1])\n"
         "for i in range(200):\n"
         "    j.append('tick', writer=sys.argv[2], i=i, pad='z' * 3000)\n"

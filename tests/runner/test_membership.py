@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 import runs as R
 
-from runner import cgroup as cgroups
-from runner import identity, membership, reaper, stop_command
-from runner.atomic import atomic_write_text
+from runner.control import stop_command
 from runner.exitcodes import Exit
-from runner.identity import Identity
+from runner.files.atomic import atomic_write_text
+from runner.proc import cgroup as cgroups
+from runner.proc import identity, membership, reaper
+from runner.proc.identity import Identity
 
 KILL_GRACE = 0.2
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}

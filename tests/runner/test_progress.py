@@ -17,7 +17,7 @@ import time
 import runs as R
 
 from runner.exitcodes import Exit
-from runner.rundir import RunDir
+from runner.files.rundir import RunDir
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -179,8 +179,8 @@ def test_live_line_shows_the_repair_attempt_and_the_last_output(runs, tmp_path):
     output line (a progress bar's carriage return ends a line too)."""
     import io
 
-    from runner import progress
-    from runner.spec import load_frozen
+    from runner.files.spec import load_frozen
+    from runner.views import progress
 
     gate = tmp_path / "gate"
     gate.touch()

@@ -1,4 +1,4 @@
-"""runner.reaper: kill_everything's routes, each alone (the group route, the pid route),
+"""runner.proc.reaper: kill_everything's routes, each alone (the group route, the pid route),
 then combined. Every route here is the code every stop runs.
 
 Every bound is claimed against an adversarial victim (it traps SIGTERM): a cooperative
@@ -10,8 +10,9 @@ import os
 import pytest
 from runs import freeze, new_run_id
 
-from runner import defaults, identity, reaper, sweep
-from runner.identity import Identity
+from runner import defaults
+from runner.proc import identity, reaper, sweep
+from runner.proc.identity import Identity
 
 KILL_GRACE = defaults.KILL_GRACE
 SHORT = 0.3

@@ -1,4 +1,4 @@
-"""runner.registry: live children, the stop that kills them all, and its record."""
+"""runner.engine.registry: live children, the stop that kills them all, and its record."""
 
 import os
 import subprocess
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from runner import identity
+from runner.proc import identity
 
 KILL_GRACE = 0.3
 MARGIN = 1.0
@@ -98,8 +98,8 @@ def test_a_stop_whose_kill_failed_is_retried(reg, start, monkeypatch):
     """Path: Registry.stop_all after a failed first kill (the watchdog retries on its next
     tick). The stop is idempotent, but not when its kill raised: the second call kills
     what is still registered instead of returning the first call's missing report."""
-    from runner import reaper
-    from runner import registry as registry_mod
+    from runner.engine.phases import registry as registry_mod
+    from runner.proc import reaper
 
     proc, v = start("trap-term")
     reg.register(proc, "call")

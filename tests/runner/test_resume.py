@@ -13,8 +13,9 @@ import time
 import pytest
 import runs as R
 
-from runner import identity, stop_request
 from runner.exitcodes import Exit
+from runner.files import stop_request
+from runner.proc import identity
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}

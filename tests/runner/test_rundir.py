@@ -9,16 +9,16 @@ import time
 
 import pytest
 
-from runner import rundir
 from runner.errors import BadInput, NoLiveRun, RunLocked
 from runner.exitcodes import Exit
+from runner.files import rundir
 
 SPEC = 'items = ["a"]\n[provider]\ncommand = ["agent"]\n'
 
 # A stand-in engine: takes the lock through the real code, says so, holds it until stdin closes.
 HOLDER = (
     "import sys\n"
-    "from runner.rundir import RunDir\n"
+    "from runner.files.rundir import RunDir\n"
     "lock = RunDir(sys.argv[1]).acquire_lock()\n"
     "print('locked', flush=True)\n"
     "sys.stdin.read()\n"

@@ -1,4 +1,4 @@
-"""runner.signals: identity-guarded signals, the group guard, protected pids.
+"""runner.proc.signals: identity-guarded signals, the group guard, protected pids.
 
 Pid reuse is real here, not simulated: as root, /proc/sys/kernel/ns_last_pid makes the
 kernel hand a dead process's pid to a new one.
@@ -14,10 +14,10 @@ import time
 import pytest
 from runs import spawn_at_pid
 
-from runner import identity, reaper, signals
-from runner.identity import Identity
-from runner.membership import Membership
-from runner.signals import Outcome
+from runner.proc import identity, reaper, signals
+from runner.proc.identity import Identity
+from runner.proc.membership import Membership
+from runner.proc.signals import Outcome
 
 
 def vouch(*idents):
@@ -53,7 +53,7 @@ def test_stale_identity_with_reused_pid_is_refused_and_the_newcomer_lives(procs,
     old = dead_identity(procs)
     newcomer = spawn_at_pid(procs, old.pid)
     assert identity.start_ticks(newcomer.pid) != old.start_ticks
-    with caplog.at_level(logging.WARNING, logger="runner.signals"):
+    with caplog.at_level(logging.WARNING, logger="runner.proc.signals"):
         assert signals.signal_process(old, signal.SIGKILL, vouch(old)) is Outcome.STALE
     assert "pid reused" in caplog.text and str(old.pid) in caplog.text
     assert newcomer.poll() is None

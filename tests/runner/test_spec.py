@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from runner import defaults, spec
+from runner import defaults
 from runner.errors import BadInput, SpecError
+from runner.files import spec
 
 MINIMAL = 'items = ["a", "b"]\n[provider]\ncommand = ["agent", "--task", "{item}"]\n'
 

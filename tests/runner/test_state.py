@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from runner import atomic
 from runner.errors import Damaged
-from runner.state import ItemState, State, StateStore
+from runner.files import atomic
+from runner.files.state import ItemState, State, StateStore
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ def test_state_loadable_after_sigkill_at_any_moment(tmp_path):
     """Path: a SIGKILLed writer leaves a loadable state.json (resume's premise)."""
     path = tmp_path / "state.json"
     code = (
-        "import sys\nfrom runner.state import State, StateStore\n"
+        "import sys\nfrom runner.files.state import State, StateStore\n"
         "s = StateStore(sys.argv[1]); st = State.new('r', ['i%d' % n for n in range(3000)])\n"
         "s.save(st); print('ready', flush=True)\n"
         "while True:\n"

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import runs as R
 
-from runner import identity, overview
 from runner.exitcodes import Exit
+from runner.proc import identity
+from runner.views import overview
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -149,7 +150,7 @@ def test_status_json_keys_are_documented():
     """Path: every key `runner status --json` prints (lifecycle.RunStatus, the item rows,
     the failure, the child) is named in docs/status-json.md, and every key the document
     names is printed."""
-    from runner import lifecycle
+    from runner.control import lifecycle
 
     doc = DOC.read_text()
     documented = set(re.findall(r"^\| `([a-z_.\[\]]+)` \|", doc, re.M))
@@ -176,7 +177,7 @@ def test_a_fold_cache_answers_as_a_fresh_fold(runs, tmp_path):
     replaced by a shorter one: each answer equals status_of without a cache (the
     cache reads only the new records, and folds again from the start a journal that
     was replaced)."""
-    from runner import lifecycle
+    from runner.control import lifecycle
 
     gate = tmp_path / "gate"
     gate.touch()

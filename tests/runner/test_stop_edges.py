@@ -6,8 +6,8 @@ import time
 
 import runs as R
 
-from runner import stop_request
 from runner.exitcodes import Exit
+from runner.files import stop_request
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -163,7 +163,8 @@ def test_resume_kills_what_a_killed_engine_left_running(runs, victim):
     import os
     import signal as signals
 
-    from runner import identity, stop_command
+    from runner.control import stop_command
+    from runner.proc import identity
 
     prepared = victim.prepare("trap-term")
     rd = runs.start(runs.spec(provider=prepared.argv, stop=STOP))
@@ -187,8 +188,8 @@ def test_the_previous_attempts_run_stop_never_counts_for_this_one(runs, tmp_path
     """Path: journal.read_attempt (what stop_command reads) splits attempts at `resume` (journaled before the
     new engine starts) as well as at `run-start`: a stopper that finds the new engine
     dead before its run-start must record the stop, not mistake the old run-stop for it."""
-    from runner.journal import Journal, read_attempt
-    from runner.rundir import RunDir
+    from runner.files.journal import Journal, read_attempt
+    from runner.files.rundir import RunDir
 
     rd = RunDir.create(tmp_path / "run", runs.spec(provider=["true"]))
     with Journal(rd.journal) as journal:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from pytest_stoplatency.victim import KINDS
-from runner import cgroup as cgroupmod
 from runner import defaults
 from runner.exitcodes import Exit
+from runner.proc import cgroup as cgroupmod
 
 KILL_GRACE = 0.3
 BOUND = 5.0

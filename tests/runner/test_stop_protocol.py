@@ -8,8 +8,9 @@ import time
 import pytest
 import runs
 
-from runner import defaults, identity
+from runner import defaults
 from runner.exitcodes import Exit
+from runner.proc import identity
 
 KILL_GRACE = 0.3
 BOUND = 5.0  # seconds, not the 7200 s the victim asked for; generous for a loaded CI box

@@ -11,12 +11,13 @@ import time
 import pytest
 import runs as R
 
-from runner import identity, stop_request
+from runner.engine.stop_controller import StopController
 from runner.events import Mode, Origin
 from runner.exitcodes import Exit
-from runner.journal import Journal
-from runner.rundir import RunDir
-from runner.stop_controller import StopController
+from runner.files import stop_request
+from runner.files.journal import Journal
+from runner.files.rundir import RunDir
+from runner.proc import identity
 
 KILL_GRACE = 0.3
 

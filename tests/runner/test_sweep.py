@@ -1,4 +1,4 @@
-"""runner.sweep: escapees found by the run tag and by descendant snapshots; the subreaper."""
+"""runner.proc.sweep: escapees found by the run tag and by descendant snapshots; the subreaper."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import textwrap
 
 from runs import new_run_id
 
-from runner import identity, reaper, sweep
+from runner.proc import identity, reaper, sweep
 
 
 def test_tagged_finds_a_setsid_escapee_and_a_double_forked_daemon(spawn):

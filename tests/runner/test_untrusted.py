@@ -1,4 +1,4 @@
-"""runner.untrusted: reading the run directory as the untrusted input it is.
+"""runner.files.untrusted: reading the run directory as the untrusted input it is.
 
 Every case is a real file of its kind (a FIFO nobody writes, a symlink to /dev/zero, a
 sparse 300 MiB file): the read must refuse it at once with one line naming the file."""
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from runner import journal, untrusted
 from runner.errors import Damaged
+from runner.files import journal, untrusted
 
 
 @pytest.fixture

@@ -5,18 +5,18 @@ import time
 
 import runs as R
 
-from runner import stop_request
-from runner.journal import Journal
-from runner.registry import Registry
-from runner.rundir import RunDir
-from runner.stop_controller import StopController
+from runner.engine.registry import Registry
+from runner.engine.stop_controller import StopController
+from runner.files import stop_request
+from runner.files.journal import Journal
+from runner.files.rundir import RunDir
 
 POLL = 60.0  # the backstop poll: far longer than the test waits
 
 
 def test_a_lodged_hard_request_wakes_the_watchdog_before_its_poll(tmp_path):
     """Path: stop_controller's watchdog selects on the run directory's inotify
-    descriptor (runner/inotify.py) beside its wake pipe. With a 60 s poll, a hard
+    descriptor (runner/proc/inotify.py) beside its wake pipe. With a 60 s poll, a hard
     request lodged by the real writer (stop_request.lodge) is honored within seconds
     only through that descriptor. Ablation: `watchdog-inotify` (no watch: the request
     waits for the 60 s poll, red)."""

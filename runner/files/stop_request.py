@@ -22,17 +22,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import untrusted
-from .atomic import atomic_write_json
-from .errors import ControlFileError, Damaged
-from .events import Mode as Mode
-from .events import Origin as Origin
-from .values import Value
+from runner.errors import ControlFileError, Damaged
+from runner.events import Mode as Mode
+from runner.events import Origin as Origin
+from runner.files import untrusted
+from runner.files.atomic import atomic_write_json
+from runner.values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
-    from .rundir import RunDir
+    from runner.files.rundir import RunDir
 
 
 # The stop vocabularies live with the others (events.py); re-exported here, where the

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import enum
 
-from . import signals
-from .values import FrozenValue
+from runner.proc import signals
+from runner.values import FrozenValue
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:

@@ -17,19 +17,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import defaults, reaper
-from . import log as _log
-from .reaper import ReapReport
-from .registry import Registry
+from runner import defaults
+from runner import log as _log
+from runner.engine.registry import Registry
+from runner.proc import reaper
+from runner.proc.reaper import ReapReport
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from .registry import Entry
+    from runner.engine.registry import Entry
 
-log = _log.get("runner.child")
+log = _log.get("runner.engine.child")
 
 SNAPSHOT_EVERY = defaults.SNAPSHOT_EVERY
 """Descendant snapshots while the call lives: what a later kill can still find after a

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import TypedDict
 
-from .errors import Damaged
-from .rundir import RunDir, list_runs
-from .state import StateStore
+from runner.errors import Damaged
+from runner.files.rundir import RunDir, list_runs
+from runner.files.state import StateStore
 
 
 class RunRow(TypedDict):

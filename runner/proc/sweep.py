@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import os
 
-from . import identity, signals
-from . import log as _log
-from .identity import Identity
+from runner import log as _log
+from runner.proc import identity, signals
+from runner.proc.identity import Identity
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-log = _log.get("runner.sweep")
+log = _log.get("runner.proc.sweep")
 
 PR_SET_CHILD_SUBREAPER = 36
 

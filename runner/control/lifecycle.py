@@ -14,19 +14,23 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from . import defaults, identity, overview, progress, run_view, signals, stop_command, stop_request, untrusted
-from .errors import BadInput, Damaged, IdentityError, RunLocked
-from .events import Event
-from .exitcodes import Exit
-from .journal import Journal
-from .membership import Membership
-from .rundir import EngineLock, RunDir, default_base, new_run_id, resolve
-from .spec import Spec, load_frozen
-from .spec import load_bytes as load_spec_bytes
-from .state import StateStore
+from runner import defaults
+from runner.control import run_view, stop_command
+from runner.errors import BadInput, Damaged, IdentityError, RunLocked
+from runner.events import Event
+from runner.exitcodes import Exit
+from runner.files import stop_request, untrusted
+from runner.files.journal import Journal
+from runner.files.rundir import EngineLock, RunDir, default_base, new_run_id, resolve
+from runner.files.spec import Spec, load_frozen
+from runner.files.spec import load_bytes as load_spec_bytes
+from runner.files.state import StateStore
+from runner.proc import identity, signals
+from runner.proc.membership import Membership
+from runner.views import overview, progress
 
 if TYPE_CHECKING:
-    from .identity import Identity
+    from runner.proc.identity import Identity
 
 Say = Callable[[str], None]
 """How the life cycle tells the operator something, one line at a time (the CLI prints

@@ -9,12 +9,12 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import printable
+from runner.errors import printable
 
 if TYPE_CHECKING:
-    from .lifecycle import RunStatus
-    from .overview import ItemRow
-    from .run_list import RunRow
+    from runner.control.lifecycle import RunStatus
+    from runner.views.overview import ItemRow
+    from runner.views.run_list import RunRow
 
 
 def seconds(value: float | None) -> str:
@@ -122,7 +122,7 @@ def pending_stop(stop: dict[str, Any]) -> str:
 
 def run_list(rows: Sequence[RunRow], now: float) -> list[str]:
     """`runner list`: one row per run; a damaged run's row names what is damaged."""
-    from .run_list import age
+    from runner.views.run_list import age
 
     body = []
     for r in rows:

@@ -22,7 +22,7 @@ import os
 import re
 import stat
 
-from .errors import Damaged
+from runner.errors import Damaged
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:

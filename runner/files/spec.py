@@ -14,8 +14,8 @@ import tomllib
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from . import defaults
-from .errors import SpecError
+from runner import defaults
+from runner.errors import SpecError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
@@ -364,8 +364,8 @@ def load_bytes(path: str | os.PathLike[str]) -> tuple[Spec, bytes]:
     """The spec and the exact bytes it was validated from (what a run freezes). The file
     must be a regular file (a FIFO or /dev/zero is refused at once, never read) of at
     most SPEC_MAX_BYTES."""
-    from . import untrusted
-    from .errors import Damaged
+    from runner.errors import Damaged
+    from runner.files import untrusted
 
     try:
         raw = untrusted.read_bytes(path, defaults.SPEC_MAX_BYTES, follow=True)
@@ -385,7 +385,7 @@ def load_bytes(path: str | os.PathLike[str]) -> tuple[Spec, bytes]:
 def load_frozen(path: str | os.PathLike[str]) -> Spec:
     """The spec frozen into a run directory, which is untrusted input: no link followed,
     no FIFO waited on, capped (Damaged); then validated like any spec (SpecError)."""
-    from . import untrusted
+    from runner.files import untrusted
 
     text = untrusted.read_text(path, defaults.SPEC_MAX_BYTES)
     return loads(text, str(path))

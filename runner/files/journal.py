@@ -14,8 +14,8 @@ import json
 import os
 import time
 
-from . import untrusted
-from .errors import Damaged
+from runner.errors import Damaged
+from runner.files import untrusted
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:

@@ -12,17 +12,17 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import identity, reaper, sweep
-from . import log as _log
-from .identity import Identity
-from .reaper import ReapReport
+from runner import log as _log
+from runner.proc import identity, reaper, sweep
+from runner.proc.identity import Identity
+from runner.proc.reaper import ReapReport
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
-    from .cgroup import RunCgroup
+    from runner.proc.cgroup import RunCgroup
 
-log = _log.get("runner.registry")
+log = _log.get("runner.engine.registry")
 
 
 @dataclass(eq=False)

@@ -15,18 +15,18 @@ import os
 import signal
 import time
 
-from . import identity
-from . import log as _log
-from .identity import Identity
+from runner import log as _log
+from runner.proc import identity
+from runner.proc.identity import Identity
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-    from .membership import Membership
+    from runner.proc.membership import Membership
 
-log = _log.get("runner.signals")
+log = _log.get("runner.proc.signals")
 
 HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 TAG = "RUNNER_RUN_ID"

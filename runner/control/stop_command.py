@@ -17,23 +17,26 @@ import select
 import signal
 import time
 
-from . import defaults, identity, reaper, run_view, signals, stop_request, sweep, untrusted
-from .errors import ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked
-from .events import Event, Mode, Origin
-from .exitcodes import Exit
-from .journal import Journal, read_attempt
-from .membership import Membership
-from .rundir import RunDir
-from .state import State, StateStore
-from .values import Value
+from runner import defaults
+from runner.control import run_view
+from runner.errors import ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked
+from runner.events import Event, Mode, Origin
+from runner.exitcodes import Exit
+from runner.files import stop_request, untrusted
+from runner.files.journal import Journal, read_attempt
+from runner.files.rundir import RunDir
+from runner.files.state import State, StateStore
+from runner.proc import identity, reaper, signals, sweep
+from runner.proc.membership import Membership
+from runner.values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
-    from .identity import Identity
-    from .reaper import ReapReport
-    from .run_view import RunView
-    from .rundir import EngineLock
+    from runner.control.run_view import RunView
+    from runner.files.rundir import EngineLock
+    from runner.proc.identity import Identity
+    from runner.proc.reaper import ReapReport
 
 
 class StopResult(Value):
@@ -497,8 +500,8 @@ def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]
     from collections.abc import Callable
     from concurrent.futures import ThreadPoolExecutor
 
-    from .errors import RunnerError
-    from .rundir import list_runs
+    from runner.errors import RunnerError
+    from runner.files.rundir import list_runs
 
     def live(rd: RunDir) -> bool:
         try:

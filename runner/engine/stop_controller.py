@@ -22,20 +22,22 @@ import traceback
 from collections.abc import Callable
 from types import FrameType
 
-from . import defaults, inotify, stop_request
-from . import log as _log
-from .errors import RunStopped
-from .events import Event
-from .stop_request import Mode, Origin, StopRequest
+from runner import defaults
+from runner import log as _log
+from runner.errors import RunStopped
+from runner.events import Event
+from runner.files import stop_request
+from runner.files.stop_request import Mode, Origin, StopRequest
+from runner.proc import inotify
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from .journal import Journal
-    from .registry import Registry
-    from .rundir import RunDir
+    from runner.engine.registry import Registry
+    from runner.files.journal import Journal
+    from runner.files.rundir import RunDir
 
     _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
     """What signal.signal() takes and gives back: a handler, SIG_DFL or SIG_IGN, or None."""

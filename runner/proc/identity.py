@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 
-from . import atomic, untrusted
-from .errors import Damaged, IdentityError
-from .values import FrozenValue
+from runner.errors import Damaged, IdentityError
+from runner.files import atomic, untrusted
+from runner.values import FrozenValue
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:

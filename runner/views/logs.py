@@ -13,13 +13,13 @@ import time
 from collections.abc import Callable
 from typing import BinaryIO
 
-from . import captured
-from .errors import BadInput, Damaged, SpecError, printable
-from .exitcodes import Exit
-from .follow import Tail
-from .rundir import RunDir
-from .spec import load_frozen
-from .state import StateStore
+from runner.errors import BadInput, Damaged, SpecError, printable
+from runner.exitcodes import Exit
+from runner.files import captured
+from runner.files.follow import Tail
+from runner.files.rundir import RunDir
+from runner.files.spec import load_frozen
+from runner.files.state import StateStore
 
 FOLLOW_POLL = 0.1
 """How often `--follow` looks for new output and new files."""

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import untrusted
-from .errors import Damaged
+from runner.errors import Damaged
+from runner.files import untrusted
 
 if TYPE_CHECKING:
-    from .rundir import RunDir
+    from runner.files.rundir import RunDir
 
 _NAME = re.compile(r"(\d{1,9})-(\d{1,12})-(\d{1,9}|run)-([a-z_]+\d*)\.log")
 TAIL_BYTES = 8192

@@ -21,18 +21,19 @@ import signal
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from . import defaults, identity, signals, sweep
-from . import log as _log
-from .identity import Identity
-from .membership import Membership, Proof
-from .values import Value
+from runner import defaults
+from runner import log as _log
+from runner.proc import identity, signals, sweep
+from runner.proc.identity import Identity
+from runner.proc.membership import Membership, Proof
+from runner.values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
-    from .cgroup import RunCgroup
+    from runner.proc.cgroup import RunCgroup
 
-log = _log.get("runner.reaper")
+log = _log.get("runner.proc.reaper")
 
 CONFIRM_TIMEOUT = defaults.CONFIRM_TIMEOUT
 """After SIGKILL, how long to wait for the kernel to confirm each death. Only a process

@@ -15,11 +15,12 @@ import signal
 import time
 from pathlib import Path
 
-from . import defaults, identity, signals
-from . import log as _log
-from .errors import BadInput
-from .identity import Identity
-from .membership import Membership, cgroup_of
+from runner import defaults
+from runner import log as _log
+from runner.errors import BadInput
+from runner.proc import identity, signals
+from runner.proc.identity import Identity
+from runner.proc.membership import Membership, cgroup_of
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     import threading
     from collections.abc import Collection, Sequence
 
-log = _log.get("runner.cgroup")
+log = _log.get("runner.proc.cgroup")
 
 _fallback_said = False
 _available: bool | None = None

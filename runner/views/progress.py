@@ -18,16 +18,17 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from . import captured, overview, render, stop_request
-from .errors import Damaged
-from .follow import JournalTail
-from .state import StateStore
+from runner.errors import Damaged
+from runner.files import captured, stop_request
+from runner.files.follow import JournalTail
+from runner.files.state import StateStore
+from runner.views import overview, render
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .rundir import RunDir
-    from .spec import Spec
+    from runner.files.rundir import RunDir
+    from runner.files.spec import Spec
 
 REDRAW = 0.2
 """The live line is redrawn at most this often."""

@@ -14,19 +14,19 @@ import os
 import sys
 import traceback
 
-from . import identity, sweep
-from .atomic import atomic_write_text
-from .cgroup import RunCgroup, resolve_containment
-from .engine import Engine
-from .errors import RunnerError
-from .events import Event
-from .exitcodes import Exit
-from .journal import Journal
-from .registry import Registry
-from .rundir import RunDir
-from .spec import load_frozen
-from .state import State, StateStore
-from .stop_controller import StopController
+from runner.engine.phases import Engine
+from runner.engine.registry import Registry
+from runner.engine.stop_controller import StopController
+from runner.errors import RunnerError
+from runner.events import Event
+from runner.exitcodes import Exit
+from runner.files.atomic import atomic_write_text
+from runner.files.journal import Journal
+from runner.files.rundir import RunDir
+from runner.files.spec import load_frozen
+from runner.files.state import State, StateStore
+from runner.proc import identity, sweep
+from runner.proc.cgroup import RunCgroup, resolve_containment
 
 
 def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import untrusted
-from .errors import Damaged
+from runner.errors import Damaged
+from runner.files import untrusted
 
 CHUNK = 1024 * 1024
 """Most bytes one poll reads; the rest waits for the next poll."""

@@ -15,9 +15,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import defaults, untrusted
-from .atomic import atomic_write_text, fsync_dir, temp_file
-from .errors import BadInput, Damaged, NoLiveRun, RunLocked
+from runner import defaults
+from runner.errors import BadInput, Damaged, NoLiveRun, RunLocked
+from runner.files import untrusted
+from runner.files.atomic import atomic_write_text, fsync_dir, temp_file
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:

@@ -17,13 +17,15 @@ import os
 import stat
 import time
 
-from . import defaults, identity, signals, sweep, untrusted
-from .cgroup import RunCgroup, run_cgroup_path
-from .errors import Damaged, NoLiveRun, RunnerError
-from .exitcodes import Exit
-from .identity import Identity
-from .rundir import RUN_ID_SHAPE, RunDir
-from .values import Value
+from runner import defaults
+from runner.errors import Damaged, NoLiveRun, RunnerError
+from runner.exitcodes import Exit
+from runner.files import untrusted
+from runner.files.rundir import RUN_ID_SHAPE, RunDir
+from runner.proc import identity, signals, sweep
+from runner.proc.cgroup import RunCgroup, run_cgroup_path
+from runner.proc.identity import Identity
+from runner.values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
-    from .spec import Spec
+    from runner.files.spec import Spec
 
 
 # Plain classes, not dataclasses: see values.py for what dataclasses cost every stop command.
@@ -286,7 +288,7 @@ def _stop_settings(view: RunView) -> None:
         if grace is not None and kill_grace is not None and channel in defaults.STOP_CHANNELS:
             view.stop = StopSettings(grace=grace, kill_grace=kill_grace, channel=str(channel))
             return
-    from .spec import load_frozen
+    from runner.files.spec import load_frozen
 
     try:
         s = load_frozen(view.rd.spec).stop
@@ -300,7 +302,7 @@ def spec_of(view: RunView) -> Spec | None:
     """The run's frozen spec for a reader that needs all of it (status), or None with
     the damage noted. Stoppers never call this: they take their [stop] values from
     engine.json (see _stop_settings)."""
-    from .spec import load_frozen
+    from runner.files.spec import load_frozen
 
     try:
         return load_frozen(view.rd.spec)

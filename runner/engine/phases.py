@@ -22,12 +22,14 @@ import os
 import time
 import traceback
 
-from . import captured, defaults, reaper, stop_request
-from .child import Result, run_child
-from .errors import RunStopped
-from .events import Event, Outcome
-from .exitcodes import Exit
-from .spec import substitute
+from runner import defaults
+from runner.engine.child import Result, run_child
+from runner.errors import RunStopped
+from runner.events import Event, Outcome
+from runner.exitcodes import Exit
+from runner.files import captured, stop_request
+from runner.files.spec import substitute
+from runner.proc import reaper
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
@@ -35,13 +37,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
-    from .cgroup import RunCgroup
-    from .journal import Journal
-    from .registry import Registry
-    from .rundir import RunDir
-    from .spec import CommandSpec, Spec
-    from .state import State, StateStore
-    from .stop_controller import StopController
+    from runner.engine.registry import Registry
+    from runner.engine.stop_controller import StopController
+    from runner.files.journal import Journal
+    from runner.files.rundir import RunDir
+    from runner.files.spec import CommandSpec, Spec
+    from runner.files.state import State, StateStore
+    from runner.proc.cgroup import RunCgroup
 
 # Outcomes of one command.
 PASSED, FAILED, TIMEOUT, STOPPED = Outcome.PASSED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.STOPPED

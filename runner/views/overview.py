@@ -21,17 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from . import journal, stop_request
-from .errors import Damaged
-from .events import Event, Outcome
-from .follow import JournalTail
-from .spec import substitute
+from runner.errors import Damaged
+from runner.events import Event, Outcome
+from runner.files import journal, stop_request
+from runner.files.follow import JournalTail
+from runner.files.spec import substitute
 
 if TYPE_CHECKING:
-    from .identity import Identity
-    from .rundir import RunDir
-    from .spec import Spec
-    from .state import State
+    from runner.files.rundir import RunDir
+    from runner.files.spec import Spec
+    from runner.files.state import State
+    from runner.proc.identity import Identity
 
 STATUS_VERSION = 1
 """`version` of `runner status --json` (docs/status-json.md): raised when a key changes

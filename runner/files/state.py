@@ -17,10 +17,10 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
-from . import untrusted
-from .atomic import atomic_write_json
-from .errors import Damaged
-from .values import Value
+from runner.errors import Damaged
+from runner.files import untrusted
+from runner.files.atomic import atomic_write_json
+from runner.values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:

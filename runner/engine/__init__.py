@@ -1,0 +1,1 @@
+"""What runs in the engine process (runner _engine): its entry point, phases, stop controller, registry."""

@@ -1,0 +1,1 @@
+"""Processes: identity, membership, signals, sweeps, containment. Run in the engine and in the stopper."""
