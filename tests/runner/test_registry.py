@@ -98,7 +98,7 @@ def test_a_stop_whose_kill_failed_is_retried(reg, start, monkeypatch):
     """Path: Registry.stop_all after a failed first kill (the watchdog retries on its next
     tick). The stop is idempotent, but not when its kill raised: the second call kills
     what is still registered instead of returning the first call's missing report."""
-    from runner.engine.phases import registry as registry_mod
+    from runner.engine import registry as registry_mod
     from runner.proc import reaper
 
     proc, v = start("trap-term")
