@@ -140,7 +140,7 @@ def test_an_ancestors_group_is_refused():
     setsid, /proc reads it as 0). Ablation: drop the protected-pids loop in refusal() and
     the child prints None (red)."""
     check = (
-        "import os; from runner import signals; "
+        "import os; from runner.proc import signals; "
         "assert os.getpgrp() != os.getpgid(os.getppid()) > 1; "
         "print(signals.refusal(os.getpgid(os.getppid())))"
     )

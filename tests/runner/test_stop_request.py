@@ -82,7 +82,7 @@ def test_graceful_racing_a_hard_stays_hard_deterministic(rd, monkeypatch):
 
 
 STOPPER = (
-    "import sys\nfrom runner.files.rundir import RunDir\nfrom runner import stop_request\n"
+    "import sys\nfrom runner.files.rundir import RunDir\nfrom runner.files import stop_request\n"
     "rd = RunDir(sys.argv[1]); sys.stdin.readline()\n"
     "stop_request.lodge(rd, sys.argv[2], 'signal' if sys.argv[2] == 'hard' else 'file')\n"
 )

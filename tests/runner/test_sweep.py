@@ -27,7 +27,7 @@ def test_tagged_never_lists_this_process(monkeypatch):
     """A `runner stop` run from a hook carries the tag: the sweep must skip itself."""
     rid = new_run_id()
     monkeypatch.setenv("RUNNER_RUN_ID", rid)
-    code = f"from runner import sweep; import os; print(os.getpid() in {{i.pid for i in sweep.tagged({rid!r})}})"
+    code = f"from runner.proc import sweep; import os; print(os.getpid() in {{i.pid for i in sweep.tagged({rid!r})}})"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -64,7 +64,7 @@ def test_descendants_snapshot_includes_a_setsid_child(spawn):
 
 SUBREAPER_PROG = textwrap.dedent("""
     import os, sys, time
-    from runner import sweep
+    from runner.proc import sweep
     assert sweep.make_subreaper()
     # A double fork: the middle process exits, its child is re-parented to us, not init.
     mid = os.fork()
