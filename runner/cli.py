@@ -202,7 +202,29 @@ def _stop_args(argv: Sequence[str]) -> SimpleNamespace | None:
     return SimpleNamespace(command="stop", **values)
 
 
+def unsupported() -> str | None:
+    """Why this machine cannot run the runner, or None. Asked before anything else, so
+    that off Linux (or on a kernel older than 5.3) every command says so in one line
+    instead of failing on its first `fcntl`, `/proc` or `os.pidfd_open`. `sys.platform`,
+    so that a test can fake another platform; one pidfd_open of this very process, so
+    that a kernel without it (ENOSYS) is told apart from a Python without it."""
+    if not sys.platform.startswith("linux"):
+        return f"runner needs Linux >= 5.3 (pidfd, /proc; cgroup v2 for containment): this is {sys.platform}"
+    if not hasattr(os, "pidfd_open"):
+        return "runner needs Linux >= 5.3: this Python has no os.pidfd_open (Python 3.9+ built on Linux)"
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError as exc:
+        release = os.uname().release
+        return f"runner needs Linux >= 5.3: pidfd_open failed ({os.strerror(exc.errno or 0)}, kernel {release})"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    why = unsupported()
+    if why is not None:
+        print(f"runner: {why}", file=sys.stderr)
+        return int(Exit.UNSUPPORTED)
     # Warnings of the process layer (a stale identity refused, a pid that survived its
     # SIGKILL) reach the operator on stderr, each on its own line; the engine's go to
     # its engine.log.
