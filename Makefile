@@ -77,15 +77,18 @@ mutate: $(STAMP) bytecode
 
 # docs/stop-latency.md from its template, docs/measure.json, docs/mutate.json and
 # runner/defaults.py; docs/plugin.md from its template, the plugin's code, docs/measure.json,
-# docs/process-leaks-bench.json and examples/. docs-check fails (with a diff) when a
+# docs/process-leaks-bench.json and examples/; examples/kubernetes/job.yaml from its template
+# and `runner bound --container`. docs-check fails (with a diff) when a
 # committed file is stale.
 docs: $(STAMP)
 	$(PY) docs/render_stop_latency.py
 	$(PY) docs/render_plugin.py
+	$(PY) examples/kubernetes/render_job.py
 
 docs-check: $(STAMP)
 	$(PY) docs/render_stop_latency.py --check
 	$(PY) docs/render_plugin.py --check
+	$(PY) examples/kubernetes/render_job.py --check
 
 # docs/dashboard.png (shown in README.md): the dashboard over three real runs, taken by
 # chromium. Never drawn by hand.

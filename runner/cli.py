@@ -34,6 +34,10 @@ RUNS_DIR_HELP = "the base directory the runs live under (default .runner/runs)"
 STOP_ALL_HELP = "stop every live run under --runs-dir at once, from this one process"
 DASHBOARD_RUNS_DIR_HELP = "the directory whose runs the dashboard shows (default .runner/runs)"
 HOST_HELP = "the address to listen on (default 127.0.0.1; anything but loopback prints a warning)"
+BOUND_CONTAINER_HELP = (
+    "print whole seconds for a container's grace period (terminationGracePeriodSeconds, docker stop -t): "
+    "the worst case plus the stopper's start-up margin, rounded up"
+)
 PORT_HELP = "the port to listen on (default 0: any free port; the first line printed names it)"
 
 
@@ -84,6 +88,11 @@ def _add_dashboard(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=0, help=PORT_HELP)
 
 
+def _add_bound(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="the TOML spec")
+    p.add_argument("--container", action="store_true", help=BOUND_CONTAINER_HELP)
+
+
 def _add_engine(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir")
     p.add_argument("--lock-fd", type=int, default=None)
@@ -100,6 +109,7 @@ _COMMANDS: tuple[tuple[str, str | None, Callable[[argparse.ArgumentParser], None
     ("list", "the runs under the base directory, with status and age", _add_list),
     ("wait", "block until a detached run ends; exit with its code", _add_wait),
     ("dashboard", "serve a web page of every run, with the stop buttons", _add_dashboard),
+    ("bound", "print the hard stop's worst case for a spec, in seconds", _add_bound),
     ("_engine", None, _add_engine),
 )
 
@@ -302,7 +312,26 @@ def _dispatch(args: Args) -> int:
 
         runs_dir = args.runs_dir if args.runs_dir is not None else str(default_base())
         return serve(runs_dir, args.host, args.port, explicit_dir=args.runs_dir is not None)
+    if args.command == "bound":
+        return _bound(args)
     raise BadInput(f"runner: unknown command {args.command}")
+
+
+def _bound(args: Args) -> int:
+    """`runner bound SPEC`: the hard stop's worst case (StopSpec.hard_worst_case) derived
+    from the spec's [stop] keys and the code's defaults, so that a container's grace
+    period is computed, never typed (examples/kubernetes/)."""
+    import math
+
+    from runner import defaults
+    from runner.files.spec import load
+
+    stop = load(args.spec).stop
+    if args.container:
+        print(math.ceil(stop.hard_worst_case + defaults.CONTAINER_GRACE_MARGIN))
+    else:
+        print(f"{stop.hard_worst_case:g}")
+    return int(Exit.OK)
 
 
 def _say(line: str) -> None:

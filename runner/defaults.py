@@ -74,6 +74,12 @@ ENGINE_START_POLL = 0.005
 FOREGROUND_POLL = 0.05
 """How often a foreground `runner run` forwards the terminal's signals to the engine."""
 
+CONTAINER_GRACE_MARGIN = 2.0
+"""What a container's grace period (`runner bound --container`: Kubernetes'
+terminationGracePeriodSeconds, `docker stop -t`) adds to the hard stop's worst case: the
+stopper's interpreter start and the engine's last writes, as the forced-stop test's
+margin allows them."""
+
 # Limits on what a spec may ask for (runner/files/spec.py enforces them; the generated
 # document prints them). A value past a limit is refused with one line naming its key.
 MAX_DURATION = 30 * 24 * 3600.0

@@ -47,6 +47,14 @@ class StopSpec:
     containment: str
     channel: str
 
+    @property
+    def hard_worst_case(self) -> float:
+        """The hard stop's worst case: `runner stop` waits `grace` for the engine's own
+        teardown, then forces (SIGTERM, `kill_grace`, SIGKILL) and confirms the kill for
+        up to CONFIRM_TIMEOUT. tests/runner/test_stop_races.py's wedged-engine test holds
+        the forced path to it, against an engine that answers nothing."""
+        return self.grace + self.kill_grace + defaults.CONFIRM_TIMEOUT
+
 
 @dataclass(frozen=True)
 class Spec:

@@ -1,0 +1,36 @@
+"""`runner bound SPEC`: the hard stop's worst case, derived from the spec and the code.
+
+A container's grace period (examples/kubernetes/job.yaml, `docker stop -t`) is computed
+from it, never typed; the forced path it adds up is held to it by
+test_stop_races.py::test_wedged_engine_falls_back_after_grace."""
+
+import math
+
+from runs import runner, write_spec
+
+from runner import defaults
+from runner.exitcodes import Exit
+
+
+def test_bound_adds_grace_kill_grace_and_the_confirmation(tmp_path):
+    """Path: cli._bound -> StopSpec.hard_worst_case. Red if either [stop] key or
+    CONFIRM_TIMEOUT is left out of the sum, or the defaults are not the code's."""
+    spec = write_spec(tmp_path / "s.toml", provider=["true"], stop={"grace": 3.5, "kill_grace": 0.25})
+    proc = runner("bound", spec)
+    assert proc.returncode == Exit.OK, proc.stderr
+    assert float(proc.stdout) == 3.5 + 0.25 + defaults.CONFIRM_TIMEOUT
+
+    plain = write_spec(tmp_path / "d.toml", provider=["true"])
+    worst = defaults.STOP_GRACE + defaults.KILL_GRACE + defaults.CONFIRM_TIMEOUT
+    assert float(runner("bound", plain).stdout) == worst
+    container = runner("bound", "--container", plain)
+    assert container.stdout.strip() == str(math.ceil(worst + defaults.CONTAINER_GRACE_MARGIN))
+
+
+def test_bound_of_a_bad_spec_is_one_line_and_bad_input(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('items = ["a"]\n[provider]\ncommand = ["true"]\n[stop]\ngrace = -1\n')
+    proc = runner("bound", bad)
+    assert proc.returncode == Exit.BAD_INPUT
+    assert len(proc.stderr.splitlines()) == 1 and "stop.grace" in proc.stderr
+    assert proc.stdout == ""
