@@ -150,8 +150,11 @@ class CoreutilsTimeout(_Wrapped):
 
 
 class _Init(_Wrapped):
-    """A signal-forwarding init outside a container: TERM to the init (forwarded to the
-    child's process group), KILL to the init once the grace is over."""
+    """A signal-forwarding init outside a container, where it is not PID 1: TERM to the
+    init (forwarded to the child's process group), KILL to the init once the grace is
+    over. Its death takes nothing with it: what left the group is orphaned. This is
+    how such inits are often used (`tini` as a subreaper in CI), not how a container
+    runs them; the `-pid1` rows below are that."""
 
     def stop(self, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
         return terminate_then_kill(proc, self.kill_grace)
@@ -159,7 +162,10 @@ class _Init(_Wrapped):
 
 class Tini(_Init):
     id, label, tool = "tini", "tini -g", "tini"
-    how = "`tini -s -g -- TREE`: SIGTERM to tini (forwarded to the child's group), SIGKILL to tini after the grace"
+    how = (
+        "`tini -s -g -- TREE`, not PID 1 (no container): SIGTERM to tini (forwarded to the child's group), "
+        "SIGKILL to tini after the grace"
+    )
 
     def wrap(self, argv: list[str]) -> list[str]:
         return ["tini", "-s", "-g", "--", *argv]
@@ -167,10 +173,79 @@ class Tini(_Init):
 
 class DumbInit(_Init):
     id, label, tool = "dumb-init", "dumb-init", "dumb-init"
-    how = "`dumb-init TREE`: SIGTERM to dumb-init (forwarded to the child's session), SIGKILL to it after the grace"
+    how = (
+        "`dumb-init TREE`, not PID 1 (no container): SIGTERM to dumb-init (forwarded to the child's session), "
+        "SIGKILL to it after the grace"
+    )
 
     def wrap(self, argv: list[str]) -> list[str]:
         return ["dumb-init", *argv]
+
+
+class _InitAsPid1(_Init):
+    """The same init as a container runs it: PID 1 of a new pid namespace (`unshare
+    --pid --fork`, no container runtime needed), stopped as a runtime stops a container
+    (`docker stop`, a pod deletion): SIGTERM to PID 1, SIGKILL to it after the grace.
+    When PID 1 of a namespace dies, the kernel kills every process left in it, so
+    nothing escapes this one, whatever left its group or session. Needs root (unshare)."""
+
+    inner: tuple[str, ...] = ()
+
+    def missing(self) -> str | None:
+        if os.geteuid() != 0 or not shutil.which("unshare"):
+            return "needs root and `unshare` (a pid namespace)"
+        return super().missing()
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return ["unshare", "--pid", "--fork", "--kill-child", *self.inner, *argv]
+
+    def start(self, tree: Tree) -> subprocess.Popen[bytes]:
+        proc = popen_session(self.wrap(tree.argv))
+        tree.exclude.add(proc.pid)
+        tree.exclude.add(_first_child(proc.pid))  # the init: the stopper, not the tree
+        tree.wait_ready()
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+        init = _first_child(proc.pid)
+        os.kill(init, signal.SIGTERM)
+        try:
+            proc.wait(self.kill_grace)
+        except subprocess.TimeoutExpired:
+            try:
+                os.kill(init, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(STOPPER_WAIT)
+        return {"code": proc.returncode}
+
+
+def _first_child(pid: int, timeout: float = 10.0) -> int:
+    """The child unshare forked (PID 1 of the new namespace), by its host pid."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = f.read().split()
+        except OSError:
+            kids = []
+        if kids:
+            return int(kids[0])
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"unshare {pid} forked no child in {timeout}s")
+        time.sleep(0.002)
+
+
+class TiniPid1(_InitAsPid1):
+    id, label, tool = "tini-pid1", "tini -g, as PID 1", "tini"
+    inner = ("tini", "-s", "-g", "--")
+    how = "`unshare --pid --fork tini -s -g -- TREE`: tini as PID 1 of a pid namespace; TERM, then KILL after the grace"
+
+
+class DumbInitPid1(_InitAsPid1):
+    id, label, tool = "dumb-init-pid1", "dumb-init, as PID 1", "dumb-init"
+    inner = ("dumb-init",)
+    how = "`unshare --pid --fork dumb-init TREE`: dumb-init as PID 1 of a pid ns; TERM, then KILL after the grace"
 
 
 class Supervisord(Stopper):
@@ -308,5 +383,17 @@ class RunnerNow(RunnerStop):
     how = "`runner stop --now --run-dir DIR` (the stopper kills every process of the run itself)"
 
 
-ALL = (PopenTerminate, KillpgReaper, CoreutilsTimeout, Supervisord, Tini, DumbInit, RunnerHard, RunnerFile, RunnerNow)
+ALL = (
+    PopenTerminate,
+    KillpgReaper,
+    CoreutilsTimeout,
+    Supervisord,
+    Tini,
+    DumbInit,
+    TiniPid1,
+    DumbInitPid1,
+    RunnerHard,
+    RunnerFile,
+    RunnerNow,
+)
 CI = (CoreutilsTimeout, RunnerHard, RunnerNow)

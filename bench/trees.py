@@ -105,6 +105,7 @@ class Tree:
         self.argv = env + prog
         self.token = os.fsencode(f"{program.TOKEN_ENV}={self.prepared.token}")
         self.exclude: set[int] = set()  # a stopper's own wrapper (timeout, tini) carries the argv too
+        self.own_pid_namespace = False  # set by wait_ready: the recorded pids are not ours
 
     def __repr__(self) -> str:
         return f"<Tree {self.spec.id} {self.dir}>"
@@ -113,8 +114,23 @@ class Tree:
         """Wait until every process of the tree is up (the victim's ready file)."""
         self.victim = self.prepared.adopt(timeout, process=process)
 
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait for the ready file only: for a tree inside another pid namespace, whose
+        ready file names its pids as that namespace sees them (the plugin's handshake
+        checks the pid against the token, from here, and must refuse it). Its members
+        are found by marker and token, by host pid, as every tree's are; the pids it
+        records (extras) are never used, since here they would name other processes."""
+        self.own_pid_namespace = True
+        deadline = time.monotonic() + timeout
+        while self.prepared.ready_info() is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self!r}: no ready file after {timeout} s")
+            time.sleep(0.005)
+
     def extras(self) -> list[Member]:
         """Processes the victim recorded (the env-scrubber's grandchild, by pid and ticks)."""
+        if self.own_pid_namespace:
+            return []
         info = self.prepared.ready_info() or {}
         out = [(int(e["pid"]), int(e["start_ticks"])) for e in info.get("extras", [])]
         path = self.prepared.ready_path.with_suffix(program.EXTRAS_SUFFIX)
