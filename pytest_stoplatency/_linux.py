@@ -1,5 +1,9 @@
 """The plugin on Linux: the ``victim`` and ``stop_latency`` fixtures and the hooks (plugin.py,
 the entry point, registers it; the options, ini keys and texts live there).
+
+A session that uses none of it (no victim, no --process-leaks) reads nothing of /proc and
+starts no process: the sweep of ownerless victims runs only where some session's records
+outlived their owner (_cleanup.sweep_needed).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from . import _cgroup, _cleanup, _guardian, _leakreport, _leaks, _records, _report, _subreaper
+from . import _cgroup, _cleanup, _guardian, _leakreport, _leaks, _records, _report, _subreaper, _token
 from ._handle import PreparedVictim, Victim
 from ._recorder import Recorder
 from .plugin import (
@@ -61,6 +65,10 @@ def pytest_configure(config):
     worker = config.workerinput.get("workerid") if _is_worker(config) else None
     config.stash[_STATE] = _State(worker=worker)
     if leaks_enabled(config):
+        # The owner's record directory marks this process as one whose processes a sweep
+        # may have to end (its tagged ones, its session cgroup) should it die: created
+        # before any test runs, removed at a clean end (_cleanup.drop_own_records).
+        _records.owner_dir(_token.me())
         # Every process that runs tests (each xdist worker; a controller adopts a dead
         # worker's orphans and reaps them at its end).
         _subreaper.enable()
@@ -80,7 +88,7 @@ def pytest_report_header(config):
 
 def pytest_sessionstart(session):
     # Only the controller (or a plain session) sweeps: workers would race each other.
-    if not _is_worker(session.config):
+    if not _is_worker(session.config) and _cleanup.sweep_needed():  # ablate: plugin-idle-sweep
         session.config.stash[_STATE].swept += _cleanup.sweep_ownerless()
 
 
@@ -312,7 +320,8 @@ def pytest_sessionfinish(session):
         }
         _cleanup.drop_own_records()
         return
-    st.swept += _cleanup.sweep_ownerless()
+    if _cleanup.sweep_needed():  # a worker that died, or another session that did meanwhile
+        st.swept += _cleanup.sweep_ownerless()
     _cleanup.drop_own_records()
     path = config.getoption("stop_latency_json")
     if path:
