@@ -142,6 +142,7 @@ def test_off_linux_an_unused_plugin_changes_nothing(pytester):
         (["--process-leaks-json", "leaks.json"], "--process-leaks-json"),
         (["-o", "process_leaks=true"], "process_leaks = true (ini file)"),
     ],
+    ids=["option", "cgroup-option", "json-option", "ini"],
 )
 def test_off_linux_a_leak_check_is_a_usage_error_naming_the_platform(pytester, args, named):
     """Path: plugin.pytest_configure off Linux: asking for the leak check (option or ini key)
