@@ -49,7 +49,7 @@ NO_CGROUP_LINE = (
 CGROUP_UNAVAILABLE = "(--process-leaks-cgroup: no writable cgroup v2 with cgroup.kill here)"
 CGROUP_LINE = "stoplatency: --process-leaks-cgroup: each test runs in a cgroup of its own under"
 INACTIVE_HEADER = "stoplatency: inactive:"
-NEEDS_LINUX = "pytest-stoplatency needs Linux (/proc, pidfds, cgroup v2); this is sys.platform {platform!r}"
+NEEDS_LINUX = "pytest-stoplatency needs Linux (/proc, pidfds, cgroup v2); this is sys.platform"
 LEAKS_OFF_LINUX = "{what}: no process-leak check can run here: {reason}"
 LEAKS_INI_OFF_LINUX = " (turn it off here with -o {key}=false)"
 
@@ -59,7 +59,7 @@ def inactive_reason() -> str | None:
     import, so that a test can fake another platform before pytest loads the plugin."""
     if sys.platform.startswith("linux"):  # ablate: plugin-platform-guard
         return None
-    return NEEDS_LINUX.format(platform=sys.platform)
+    return f"{NEEDS_LINUX} {sys.platform!r}"
 
 
 def pytest_addoption(parser):

@@ -102,7 +102,7 @@ def test_off_linux_the_plugin_is_inactive_says_why_once_and_skips_what_needs_lin
     out = _fake(pytester)
     pytester.makepyfile(test_suite=SUITE)
     result = run_faked(pytester, "--stop-latency", "-rs")
-    reason = plugin.NEEDS_LINUX.format(platform="darwin")
+    reason = f"{plugin.NEEDS_LINUX} 'darwin'"
     result.assert_outcomes(passed=1, skipped=3)
     header = f"{plugin.INACTIVE_HEADER} {reason}"
     assert result.stdout.str().count(header) == 1, result.stdout.str()
@@ -173,5 +173,5 @@ def test_on_windows_the_entry_point_imports(tmp_path):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == plugin.NEEDS_LINUX.format(platform="win32")
+    assert r.stdout.strip() == f"{plugin.NEEDS_LINUX} 'win32'"
     assert json.loads(out.read_text()) == {"proc": [], "modules": MODULES_OFF_LINUX}
