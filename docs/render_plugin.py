@@ -7,7 +7,7 @@ No number or option text is typed into the template. Each comes from:
 
     {{help:NAME}}          a text constant of pytest_stoplatency/plugin.py (option help, marker line)
     {{const:MODULE.NAME}}  a constant of pytest_stoplatency/MODULE.py, DERIVED, with its file
-    {{default:PARAM}}      a default of `victim(...)` (plugin.VictimFactory.__call__), bare (it stands in code)
+    {{default:PARAM}}      a default of `victim(...)` (_linux.VictimFactory.__call__), bare (it stands in code)
     {{kind:NAME}}          a victim kind's heading; every kind of victim.KINDS must have one, once
     {{measured:LABEL}}     a stop-latency label of docs/measure.json (`make measure`), MEASURED
     {{leak_cost}}          the --process-leaks cost, docs/process-leaks-bench.json (`make bench`), MEASURED
@@ -71,7 +71,7 @@ class Context:
 
     def default(self, param: str) -> str:
         """A default of `victim(...)` (VictimFactory.__call__), bare: it stands in code."""
-        sig = inspect.signature(_module("plugin").VictimFactory.__call__)
+        sig = inspect.signature(_module("_linux").VictimFactory.__call__)
         if param not in sig.parameters or sig.parameters[param].default is inspect.Parameter.empty:
             raise RenderError(f"template names victim parameter {param!r}, which has no default")
         return repr(sig.parameters[param].default)

@@ -50,6 +50,21 @@ def kill_lineage(tokens, extras=()) -> tuple[list[dict], list[dict]]:
     return list(leaked.values()), [describe(pid) for pid, _ in living]
 
 
+def sweep_needed() -> bool:
+    """Whether some owner's record directory outlived its owner: only then can a dead
+    session have left anything for a sweep to end.
+
+    Every pytest process that ever starts a victim, or runs the leak check, has its record
+    directory from before its first such process (PreparedVictim, the --process-leaks
+    configure) until its clean end (drop_own_records) or, once it is dead, until a sweep
+    that left nothing of it alive (sweep_ownerless; its guardian runs one). Without such a
+    directory the sweep is skipped, and a session that uses nothing of the plugin reads
+    nothing of /proc: only the owners named by the directories here are looked at, never
+    the whole process table.
+    """
+    return any(not owner.alive() for owner, _ in _records.owner_dirs())  # ablate: sweep-dead-owner-records
+
+
 def sweep_ownerless() -> int:
     """Kill every victim, and every process carrying a --process-leaks tag, whose owner
     (pid + start ticks) is gone; return how many.
@@ -79,6 +94,10 @@ def sweep_ownerless() -> int:
             if _procs.signal_identified(pid, ticks, signal.SIGKILL):  # stoplatency: sweep SIGKILL
                 killed += 1
         _procs.wait_gone([], orphans, timeout=SETTLE)
+    else:
+        # Still something of a dead owner alive after every round (a fast respawner):
+        # its records stay, so that the next session sweeps again (sweep_needed).
+        return killed + _cgroup.sweep_dead()
     for owner, d in _records.owner_dirs():
         if not owner.alive():
             _records.remove(d)
@@ -88,7 +107,10 @@ def sweep_ownerless() -> int:
 
 def drop_own_records() -> None:
     """At a clean session end: our record directory is no longer needed once its extras are dead."""
+    dirs = _records.owner_dirs()
+    if not dirs:  # nothing recorded: not even this process's start ticks are read
+        return
     me = _token.me()
-    for owner, d in _records.owner_dirs():
+    for owner, d in dirs:
         if owner == me and not any(_procs.is_alive(*e) for e in _records.recorded_extras(d)):
             _records.remove(d)
