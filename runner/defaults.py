@@ -19,7 +19,8 @@ KILL_GRACE = 1.0
 CONTAINMENT = "auto"
 """"auto", "group" or "cgroup"."""
 STOP_CHANNEL = "auto"
-""""signal", "file" or "auto": how `runner stop` reaches the engine."""
+""""signal", "file" or "auto": how `runner stop` reaches the engine. "auto" is the
+signal channel (request file lodged, then SIGTERM) on every machine the runner runs on."""
 STOP_CHANNELS = ("signal", "file", "auto")
 """The values `[stop] channel` may take."""
 
