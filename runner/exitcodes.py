@@ -28,7 +28,7 @@ class Exit(IntEnum):
     CRASHED = 11
     """The run's engine died without recording how the run ended (SIGKILL, out of
     memory); `runner resume` continues it."""
-    UNSUPPORTED = 12
+    UNSUPPORTED = 19
     """This machine cannot run the runner: not Linux, or a kernel without pidfd_open
     (Linux 5.3); the one line says which. Nothing was read, started or signalled."""
     INTERNAL = 70
