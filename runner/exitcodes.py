@@ -28,5 +28,9 @@ class Exit(IntEnum):
     CRASHED = 11
     """The run's engine died without recording how the run ended (SIGKILL, out of
     memory); `runner resume` continues it."""
+    COPY = 12
+    """The run directory is a copy of a run (or holds another directory's identity): it
+    can be read (status, logs, list), never stopped, resumed or waited on; nothing was
+    signalled or written."""
     INTERNAL = 70
     """An unexpected error inside the runner (see engine.log in the run directory)."""
