@@ -126,7 +126,7 @@ class RunDir:
         here = self.measured_identity()
         if not run_id or here is None:
             return None
-        return f"{run_id}.{here}"
+        return f"{run_id}.{here}"  # ablate: dir-identity-key
 
     def exists(self) -> bool:
         """The directory holds a run (its frozen spec is there, whatever shape it is in:
@@ -267,7 +267,7 @@ def _copied(rd: RunDir) -> str | None:
     except Damaged:
         return None
     here = rd.measured_identity()
-    return None if recorded is None or here is None or recorded == here else recorded
+    return None if recorded is None or here is None or recorded == here else recorded  # ablate: dir-identity-check
 
 
 def copy_origin(rd: RunDir) -> str | None:
@@ -315,7 +315,7 @@ def _original_of(rd: RunDir, recorded: str) -> Path | None:
 def refuse_copy(rd: RunDir) -> None:
     """CopyOfRun when `rd` is a copy: asked by every command that would act on a run
     (stop, resume, wait) before it reads further or writes anything."""
-    line = copy_line(rd)  # ablate: dir-identity-check
+    line = copy_line(rd)
     if line is not None:
         raise CopyOfRun(line)
 
