@@ -300,6 +300,12 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
         fold = overview.fold_journal(rd, spec, view.damaged)
     children: list[ChildStatus] = []
     members = Membership(view.key, view.cgroup.relative if view.cgroup else None)
+    engine = view.engine
+    if engine is not None and identity.is_running(engine) and members.proof(engine.pid, engine.start_ticks) is None:
+        # engine.json names a live process that is not this directory's run (copied or
+        # planted from another run): never shown as this run's engine.
+        view.note(Damaged(rd.engine_identity, f"not the run's engine: {members.why_not(engine.pid)}"))
+        engine = None
     for ident in view.children:
         if not identity.is_running(ident):
             continue
@@ -328,7 +334,7 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
         "run_id": view.run_id,
         "run_dir": str(rd.path),
         "live": live,
-        "engine_pid": view.engine.pid if view.engine else None,
+        "engine_pid": engine.pid if engine else None,
         "status": state.status if state else ("unknown" if view.damaged else "starting"),
         "attempt": state.attempt if state else None,
         "current_item": state.current_item if state else None,

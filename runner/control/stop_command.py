@@ -468,7 +468,12 @@ def stop_graceful(rd: RunDir, *, origin: Origin = Origin.FILE) -> StopResult:
 
 def wait_run(rd: RunDir, timeout: float | None = None) -> Exit:
     """Block until the run's engine is gone; return the run's own exit code."""
-    engine = run_view.require_engine(_not_a_copy(run_view.view(rd)))
+    view = _not_a_copy(run_view.view(rd))
+    engine = run_view.require_engine(view)
+    if identity.is_running(engine) and _membership(view).proof(engine.pid, engine.start_ticks) is None:
+        # engine.json names a live process that is not this directory's run: waiting on
+        # it would report another run's end as this one's.
+        raise NoLiveRun(f"{rd.engine_identity}: not the run's engine ({_membership(view).why_not(engine.pid)})")
     while not wait_engine_gone(engine, defaults.WAIT_SLICE if timeout is None else timeout):
         if timeout is not None:
             raise NoLiveRun(f"{rd.path}: still running after {timeout}s")

@@ -315,6 +315,14 @@ def test_a_planted_directory_naming_a_live_run_never_acts_on_it(runs, victim, co
         live.assert_untouched(f"{command} on a planted directory ({record} record)")
         bait_key = bait.key(live.run_id)
         assert not [t for _, t in run_processes(live.run_id).values() if t == bait_key], "the bait's engine lives on"
+        status = cli(live.base, "status", "--json", "--run-dir", bait.path)
+        info = json.loads(status.stdout)
+        assert info["engine_pid"] not in live.procs, f"the bait's status shows A's engine: {info}"
+        assert not {c["pid"] for c in info["children"]} & set(live.procs), f"the bait shows A's children: {info}"
+        if record != "copied":
+            wait = cli(live.base, "wait", "--run-dir", bait.path)
+            assert wait.returncode in (Exit.NO_LIVE_RUN, Exit.OK, Exit.STOPPED, Exit.CRASHED), wait.stderr
+        live.assert_untouched(f"status and wait on a planted directory ({record} record)")
     finally:
         live.stop()
 
