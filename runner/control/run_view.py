@@ -330,11 +330,14 @@ def _dir_identity(v: RunView) -> None:
     key is the measured identity, whatever the record says)."""
     rd = v.rd
     try:
-        if rd.recorded_identity() is None:
-            v.note(Damaged(rd.dir_identity_file, "missing: the run's directory identity was never recorded"))
+        recorded = rd.recorded_identity()
     except Damaged as exc:
         v.note(exc)
-    v.copy = copy_line(rd)
+        return
+    if recorded is None:
+        v.note(Damaged(rd.dir_identity_file, "missing: the run's directory identity was never recorded"))
+    elif recorded != rd.measured_identity():
+        v.copy = copy_line(rd)  # reads the record again, for a copy only: says where the run lives
 
 
 def view(rd: RunDir, *, wait_for_engine: bool = True) -> RunView:
