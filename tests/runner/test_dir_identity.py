@@ -354,3 +354,56 @@ def test_status_never_lists_a_child_file_that_names_a_foreign_process(runs, vict
         assert foreign.poll() is None
     finally:
         live.stop()
+
+
+def test_stop_all_never_stops_a_hard_linked_copy(runs, victim):
+    """Path: `cp -al` makes a copy whose `lock` is the run's very lock file (a hard link),
+    so the copy looks live to a lock probe. `stop --all --now` (stop_every) skips it: it
+    stops A once, by A's own directory, and writes nothing into the copy's own files;
+    `stop --now` and `status` on the copy still say copy. Red under ablation
+    `dir-identity-check` (the copy is stopped too: its `stop.lock` and records appear)."""
+    live = Live(runs, victim, "group")
+    try:
+        copy = RunDir(live.rd.path.parent / "C")
+        subprocess.run(["cp", "-al", str(live.rd.path), str(copy.path)], check=True)
+        assert copy.is_live(), "a hard-linked copy shares the held lock"
+        names = sorted(os.listdir(copy.path))
+        proc = cli(live.base, "stop", "--now", "--run-dir", copy.path)
+        assert proc.returncode == Exit.COPY, proc.stderr
+        live.assert_untouched("stop --now on a cp -al copy")
+        info = json.loads(cli(live.base, "status", "--json", "--run-dir", copy.path).stdout)
+        assert info["copy"] and info["live"] is False and info["engine_pid"] is None
+        proc = cli(live.base, "stop", "--all", "--now")
+        assert proc.returncode == Exit.OK, proc.stderr
+        assert len([line for line in proc.stdout.splitlines() if "killed" in line]) == 1, proc.stdout
+        assert run_processes(live.run_id) == {}
+        assert sorted(os.listdir(copy.path)) == names, "the stop wrote a file of its own into the copy"
+    finally:
+        if run_processes(live.run_id):
+            live.stop()
+
+
+def test_the_dashboard_shows_a_copy_and_acts_on_nothing(runs, victim):
+    """Path: the dashboard's row for a copy (snapshot._run_row over status_of) says
+    "copy", names it, and has every button off; each action (actions.ACTIONS, what a
+    POST runs) on the copy answers COPY and writes nothing. Red under ablation
+    `dir-identity-check` (the row is "crashed" with Resume on)."""
+    from runner.dashboard import actions, snapshot
+    from runner.dashboard.runs import Base
+
+    live = Live(runs, victim, "group")
+    try:
+        copy = copy_of(live, name="20991231-000000-c0c0c0")  # a name the dashboard lists
+        before = tree_bytes(copy.path)
+        (entry,) = [e for e in Base(copy.path.parent).entries() if e.name == copy.path.name]
+        row = snapshot._run_row(entry)
+        assert row["status"] == "copy" and row["copy"], row
+        assert not any(row["buttons"].values()), row["buttons"]
+        for name, action in sorted(actions.ACTIONS.items()):
+            with pytest.raises(Exception) as info:
+                action(copy)
+            assert getattr(info.value, "exit_code", None) == Exit.COPY, (name, info.value)
+        live.assert_untouched("dashboard actions on a copy")
+        assert tree_bytes(copy.path) == before
+    finally:
+        live.stop()
