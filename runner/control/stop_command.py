@@ -19,12 +19,12 @@ import time
 
 from runner import defaults
 from runner.control import run_view
-from runner.errors import ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked
+from runner.errors import ControlFileError, CopyOfRun, Crashed, Damaged, NoLiveRun, RunLocked
 from runner.events import Event, Mode, Origin
 from runner.exitcodes import Exit
 from runner.files import stop_request, untrusted
 from runner.files.journal import Journal, read_attempt
-from runner.files.rundir import CopyOfRun, RunDir, copy_line, refuse_copy
+from runner.files.rundir import RunDir, copy_line, refuse_copy
 from runner.files.state import State, StateStore
 from runner.proc import identity, reaper, signals, sweep
 from runner.proc.membership import Membership

@@ -16,8 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner import defaults
-from runner.errors import BadInput, Damaged, NoLiveRun, RunLocked, RunnerError
-from runner.exitcodes import Exit
+from runner.errors import BadInput, CopyOfRun, Damaged, NoLiveRun, RunLocked
 from runner.files import untrusted
 from runner.files.atomic import atomic_write_text, fsync_dir, temp_file
 
@@ -253,13 +252,6 @@ is matched in environments, so no '/', no '=', no control character."""
 _DIR_IDENTITY_SHAPE = re.compile(r"\d{1,20}-\d{1,20}")
 
 
-class CopyOfRun(RunnerError):
-    """A run directory that is not the directory its run was created in (a copy, a
-    restored backup, a planted directory holding another run's identity): read-only."""
-
-    exit_code = Exit.COPY
-
-
 def _copied(rd: RunDir) -> str | None:
     """The recorded identity when `rd` is a copy (readable, and not the measured one)."""
     try:
@@ -300,16 +292,24 @@ def copy_line(rd: RunDir) -> str | None:
 
 def _original_of(rd: RunDir, recorded: str) -> Path | None:
     """The run's own directory, when it is among the runs beside the copy or under the
-    default base: the one whose measured identity is the copy's recorded one."""
+    default base: the one whose measured identity is the copy's recorded one, holding
+    the same run id."""
     seen: set[Path] = {rd.path}
     for base in (rd.path.parent, default_base()):
         for other in list_runs(base):
             if other.path in seen:
                 continue
             seen.add(other.path)
-            if other.measured_identity() == recorded:
+            if other.measured_identity() == recorded and _same_id(rd, other):
                 return other.path
     return None
+
+
+def _same_id(a: RunDir, b: RunDir) -> bool:
+    try:
+        return a.run_id == b.run_id
+    except Damaged:
+        return False
 
 
 def refuse_copy(rd: RunDir) -> None:
