@@ -335,7 +335,13 @@ def _dir_identity(v: RunView) -> None:
         v.note(exc)
         return
     if recorded is None:
-        v.note(Damaged(rd.dir_identity_file, "missing: the run's directory identity was never recorded"))
+        v.note(
+            Damaged(
+                rd.dir_identity_file,
+                "missing: the run's directory identity was never recorded (a run made before it was; "
+                f"if this is the run's own directory and not a copy: stat -c %d-%i {rd.path} > {rd.dir_identity_file})",
+            )
+        )
     elif recorded != rd.measured_identity():
         v.copy = copy_line(rd)  # reads the record again, for a copy only: says where the run lives
 
