@@ -9,6 +9,7 @@
      +-- NoLiveRun               exit NO_LIVE_RUN
      +-- Crashed                 exit CRASHED: the engine died without recording an end
      +-- RunLocked               exit REFUSED: a live engine holds the run directory
+     +-- CopyOfRun               exit COPY: the directory is a copy of a run (read-only)
 
     RunStopped (BaseException)   the stop, raised at the engine's next check point
 
@@ -90,6 +91,13 @@ class Crashed(RunnerError):
 
 class RunLocked(RunnerError):
     exit_code = Exit.REFUSED
+
+
+class CopyOfRun(RunnerError):
+    """A run directory that is not the directory its run was created in (a copy, a
+    restored backup, a planted directory holding another run's identity): read-only."""
+
+    exit_code = Exit.COPY
 
 
 class RunStopped(BaseException):

@@ -28,6 +28,10 @@ class Exit(IntEnum):
     CRASHED = 11
     """The run's engine died without recording how the run ended (SIGKILL, out of
     memory); `runner resume` continues it."""
+    COPY = 12
+    """The run directory is a copy of a run (or holds another directory's identity): it
+    can be read (status, logs, list), never stopped, resumed or waited on; nothing was
+    signalled or written."""
     UNSUPPORTED = 19
     """This machine cannot run the runner: not Linux, or a kernel without pidfd_open
     (Linux 5.3); the one line says which. Nothing was read, started or signalled."""

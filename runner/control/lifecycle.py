@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from runner import defaults
 from runner.control import run_view, stop_command
-from runner.errors import BadInput, Damaged, IdentityError, RunLocked
+from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked
 from runner.events import Event
 from runner.exitcodes import Exit
 from runner.files import stop_request, untrusted
 from runner.files.journal import Journal
-from runner.files.rundir import EngineLock, RunDir, default_base, new_run_id, resolve
+from runner.files.rundir import EngineLock, RunDir, copy_line, default_base, new_run_id, refuse_copy, resolve
 from runner.files.spec import Spec, load_frozen
 from runner.files.spec import load_bytes as load_spec_bytes
 from runner.files.state import StateStore
@@ -73,6 +73,7 @@ class RunStatus(TypedDict):
     paused: bool
     pause_held: bool
     containment: dict[str, Any] | None
+    copy: str | None
 
 
 def run(
@@ -105,6 +106,10 @@ def resume(
     left running is killed first (only what is proven the run's), pending control files
     are archived, the dead attempt's identity files removed."""
     rd = resolve(run_dir, want=resumable, what="resumable")
+    # A copy is never resumed: its engine would run a second attempt of another
+    # directory's run (the copy's key matches none of that run's processes, so its
+    # leftovers could not even be found). Asked before the lock file is touched.
+    refuse_copy(rd)
     # The engine lock is taken before anything is touched and handed to the new engine
     # (it inherits the locked descriptor): never released in between, so of two resumes
     # racing, exactly one prepares and starts an engine; the other is REFUSED.
@@ -160,7 +165,7 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, show: p
 
 def resumable(rd: RunDir) -> bool:
     """A run with no live engine whose last attempt was stopped or never finished."""
-    if rd.is_live():
+    if rd.is_live() or copy_line(rd) is not None:
         return False
     state = StateStore(rd.state).load_or_none()
     return state is not None and (state.stopped or state.status in ("stopped", "crashed", "running"))
@@ -174,7 +179,10 @@ def start_engine(
     stays held by the engine when this command lets go of its copy)."""
     assert lock.fd is not None
     since = time.time()  # the progress shows this attempt's phases, not a resumed run's past
-    env = dict(os.environ, RUNNER_RUN_ID=rd.run_id)
+    key = rd.key(rd.run_id)
+    if key is None:
+        raise NoLiveRun(f"{rd.path}: the run directory is gone")
+    env = dict(os.environ, RUNNER_RUN_ID=key)
     with open(rd.engine_log, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "runner", "_engine", str(rd.path), "--lock-fd", str(lock.fd)],
@@ -233,7 +241,7 @@ def _foreground(
     are handled: it reads the files the engine writes and never delays a forward."""
     received: list[int] = []
     signum: int  # a signal number: the forwarded ones, then whatever the terminal sent
-    tagged = Membership(run_id=rd.run_id)  # the engine carries the run's tag from its first instruction
+    tagged = Membership(run_id=rd.key(rd.run_id))  # the engine carries the run's tag from its first instruction
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(signum, lambda s, f: received.append(s))
     tell = watch.say if watch is not None else say
@@ -291,16 +299,29 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     else:
         fold = overview.fold_journal(rd, spec, view.damaged)
     children: list[ChildStatus] = []
+    members = Membership(view.key, view.cgroup.relative if view.cgroup else None)
+    engine = view.engine
+    if engine is not None and identity.is_running(engine) and members.proof(engine.pid, engine.start_ticks) is None:
+        # engine.json names a live process that is not this directory's run (copied or
+        # planted from another run): never shown as this run's engine.
+        view.note(Damaged(rd.engine_identity, f"not the run's engine: {members.why_not(engine.pid)}"))
+        engine = None
     for ident in view.children:
-        if identity.is_running(ident):
-            children.append(
-                {
-                    "pid": ident.pid,
-                    "pgid": ident.pgid,
-                    "name": view.child_names.get(ident.pid),
-                    "runtime": overview.runtime(ident),
-                }
-            )
+        if not identity.is_running(ident):
+            continue
+        if members.proof(ident.pid, ident.start_ticks) is None:  # ablate: status-child-proof
+            # A child file naming a process that a stop would refuse to signal (forged,
+            # copied from another run, or a call that left the run): never shown as a child.
+            view.note(Damaged(rd.children / f"{ident.pid}.json", f"not the run's: {members.why_not(ident.pid)}"))
+            continue
+        children.append(
+            {
+                "pid": ident.pid,
+                "pgid": ident.pgid,
+                "name": view.child_names.get(ident.pid),
+                "runtime": overview.runtime(ident),
+            }
+        )
     live = view.live
     running = bool(live) and fold.ended is None
     phase = fold.current if running else None
@@ -313,7 +334,7 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
         "run_id": view.run_id,
         "run_dir": str(rd.path),
         "live": live,
-        "engine_pid": view.engine.pid if view.engine else None,
+        "engine_pid": engine.pid if engine else None,
         "status": state.status if state else ("unknown" if view.damaged else "starting"),
         "attempt": state.attempt if state else None,
         "current_item": state.current_item if state else None,
@@ -332,4 +353,5 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
         "paused": stop_request.pause_file(rd),
         "pause_held": running and fold.pause_held,
         "containment": containment,
+        "copy": view.copy,
     }

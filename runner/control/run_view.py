@@ -21,7 +21,7 @@ from runner import defaults
 from runner.errors import Damaged, NoLiveRun, RunnerError
 from runner.exitcodes import Exit
 from runner.files import untrusted
-from runner.files.rundir import RUN_ID_SHAPE, RunDir
+from runner.files.rundir import RUN_ID_SHAPE, RunDir, copy_line
 from runner.proc import identity, signals, sweep
 from runner.proc.cgroup import RunCgroup, run_cgroup_path
 from runner.proc.identity import Identity
@@ -59,6 +59,8 @@ class RunView(Value):
     __slots__ = (
         "rd",
         "run_id",
+        "key",
+        "copy",
         "engine",
         "children",
         "child_names",
@@ -73,6 +75,8 @@ class RunView(Value):
         self,
         rd: RunDir,
         run_id: str | None = None,
+        key: str | None = None,
+        copy: str | None = None,
         engine: Identity | None = None,
         children: list[Identity] | None = None,
         child_names: dict[int, str | None] | None = None,
@@ -84,6 +88,8 @@ class RunView(Value):
     ) -> None:
         self.rd = rd
         self.run_id = run_id
+        self.key = key  # the membership key (RunDir.key): the tag value and cgroup name
+        self.copy = copy  # the line saying this directory is a copy of a run, or None
         self.engine = engine
         self.children: list[Identity] = [] if children is None else children
         self.child_names: dict[int, str | None] = {} if child_names is None else child_names  # pid -> the call's name
@@ -141,11 +147,16 @@ def _holds_flock(pid: int, dev: int, ino: int) -> bool:
     return False
 
 
-def _environ_run_id(pid: int) -> str | None:
+def _environ_run_id(pid: int, here: str | None) -> str | None:
+    """The run id in the tag of a holder of the run's lock, if the tag is this
+    directory's (the key ends with the identity measured here): a hard link to another
+    run's lock file never lends this directory that run's id."""
     for entry in signals._environ(pid).split(b"\0"):
         if entry.startswith(signals.TAG.encode() + b"="):
             value = entry.split(b"=", 1)[1].decode("utf-8", "replace")
-            return value if RUN_ID_SHAPE.fullmatch(value) else None
+            run_id, dot, tail = value.rpartition(".")
+            ok = dot and here is not None and tail == here and RUN_ID_SHAPE.fullmatch(run_id)
+            return run_id if ok else None
     return None
 
 
@@ -163,8 +174,9 @@ def _run_id(view: RunView) -> str | None:
             return value
     except (FileNotFoundError, Damaged):
         pass
+    here = rd.measured_identity()
     for pid in lock_holders(rd):  # every process: slow, and only when both files are damaged
-        found = _environ_run_id(pid)
+        found = _environ_run_id(pid, here)
         if found:
             return found
     return None
@@ -181,7 +193,7 @@ def _engine(view: RunView, wait: bool) -> None:
         # paid only when engine.json does not name the holder itself.)
         nonlocal holders
         if holders is None:
-            holders = lock_holders(rd, [i.pid for i in sweep.tagged(view.run_id)]) if view.run_id else []
+            holders = lock_holders(rd, [i.pid for i in sweep.tagged(view.key)]) if view.key else []
         return holders
 
     while True:
@@ -243,7 +255,7 @@ def _cgroup(view: RunView) -> None:
     """The run's cgroup: only ever the path the runner creates for this run's id. The
     `cgroup` file must name that path; anything else is refused and never touched."""
     rd = view.rd
-    expected = run_cgroup_path(view.run_id) if view.run_id else None
+    expected = run_cgroup_path(view.key) if view.key else None
     try:
         named = untrusted.read_text(rd.cgroup_file).strip()
     except FileNotFoundError:
@@ -311,23 +323,57 @@ def spec_of(view: RunView) -> Spec | None:
         return None
 
 
+def _dir_identity(v: RunView) -> None:
+    """Whether `rd` is the directory its run was created in. A copy (`cp -r`, `cp -al`, a
+    restored backup, a planted directory holding another run's record) is noted in
+    `copy`; a missing or damaged record is damage (nothing is signalled on its word: the
+    key is the measured identity, whatever the record says)."""
+    rd = v.rd
+    try:
+        recorded = rd.recorded_identity()
+    except Damaged as exc:
+        v.note(exc)
+        return
+    if recorded is None:
+        v.note(
+            Damaged(
+                rd.dir_identity_file,
+                "missing: the run's directory identity was never recorded (a run made before it was; "
+                f"if this is the run's own directory and not a copy: stat -c %d-%i {rd.path} > {rd.dir_identity_file})",
+            )
+        )
+    elif recorded != rd.measured_identity():
+        v.copy = copy_line(rd)  # reads the record again, for a copy only: says where the run lives
+
+
 def view(rd: RunDir, *, wait_for_engine: bool = True) -> RunView:
-    """Everything a stopper can learn of `rd`; never raises for a damaged file."""
+    """Everything a stopper can learn of `rd`; never raises for a damaged file. For a
+    copy of a run (`copy` set), only its id: nothing in a copy is live, and its engine
+    and child files name another directory's processes."""
     v = RunView(rd)
+    _dir_identity(v)
+    if v.copy is not None:
+        try:
+            v.run_id = rd.run_id
+        except Damaged as exc:
+            v.note(exc)
+        v.live = False
+        return v
     try:
         v.live = rd.is_live()
     except Damaged as exc:
         v.note(exc)
         v.live = None
     v.run_id = _run_id(v)
+    v.key = rd.key(v.run_id)
     _engine(v, wait_for_engine)
     _stop_settings(v)
     if (
         v.live is not True
         and v.engine is not None
-        and v.run_id
+        and v.key
         and identity.is_running(v.engine)
-        and signals.has_tag(v.engine.pid, v.run_id)
+        and signals.has_tag(v.engine.pid, v.key)
     ):
         # A run-tagged engine runs, yet nobody holds `lock`: the file was replaced (the
         # engine's flock is on the old inode). The run is live all the same.

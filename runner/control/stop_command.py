@@ -19,12 +19,12 @@ import time
 
 from runner import defaults
 from runner.control import run_view
-from runner.errors import ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked
+from runner.errors import ControlFileError, CopyOfRun, Crashed, Damaged, NoLiveRun, RunLocked
 from runner.events import Event, Mode, Origin
 from runner.exitcodes import Exit
 from runner.files import stop_request, untrusted
 from runner.files.journal import Journal, read_attempt
-from runner.files.rundir import RunDir
+from runner.files.rundir import RunDir, copy_line, refuse_copy
 from runner.files.state import State, StateStore
 from runner.proc import identity, reaper, signals, sweep
 from runner.proc.membership import Membership
@@ -103,8 +103,16 @@ def wait_engine_gone(engine: Identity, timeout: float) -> bool:
             os.close(fd)
 
 
+def _not_a_copy(view: RunView) -> RunView:
+    """The view, unless its directory is a copy of a run: then CopyOfRun, before anything
+    is signalled or written (the copy's files name another directory's processes)."""
+    if view.copy is not None:
+        raise CopyOfRun(view.copy)
+    return view
+
+
 def _membership(view: RunView) -> Membership:
-    return Membership(view.run_id, view.cgroup.relative if view.cgroup else None)
+    return Membership(view.key, view.cgroup.relative if view.cgroup else None)
 
 
 def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, RunView]:
@@ -112,12 +120,12 @@ def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, RunView]:
     children/), whatever carries the run's tag, and its cgroup's work members. Resume
     runs this first, so an orphaned call never works on an item beside its replay.
     Returns the reaper's report and the run's view (what was damaged)."""
-    view = run_view.view(rd, wait_for_engine=False)
+    view = _not_a_copy(run_view.view(rd, wait_for_engine=False))
     children = view.children
     report = reaper.kill_everything(
         groups=[(child.pgid, [child]) for child in children],
         pids=children,
-        run_id=view.run_id,
+        run_id=view.key,
         kill_grace=kill_grace,
         cgroup=view.cgroup,
         cgroup_scope="work",
@@ -216,7 +224,7 @@ def force(
     only once the engine is proven dead, and only if it did not. `origin`: who asked
     (the dashboard), journaled in the stop this stopper records; else `forced`."""
     started = time.monotonic()
-    view = view or run_view.view(rd)
+    view = _not_a_copy(view or run_view.view(rd))
     kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
     # One forcing stopper at a time: a second one runs after the first has recorded the
     # stop, kills what may be left (usually nothing), and reports who recorded it.
@@ -236,7 +244,7 @@ def _force_locked(
     recorded = [engine] if engine is not None else []
     groups = [(i.pgid, [i]) for i in recorded + children]
     report = reaper.kill_everything(
-        groups=groups, pids=recorded + children, run_id=view.run_id, kill_grace=kill_grace, cgroup=view.cgroup
+        groups=groups, pids=recorded + children, run_id=view.key, kill_grace=kill_grace, cgroup=view.cgroup
     )
     unkillable = sorted(set(report.unkillable))
     if report.refused:
@@ -308,7 +316,7 @@ def _engine_gone(rd: RunDir, view: RunView) -> bool:
     try:
         return not rd.is_live()
     except Damaged:
-        return not (view.run_id and sweep.tagged(view.run_id))
+        return not (view.key and sweep.tagged(view.key))
 
 
 def stop_now(rd: RunDir, kill_grace: float | None = None, *, origin: Origin | None = None) -> StopResult:
@@ -317,7 +325,7 @@ def stop_now(rd: RunDir, kill_grace: float | None = None, *, origin: Origin | No
     whoever records the stop, the engine or this stopper, journals that origin."""
     view = None
     if origin is not None:
-        view = run_view.view(rd)
+        view = _not_a_copy(run_view.view(rd))
         try:
             stop_request.lodge(rd, stop_request.Mode.HARD, origin)
         except (ControlFileError, Damaged) as exc:
@@ -375,7 +383,7 @@ def stop_hard(
     the force-kill, which needs neither. The request names the channel, or `origin`
     where the caller names itself (the dashboard)."""
     started = time.monotonic()
-    view = run_view.view(rd)
+    view = _not_a_copy(run_view.view(rd))
     channel = view.stop.channel if channel is None else channel
     grace = view.stop.grace if grace is None else grace
     if view.live is False:
@@ -447,6 +455,7 @@ def stop_hard(
 def stop_graceful(rd: RunDir, *, origin: Origin = Origin.FILE) -> StopResult:
     """`runner stop --graceful`: lodge a graceful request (file channel; `origin` names
     a caller other than the CLI) for the engine to honor at its next graceful check point."""
+    refuse_copy(rd)
     if not rd.is_live():
         raise NoLiveRun(f"{rd.path}: no live engine")
     request = stop_request.lodge(rd, stop_request.Mode.GRACEFUL, origin)
@@ -459,7 +468,12 @@ def stop_graceful(rd: RunDir, *, origin: Origin = Origin.FILE) -> StopResult:
 
 def wait_run(rd: RunDir, timeout: float | None = None) -> Exit:
     """Block until the run's engine is gone; return the run's own exit code."""
-    engine = run_view.require_engine(run_view.view(rd))
+    view = _not_a_copy(run_view.view(rd))
+    engine = run_view.require_engine(view)
+    if identity.is_running(engine) and _membership(view).proof(engine.pid, engine.start_ticks) is None:
+        # engine.json names a live process that is not this directory's run: waiting on
+        # it would report another run's end as this one's.
+        raise NoLiveRun(f"{rd.engine_identity}: not the run's engine ({_membership(view).why_not(engine.pid)})")
     while not wait_engine_gone(engine, defaults.WAIT_SLICE if timeout is None else timeout):
         if timeout is not None:
             raise NoLiveRun(f"{rd.path}: still running after {timeout}s")
@@ -504,6 +518,8 @@ def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]
     from runner.files.rundir import list_runs
 
     def live(rd: RunDir) -> bool:
+        if copy_line(rd) is not None:
+            return False  # a copy is not a run: never stopped (`list` shows it)
         try:
             return rd.is_live()
         except Damaged:

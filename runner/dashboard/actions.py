@@ -20,7 +20,7 @@ from runner.errors import IdentityError, RunnerError, printable
 from runner.events import Origin
 from runner.exitcodes import Exit
 from runner.files import stop_request
-from runner.files.rundir import RunDir
+from runner.files.rundir import RunDir, refuse_copy
 from runner.proc import identity
 
 Action = Callable[[RunDir], tuple[Exit, str]]
@@ -45,12 +45,14 @@ def _stop_graceful(rd: RunDir) -> tuple[Exit, str]:
 
 
 def _pause(rd: RunDir) -> tuple[Exit, str]:
+    refuse_copy(rd)  # a copy is read-only (its button is off; a hand-made POST still lands here)
     if stop_request.pause(rd):
         return Exit.OK, "PAUSE file put in place: the run holds at its next check point"
     return Exit.OK, "already paused (a PAUSE file is there)"
 
 
 def _unpause(rd: RunDir) -> tuple[Exit, str]:
+    refuse_copy(rd)
     if stop_request.unpause(rd):
         return Exit.OK, "PAUSE file removed: the run goes on"
     return Exit.OK, "not paused (no PAUSE file)"

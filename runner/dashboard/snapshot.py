@@ -133,12 +133,15 @@ def _run_row(entry: Entry) -> dict[str, Any]:
     stops = [r for r in tail if r["event"] == "run-stop"]
     live = info.get("live")
     status = str(info.get("status"))
+    copy = info.get("copy")
     if live is False and status == "running":
         status = "crashed"  # the engine died without recording an end; resume continues it
+    if copy is not None:
+        status = "copy"  # read-only: no button acts on it (the CLI's own code refuses it too)
     items = _items(info.get("items"))
     paused = bool(info["paused"]) if "paused" in info else stop_request.pause_file(rd)
     pending = info["pending_stop"] if "pending_stop" in info else _pending_stop(rd)
-    resumable = live is False and (bool(info.get("stopped")) or status in ("stopped", "crashed"))
+    resumable = live is False and copy is None and (bool(info.get("stopped")) or status in ("stopped", "crashed"))
     return {
         "name": entry.name,
         "error": None,
@@ -161,6 +164,7 @@ def _run_row(entry: Entry) -> dict[str, Any]:
         "pending_stop": _summary(pending) if pending else None,
         "containment": _summary(info["containment"]) if info.get("containment") else None,
         "damaged": [printable(d, LINE_CHARS) for d in info.get("damaged") or []],
+        "copy": printable(copy, LINE_CHARS) if copy is not None else None,
         "journal": [_record_line(r) for r in tail],
         "buttons": {
             "stop": live is not False,  # a run whose lock is damaged is still stoppable

@@ -17,15 +17,15 @@ import traceback
 from runner.engine.phases import Engine
 from runner.engine.registry import Registry
 from runner.engine.stop_controller import StopController
-from runner.errors import RunnerError
+from runner.errors import RunLocked, RunnerError
 from runner.events import Event
 from runner.exitcodes import Exit
 from runner.files.atomic import atomic_write_text
 from runner.files.journal import Journal
-from runner.files.rundir import RunDir
+from runner.files.rundir import RunDir, refuse_copy
 from runner.files.spec import load_frozen
 from runner.files.state import State, StateStore
-from runner.proc import identity, sweep
+from runner.proc import identity, signals, sweep
 from runner.proc.cgroup import RunCgroup, resolve_containment
 
 
@@ -53,7 +53,23 @@ def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
         lock.release()
 
 
+def _own_key(rd: RunDir) -> str:
+    """The run's membership key, measured on the directory this engine opened. It must be
+    the tag this engine was started with (`runner run` and `resume` measured the same
+    directory): else the directory changed in between, or this is a copy, and no process
+    may carry a tag that names another directory's run."""
+    refuse_copy(rd)
+    key = rd.key(rd.run_id)
+    if key is None or os.environ.get(signals.TAG) != key:
+        raise RunLocked(
+            f"{rd.path}: this directory's run key {key} is not the tag the engine was started with "
+            f"({os.environ.get(signals.TAG)}): the directory was replaced or moved while it started"
+        )
+    return key
+
+
 def _run_locked(rd: RunDir) -> Exit:
+    key = _own_key(rd)  # before anything is written
     spec = load_frozen(rd.spec)
     store = StateStore(rd.state)
     state = store.load() if rd.state.exists() else State.new(rd.run_id, spec.items)
@@ -61,13 +77,13 @@ def _run_locked(rd: RunDir) -> Exit:
     containment = resolve_containment(spec.stop.containment)
     cgroup: RunCgroup | None = None
     if containment == "cgroup":
-        cgroup = RunCgroup.create(rd.run_id)
+        cgroup = RunCgroup.create(key)
         cgroup.enter_engine()
         atomic_write_text(rd.cgroup_file, f"{cgroup.path}\n")
     # Double-forked daemons are re-parented to us rather than to init, so the
     # clean-up can find them as our children and reap them at once.
     subreaper = sweep.make_subreaper()
-    registry = Registry(rd.children, run_id=rd.run_id, kill_grace=spec.stop.kill_grace, cgroup=cgroup)
+    registry = Registry(rd.children, run_id=key, kill_grace=spec.stop.kill_grace, cgroup=cgroup)
     controller = StopController(rd, registry, journal)
     controller.install_signals()
     controller.start()

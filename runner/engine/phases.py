@@ -82,7 +82,9 @@ class Engine:
         self.ctl = controller
         self.cgroup = cgroup
         self.env = dict(os.environ if env is None else env)
-        self.env["RUNNER_RUN_ID"] = state.run_id
+        # The run's membership key (rundir.RunDir.key), not the bare id: the tag says
+        # which directory's run a process is.
+        self.env["RUNNER_RUN_ID"] = registry.run_id
         self._seq = 0
         self._item_index = {name: i for i, name in enumerate(spec.items)}
         self._cleaned = False
@@ -304,7 +306,7 @@ class Engine:
             return
         self._cleaned = True
         steps: list[Callable[[], object]] = [
-            lambda: reaper.kill_tagged(self.state.run_id, self.spec.stop.kill_grace, cgroup=self.cgroup),
+            lambda: reaper.kill_tagged(self.registry.run_id, self.spec.stop.kill_grace, cgroup=self.cgroup),
             self.registry.reap_orphans,
         ]
         if self.ctl.stopping:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner import defaults
-from runner.errors import BadInput, Damaged, NoLiveRun, RunLocked
+from runner.errors import BadInput, CopyOfRun, Damaged, NoLiveRun, RunLocked
 from runner.files import untrusted
 from runner.files.atomic import atomic_write_text, fsync_dir, temp_file
 
@@ -70,6 +70,7 @@ class RunDir:
         self.archive = p / "archive"
         self.engine_log = p / "engine.log"
         self.run_id_file = p / "run-id"
+        self.dir_identity_file = p / "dir-identity"
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -93,6 +94,38 @@ class RunDir:
         if not RUN_ID_SHAPE.fullmatch(text):
             raise Damaged(self.run_id_file, "not a run id (letters, digits, '.', '_', '-'; at most 128)")
         return text
+
+    def measured_identity(self) -> str | None:
+        """The identity of the directory this command opened, "<st_dev>-<st_ino>" (None
+        if it is gone): measured, never read from a file. `mv` within a file system
+        keeps it; a copy, a restored backup or a planted directory has its own."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return f"{st.st_dev}-{st.st_ino}"
+
+    def recorded_identity(self) -> str | None:
+        """The identity the run's directory had when the run was created (`dir-identity`),
+        None when the file is missing. Damaged if it is not of the shape written."""
+        try:
+            text = untrusted.read_text(self.dir_identity_file).strip()
+        except FileNotFoundError:
+            return None
+        if not _DIR_IDENTITY_SHAPE.fullmatch(text):
+            raise Damaged(self.dir_identity_file, "not a directory identity (<device>-<inode>)")
+        return text
+
+    def key(self, run_id: str | None) -> str | None:
+        """The run's membership key: its RUNNER_RUN_ID tag value and cgroup name,
+        "<run id>.<measured identity>". It ends with the identity of the directory
+        opened, so a copy, or a planted directory naming another run's id, derives a
+        key that no process and no cgroup of any other run carries, whatever its files
+        say. (The id is in it too: a removed directory's inode can be reused.)"""
+        here = self.measured_identity()
+        if not run_id or here is None:
+            return None
+        return f"{run_id}.{here}"  # ablate: dir-identity-key
 
     def exists(self) -> bool:
         """The directory holds a run (its frozen spec is there, whatever shape it is in:
@@ -136,6 +169,14 @@ class RunDir:
         for sub in (rd.children, rd.output, rd.archive):
             sub.mkdir(exist_ok=True)
         run_id = rd.path.name if re.fullmatch(_RUN_ID, rd.path.name) else new_run_id()
+        # The directory's identity, measured on the directory the spec was just linked
+        # into, written before the id: a run id is never found without it.
+        dfd = os.open(rd.path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            st = os.fstat(dfd)
+        finally:
+            os.close(dfd)
+        atomic_write_text(rd.dir_identity_file, f"{st.st_dev}-{st.st_ino}\n")
         # Written only once the spec link is won, so a losing create never overwrites the
         # winner's id; atomic, so a later command never reads half an id.
         atomic_write_text(rd.run_id_file, run_id + "\n")
@@ -208,6 +249,77 @@ RUN_ID_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 is matched in environments, so no '/', no '=', no control character."""
 
 
+_DIR_IDENTITY_SHAPE = re.compile(r"\d{1,20}-\d{1,20}")
+
+
+def _copied(rd: RunDir) -> str | None:
+    """The recorded identity when `rd` is a copy (readable, and not the measured one)."""
+    try:
+        recorded = rd.recorded_identity()
+    except Damaged:
+        return None
+    here = rd.measured_identity()
+    return None if recorded is None or here is None or recorded == here else recorded  # ablate: dir-identity-check
+
+
+def copy_origin(rd: RunDir) -> str | None:
+    """None when `rd` is not a copy; else the run's own directory, or "" when it is not
+    found beside the copy or under the default base."""
+    recorded = _copied(rd)
+    if recorded is None:
+        return None
+    original = _original_of(rd, recorded)
+    return "" if original is None else str(original)
+
+
+def copy_line(rd: RunDir) -> str | None:
+    """One line when `rd` is a copy of a run (its recorded identity is readable and is
+    not the measured one), else None. A missing or damaged record is not a copy: the
+    readers name it as damage, and the membership key is the measured one anyway."""
+    original = copy_origin(rd)
+    if original is None:
+        return None
+    try:
+        run_id = rd.run_id
+    except Damaged:
+        run_id = "?"
+    where = f", live in {original}" if original else ""
+    return (
+        f"{rd.path}: a copy of run {run_id}{where} (its directory is not the one the run was "
+        f"created in); a copy is read-only: nothing was signalled or written"
+    )
+
+
+def _original_of(rd: RunDir, recorded: str) -> Path | None:
+    """The run's own directory, when it is among the runs beside the copy or under the
+    default base: the one whose measured identity is the copy's recorded one, holding
+    the same run id."""
+    seen: set[Path] = {rd.path}
+    for base in (rd.path.parent, default_base()):
+        for other in list_runs(base):
+            if other.path in seen:
+                continue
+            seen.add(other.path)
+            if other.measured_identity() == recorded and _same_id(rd, other):
+                return other.path
+    return None
+
+
+def _same_id(a: RunDir, b: RunDir) -> bool:
+    try:
+        return a.run_id == b.run_id
+    except Damaged:
+        return False
+
+
+def refuse_copy(rd: RunDir) -> None:
+    """CopyOfRun when `rd` is a copy: asked by every command that would act on a run
+    (stop, resume, wait) before it reads further or writes anything."""
+    line = copy_line(rd)
+    if line is not None:
+        raise CopyOfRun(line)
+
+
 def new_run_id() -> str:
     """UTC timestamp (sorts by start time to the second) plus 24 random bits."""
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
@@ -224,6 +336,12 @@ def list_runs(base: str | os.PathLike[str]) -> list[RunDir]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     return [RunDir(e) for e in entries if e.is_dir() and os.path.lexists(e / "spec.toml")]
+
+
+def _live_run(rd: RunDir) -> bool:
+    """A live engine holds the lock, and the directory is not a copy (a `cp -al` copy
+    shares the run's very lock file)."""
+    return rd.is_live() and copy_line(rd) is None
 
 
 def resolve(
@@ -246,7 +364,7 @@ def resolve(
             raise NoLiveRun(f"{rd.path}: no run there (no spec.toml)")
         return rd
     base = Path(base) if base is not None else default_base()
-    want = want or RunDir.is_live
+    want = want or _live_run
     runs = list_runs(base)
     matches = [r for r in runs if want(r)]
     if len(matches) == 1:

@@ -1,6 +1,6 @@
 """cgroup v2 containment: each run in its own cgroup, killed with cgroup.kill.
 
-Layout: <cgroup2 root>/runner/<run_id>/{engine,work}. The engine moves itself into
+Layout: <cgroup2 root>/runner/<run key>/{engine,work} (the key: RunDir.key). The engine moves itself into
 engine/; every child moves itself into work/ before exec (a shell trampoline), so a
 descendant that scrubbed its environment and left its group is still in work/. No
 controllers are enabled: containment only, no limits.
@@ -105,7 +105,7 @@ def _own_cgroup() -> Path | None:
 
 
 def run_cgroup_path(run_id: str) -> Path | None:
-    """The one cgroup a run may have: <cgroup2 root>/runner/<run id>. A path read back
+    """The one cgroup a run may have: <cgroup2 root>/runner/<run key>. A path read back
     from a run directory is used only if it is this one (run_view.py)."""
     root = cgroup2_root()
     return None if root is None else root / "runner" / run_id
@@ -120,7 +120,7 @@ class RunCgroup:
     @property
     def relative(self) -> str | None:
         """This cgroup as /proc/PID/cgroup spells it: relative to the cgroup2 root
-        ("/runner/<run id>"), which is what membership.py compares against."""
+        ("/runner/<run key>"), which is what membership.py compares against."""
         root = cgroup2_root()
         if root is None:
             return None

@@ -5,8 +5,9 @@ numbers out again, and the run directory is anybody's to write. So no signal is 
 their word alone. A process is the run's only when, read live from /proc after its
 pidfd was opened and its start time checked:
 
-- TAG: its environment holds RUNNER_RUN_ID=<run id> (the engine starts with it, and
-  every process the run starts inherits it), or
+- TAG: its environment holds RUNNER_RUN_ID=<run key> (RunDir.key: the run id and the
+  identity of the run's directory; the engine starts with it, and every process the
+  run starts inherits it), or
 - CGROUP: it sits in the run's cgroup (validated: inside the runner's subtree, named
   for this run), which also holds what scrubbed its environment, or
 - KNOWN: the caller itself saw it become the run's: the engine's own children and the

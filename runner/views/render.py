@@ -71,13 +71,17 @@ def status_view(info: RunStatus) -> list[str]:
     """`runner status` without --json."""
     engine = f"engine pid {info['engine_pid']}" if info["live"] else "engine not running"
     status = clean(info["status"])
-    if status == "running" and info["live"] is False:
+    if info["copy"] is not None:
+        status, engine = f"copy of a run {status} when copied", "read-only"
+    elif status == "running" and info["live"] is False:
         status += " (but its engine died: `runner resume` continues it)"
     lines = [
         f"run {clean(info['run_id'])}: {status} (attempt {info['attempt'] or '-'}, {engine})",
         f"  dir: {clean(info['run_dir'], 1000)}",
         "  containment: " + containment(info["containment"]),
     ]
+    if info["copy"] is not None:
+        lines.append(f"  COPY: {clean(info['copy'], 1000)}")
     if info["live"] and info["current_item"] is not None:
         names = [r["item"] for r in info["items"]]
         where = f" ({names.index(info['current_item']) + 1}/{len(names)})" if info["current_item"] in names else ""
@@ -133,5 +137,7 @@ def run_list(rows: Sequence[RunRow], now: float) -> list[str]:
         )
         live = {True: "live", False: "", None: "?"}[r["live"]]
         note = "damaged: " + "; ".join(r["damaged"]) if r["damaged"] else ""
+        if r["copy_of"] is not None:
+            note = "copy" + (f" of {r['copy_of']}" if r["copy_of"] else "") + (f"; {note}" if note else "")
         body.append([r["run_id"], r["status"], live, r["attempt"] or "-", items, seconds(age(r, now)) + " ago", note])
     return table(["run", "status", "engine", "attempt", "items", "age", ""], body)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from runner.errors import Damaged
-from runner.files.rundir import RunDir, list_runs
+from runner.files.rundir import RunDir, copy_origin, list_runs
 from runner.files.state import StateStore
 
 
@@ -28,6 +28,7 @@ class RunRow(TypedDict):
     created: float | None  # when the run directory got its spec (epoch seconds)
     updated: float | None  # the state's last save
     damaged: list[str]
+    copy_of: str | None  # a copy of a run: the run's own directory, "" when not found; else None
 
 
 def row(rd: RunDir) -> RunRow:
@@ -41,9 +42,10 @@ def row(rd: RunDir) -> RunRow:
     except Damaged as exc:
         note(exc)
         run_id = rd.path.name
+    copy_of = copy_origin(rd)
     live: bool | None
     try:
-        live = rd.is_live()
+        live = rd.is_live() and copy_of is None  # a `cp -al` copy shares the run's lock file
     except (Damaged, OSError) as exc:
         damaged.append(f"{rd.lock}: {exc}" if not isinstance(exc, Damaged) else " ".join(str(exc).split()))
         live = None
@@ -58,8 +60,10 @@ def row(rd: RunDir) -> RunRow:
         created = None
     if state is not None:
         status = state.status
-        if status == "running" and live is False:
+        if status == "running" and live is False and copy_of is None:
             status = "crashed"  # no engine, and it never wrote how the run ended
+        if copy_of is not None:
+            status = "copy"  # read-only: never stopped or resumed; `status` shows its records
     else:
         status = "damaged" if damaged else ("starting" if live else "unknown")
     items = list(state.items.values()) if state is not None else None
@@ -75,6 +79,7 @@ def row(rd: RunDir) -> RunRow:
         "created": created,
         "updated": state.updated if state is not None and state.updated else None,
         "damaged": damaged,
+        "copy_of": copy_of,
     }
 
 

@@ -124,7 +124,8 @@ def runs(tmp_path):
             leaked[rd.run_id] = runs_helpers.tagged(rd.run_id)
             if rd.engine_identity.exists():
                 stop_command.force(rd, 0.2, fallback=False)
-            reaper.kill_tagged(rd.run_id, 0.2)
+            for key in set(runs_helpers.tag_values(rd.run_id).values()):
+                reaper.kill_tagged(key, 0.2)
         if rd.cgroup_file.exists() and not rd.is_live():
             path = Path(rd.cgroup_file.read_text().strip())
             if path.exists():

@@ -114,9 +114,15 @@ def state(rd):
 
 
 def tagged(run_id):
-    """Pids of living processes that carry RUNNER_RUN_ID=run_id (zombies are dead)."""
+    """Pids of living processes whose RUNNER_RUN_ID tag is of run `run_id` (zombies are
+    dead): the bare id, or a membership key "<run_id>.<dev>-<ino>" of any directory."""
+    return sorted(tag_values(run_id))
+
+
+def tag_values(run_id):
+    """{pid: its RUNNER_RUN_ID value} of every living process tagged for run `run_id`."""
     needle = f"RUNNER_RUN_ID={run_id}".encode()
-    found = []
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -125,8 +131,9 @@ def tagged(run_id):
                 if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
                     continue
             with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(entry))
+                for var in f.read().split(b"\0"):
+                    if var == needle or var.startswith(needle + b"."):
+                        found[int(entry)] = var.split(b"=", 1)[1].decode()
         except OSError:
             continue
     return found

@@ -241,7 +241,8 @@ def test_wait_exits_stopped_when_the_run_is_stopped(runs, tmp_path):
 
 def test_every_started_process_gets_run_id_and_dev_null_stdin(runs, tmp_path):
     """Path: provider, post_session hook, verify and post_run hook each record their
-    environment and `readlink /proc/self/fd/0`: each carries RUNNER_RUN_ID=<run id> and
+    environment and `readlink /proc/self/fd/0`: each carries RUNNER_RUN_ID=<run key> (the
+    run id and the run directory's identity, RunDir.key) and
     the environment of `runner run` (a marker variable), and reads /dev/null. (The engine
     itself already has /dev/null as stdin, so the child runner's own stdin=DEVNULL is
     proven by the unit test below.)"""
@@ -266,7 +267,7 @@ def test_every_started_process_gets_run_id_and_dev_null_stdin(runs, tmp_path):
     assert cli("wait", "--run-dir", rd.path).returncode == Exit.OK
     for name in names:
         lines = (tmp_path / f"env-{name}").read_text().splitlines()
-        assert f"RUNNER_RUN_ID={rd.run_id}" in lines, name
+        assert f"RUNNER_RUN_ID={rd.key(rd.run_id)}" in lines, name
         assert "STOPLATENCY_TEST_MARKER=from-runner-run" in lines, name
         assert (tmp_path / f"stdin-{name}").read_text().strip() == "/dev/null", name
 

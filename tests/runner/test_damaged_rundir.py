@@ -31,6 +31,7 @@ FILES = [
     "stop-request.lock",
     "cgroup",
     "run-id",
+    "dir-identity",
     "spec.toml",
     "journal.jsonl",
     "lock",

@@ -78,6 +78,7 @@ def test_layout_and_run_id(tmp_path):
         "archive": "archive",
         "engine_log": "engine.log",
         "run_id_file": "run-id",
+        "dir_identity_file": "dir-identity",
     }
     for attr, name in names.items():
         assert getattr(rd, attr) == rd.path / name
