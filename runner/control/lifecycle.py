@@ -122,6 +122,10 @@ def resume(
 
 
 def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, show: progress.Show | None) -> int:
+    if rd.readopt_identity():
+        say(
+            f"{rd.path}: the run directory's identity was recorded in another boot or on another machine: recorded anew"
+        )
     spec = load_frozen(rd.spec)
     store = StateStore(rd.state)
     state = store.load()

@@ -342,7 +342,7 @@ def _dir_identity(v: RunView) -> None:
                 f"if this is the run's own directory and not a copy: stat -c %d-%i {rd.path} > {rd.dir_identity_file})",
             )
         )
-    elif recorded != rd.measured_identity():
+    elif recorded != rd.measured_identity() and not rd.recorded_elsewhere():
         v.copy = copy_line(rd)  # reads the record again, for a copy only: says where the run lives
 
 

@@ -108,13 +108,42 @@ class RunDir:
     def recorded_identity(self) -> str | None:
         """The identity the run's directory had when the run was created (`dir-identity`),
         None when the file is missing. Damaged if it is not of the shape written."""
+        record = self._identity_record()
+        return None if record is None else record[0]
+
+    def recorded_boot(self) -> str | None:
+        """The boot the identity was recorded in (None: not said, as in a record written
+        by hand with `stat -c %d-%i`)."""
+        record = self._identity_record()
+        return None if record is None else record[1]
+
+    def _identity_record(self) -> tuple[str, str | None] | None:
         try:
             text = untrusted.read_text(self.dir_identity_file).strip()
         except FileNotFoundError:
             return None
-        if not _DIR_IDENTITY_SHAPE.fullmatch(text):
-            raise Damaged(self.dir_identity_file, "not a directory identity (<device>-<inode>)")
-        return text
+        match = _DIR_IDENTITY_SHAPE.fullmatch(text)
+        if match is None:
+            raise Damaged(self.dir_identity_file, "not a directory identity (<device>-<inode> [<boot id>])")
+        return match.group(1), match.group(2)
+
+    def recorded_elsewhere(self) -> bool:
+        """The identity was recorded in another boot, or on another machine: a volume
+        mounted again (a new pod's, another node's) may give the directory another
+        device number, and no process of that boot can still be alive, so a mismatch
+        there makes no copy of a live run. Such a directory is the run's own; `resume`
+        records its identity anew (readopt_identity)."""
+        boot = self.recorded_boot()
+        return boot is not None and boot != _boot_id()
+
+    def readopt_identity(self) -> bool:
+        """Record the measured identity where the recorded one is of another boot (the
+        caller holds the engine lock); True if it was rewritten."""
+        here = self.measured_identity()
+        if here is None or not self.recorded_elsewhere() or self.recorded_identity() == here:
+            return False
+        atomic_write_text(self.dir_identity_file, f"{here} {_boot_id()}\n")
+        return True
 
     def key(self, run_id: str | None) -> str | None:
         """The run's membership key: its RUNNER_RUN_ID tag value and cgroup name,
@@ -176,7 +205,7 @@ class RunDir:
             st = os.fstat(dfd)
         finally:
             os.close(dfd)
-        atomic_write_text(rd.dir_identity_file, f"{st.st_dev}-{st.st_ino}\n")
+        atomic_write_text(rd.dir_identity_file, f"{st.st_dev}-{st.st_ino} {_boot_id()}\n")
         # Written only once the spec link is won, so a losing create never overwrites the
         # winner's id; atomic, so a later command never reads half an id.
         atomic_write_text(rd.run_id_file, run_id + "\n")
@@ -249,7 +278,13 @@ RUN_ID_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 is matched in environments, so no '/', no '=', no control character."""
 
 
-_DIR_IDENTITY_SHAPE = re.compile(r"\d{1,20}-\d{1,20}")
+_DIR_IDENTITY_SHAPE = re.compile(r"(\d{1,20}-\d{1,20})(?: ([0-9a-f-]{36}))?")
+
+
+def _boot_id() -> str:
+    """This boot's id (the kernel's random boot_id): unique per boot and per machine."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
 
 
 def _copied(rd: RunDir) -> str | None:
@@ -259,7 +294,9 @@ def _copied(rd: RunDir) -> str | None:
     except Damaged:
         return None
     here = rd.measured_identity()
-    return None if recorded is None or here is None or recorded == here else recorded  # ablate: dir-identity-check
+    if recorded is None or here is None or rd.recorded_elsewhere():
+        return None
+    return None if recorded == here else recorded  # ablate: dir-identity-check
 
 
 def copy_origin(rd: RunDir) -> str | None:

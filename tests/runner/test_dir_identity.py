@@ -407,3 +407,33 @@ def test_the_dashboard_shows_a_copy_and_acts_on_nothing(runs, victim):
         assert tree_bytes(copy.path) == before
     finally:
         live.stop()
+
+
+def test_a_run_directory_recorded_in_another_boot_is_its_own_and_resumes(runs, victim):
+    """Path: RunDir.recorded_elsewhere / readopt_identity. A volume mounted again (the next
+    pod's, on another node, or after a reboot) may give the run's directory another device
+    number: its record then names another boot, in which no process can still be alive,
+    so the directory is the run's own, not a copy. `status` says no copy, `resume` records
+    the identity anew and continues the run, and a copy taken now is a copy again. Red
+    without the boot in the record: the remounted run is refused as a copy (COPY)."""
+    live = Live(runs, victim, "group")
+    live.stop()
+    rd = live.rd
+    dev, _, ino = rd.recorded_identity().partition("-")
+    # What a remount looks like from the directory: another device number, recorded in
+    # a boot that is not this one.
+    rd.dir_identity_file.write_text(f"{int(dev) + 1}-{ino} 00000000-0000-4000-8000-000000000000\n")
+    status = cli(live.base, "status", "--json", "--run-dir", rd.path)
+    assert status.returncode == Exit.OK, status.stderr
+    assert not json.loads(status.stdout)["copy"]
+    resume = cli(live.base, "resume", "--detach", "--run-dir", rd.path)
+    assert resume.returncode == Exit.OK, resume.stderr
+    assert "recorded anew" in resume.stderr
+    assert rd.recorded_identity() == rd.measured_identity() and not rd.recorded_elsewhere()
+    R.wait_event(rd, "phase-start", phase="session")
+    # Recorded in this boot again: a copy taken now is a copy, as any other.
+    copy = copy_of(live)
+    assert cli(live.base, "stop", "--now", "--run-dir", copy.path).returncode == Exit.COPY
+    stop = cli(live.base, "stop", "--now", "--run-dir", rd.path)
+    assert stop.returncode == Exit.OK, stop.stderr
+    assert run_processes(live.run_id) == {}
