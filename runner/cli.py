@@ -34,6 +34,10 @@ RUNS_DIR_HELP = "the base directory the runs live under (default .runner/runs)"
 STOP_ALL_HELP = "stop every live run under --runs-dir at once, from this one process"
 DASHBOARD_RUNS_DIR_HELP = "the directory whose runs the dashboard shows (default .runner/runs)"
 HOST_HELP = "the address to listen on (default 127.0.0.1; anything but loopback prints a warning)"
+ALLOW_FOREIGN_HELP = (
+    "act on a run directory (or the directory it is created in) that another user owns or"
+    " others can write in (also RUNNER_ALLOW_FOREIGN_DIR=1)"
+)
 PORT_HELP = "the port to listen on (default 0: any free port; the first line printed names it)"
 
 
@@ -41,11 +45,13 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="the TOML spec")
     p.add_argument("--run-dir", help="where the run lives (default .runner/runs/<run-id>)")
     p.add_argument("--detach", action="store_true", help=DETACH_HELP)
+    p.add_argument("--allow-foreign-dir", action="store_true", help=ALLOW_FOREIGN_HELP)
 
 
 def _add_resume(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help=RUN_DIR_HELP)
     p.add_argument("--detach", action="store_true", help=DETACH_HELP)
+    p.add_argument("--allow-foreign-dir", action="store_true", help=ALLOW_FOREIGN_HELP)
 
 
 def _add_stop(p: argparse.ArgumentParser) -> None:
@@ -296,7 +302,9 @@ def _show(args: Args) -> progress.Show | None:
 def _run(args: Args) -> int:
     from runner.control import lifecycle
 
-    code, rd = lifecycle.run(args.spec, args.run_dir, detach=args.detach, say=_say, show=_show(args))
+    code, rd = lifecycle.run(
+        args.spec, args.run_dir, detach=args.detach, say=_say, show=_show(args), allow_foreign=args.allow_foreign_dir
+    )
     if args.detach and code == Exit.OK:
         print(rd.path)
     return code
@@ -305,7 +313,9 @@ def _run(args: Args) -> int:
 def _resume(args: Args) -> int:
     from runner.control import lifecycle
 
-    code, rd = lifecycle.resume(args.run_dir, detach=args.detach, say=_say, show=_show(args))
+    code, rd = lifecycle.resume(
+        args.run_dir, detach=args.detach, say=_say, show=_show(args), allow_foreign=args.allow_foreign_dir
+    )
     if args.detach and code == Exit.OK:
         print(rd.path)
     return code
@@ -330,6 +340,10 @@ def _stop(args: Args) -> Exit:
         return code
     if args.runs_dir is not None:
         raise BadInput("runner stop: --runs-dir: expected together with --all")
+    if args.run_dir is not None:
+        from runner.files import ownership
+
+        ownership.check_access(args.run_dir)
     rd = resolve(args.run_dir)
     if args.now:
         result = stop_command.stop_now(rd)

@@ -9,6 +9,8 @@
      +-- NoLiveRun               exit NO_LIVE_RUN
      +-- Crashed                 exit CRASHED: the engine died without recording an end
      +-- RunLocked               exit REFUSED: a live engine holds the run directory
+     +-- ForeignDir              exit FOREIGN_DIR: another user's (or a shared) directory
+     +-- NotPermitted            exit NOT_PERMITTED: no right to act on the run directory
 
     RunStopped (BaseException)   the stop, raised at the engine's next check point
 
@@ -90,6 +92,14 @@ class Crashed(RunnerError):
 
 class RunLocked(RunnerError):
     exit_code = Exit.REFUSED
+
+
+class ForeignDir(RunnerError):
+    exit_code = Exit.FOREIGN_DIR
+
+
+class NotPermitted(RunnerError):
+    exit_code = Exit.NOT_PERMITTED
 
 
 class RunStopped(BaseException):

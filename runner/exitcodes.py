@@ -28,5 +28,11 @@ class Exit(IntEnum):
     CRASHED = 11
     """The run's engine died without recording how the run ended (SIGKILL, out of
     memory); `runner resume` continues it."""
+    FOREIGN_DIR = 13
+    """`run`/`resume` refused a run directory (or the directory it is created in) owned by
+    another user or writable by others, without --allow-foreign-dir; nothing was touched."""
+    NOT_PERMITTED = 14
+    """This user has no right to act on the run directory (another user's run): nothing
+    was signalled or written."""
     INTERNAL = 70
     """An unexpected error inside the runner (see engine.log in the run directory)."""

@@ -28,6 +28,7 @@ from runner.errors import RunStopped
 from runner.events import Event, Outcome
 from runner.exitcodes import Exit
 from runner.files import captured, stop_request
+from runner.files.atomic import atomic_write_text
 from runner.files.spec import substitute
 from runner.proc import reaper
 
@@ -266,7 +267,7 @@ class Engine:
             except OSError:
                 pass
         if failing is not None or not path.exists():
-            path.write_text(text)
+            atomic_write_text(path, text)  # never through a link (dirfd.py)
         return path
 
     def _backoff(self, seconds: float) -> None:

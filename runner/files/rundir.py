@@ -17,8 +17,8 @@ from pathlib import Path
 
 from runner import defaults
 from runner.errors import BadInput, Damaged, NoLiveRun, RunLocked
-from runner.files import untrusted
-from runner.files.atomic import atomic_write_text, fsync_dir, temp_file
+from runner.files import dirfd, untrusted
+from runner.files.atomic import atomic_write_text, temp_file
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
@@ -116,31 +116,41 @@ class RunDir:
         except OSError as e:
             raise BadInput(f"{spec_path}: cannot read the spec ({e.strerror or e})") from None
         try:
-            rd.path.mkdir(parents=True, exist_ok=True)
+            _make_dirs(rd.path)
         except OSError as e:
             raise BadInput(f"{rd.path}: cannot create the run directory ({e.strerror or e})") from None
         if rd.exists():
             raise BadInput(f"{rd.path}: already holds a run (use `runner resume` or another --run-dir)")
-        fd, tmp = temp_file(str(rd.path), ".spec.")
+        rd.pin()
+        dfd = dirfd.pinned(rd.path)
+        assert dfd is not None
+        fd, tmp = temp_file(str(rd.path), ".spec.", dir_fd=dfd)
         try:
+            dirfd.own(dfd, fd)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             try:
-                os.link(tmp, rd.spec)
+                os.link(tmp, rd.spec.name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
             except FileExistsError:
                 raise BadInput(f"{rd.path}: already holds a run (use `runner resume` or another --run-dir)") from None
         finally:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dfd)
         for sub in (rd.children, rd.output, rd.archive):
-            sub.mkdir(exist_ok=True)
+            dirfd.mkdir(sub)
         run_id = rd.path.name if re.fullmatch(_RUN_ID, rd.path.name) else new_run_id()
         # Written only once the spec link is won, so a losing create never overwrites the
         # winner's id; atomic, so a later command never reads half an id.
         atomic_write_text(rd.run_id_file, run_id + "\n")
-        fsync_dir(rd.path)
+        os.fsync(dfd)
         return rd
+
+    def pin(self) -> None:
+        """From now on every file of this run directory is opened relative to one
+        descriptor of it, never through its path again (dirfd.py): no link below it
+        followed, and a move of the directory changes nothing for this process."""
+        dirfd.pin(self.path)
 
     def acquire_lock(self) -> EngineLock:
         """Take the engine lock (LOCK_EX|LOCK_NB); RunLocked if a live engine holds it.
@@ -202,6 +212,23 @@ class RunDir:
         return False
 
 
+def _make_dirs(path: Path) -> None:
+    """mkdir -p, each directory made here 0700 whatever the umask: the runner's own
+    directories are written by no one else (ownership.py refuses one that others can
+    write in)."""
+    if path.is_dir():
+        return
+    if path.parent != path:
+        _make_dirs(path.parent)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    os.chmod(path, 0o700)
+
+
 _RUN_ID = r"\d{8}-\d{6}-[0-9a-f]{6}"  # compiled on first use (re's cache): only `run` needs it
 RUN_ID_SHAPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """What a run id read back from `run-id` may look like: it names a cgroup directory and
@@ -244,12 +271,14 @@ def resolve(
         rd = RunDir(run_dir)
         if not rd.exists():
             raise NoLiveRun(f"{rd.path}: no run there (no spec.toml)")
+        rd.pin()
         return rd
     base = Path(base) if base is not None else default_base()
     want = want or RunDir.is_live
     runs = list_runs(base)
     matches = [r for r in runs if want(r)]
     if len(matches) == 1:
+        matches[0].pin()
         return matches[0]
     if not matches:
         msg = f"no {what} run under {base}"
