@@ -32,6 +32,7 @@ _pins: dict[str, int] = {}
 """The absolute path a run directory was named by, when pinned -> its descriptor."""
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def pin(path: str | os.PathLike[str]) -> int:
@@ -88,7 +89,7 @@ def _open_sub(dir_fd: int, name: str, path: str | os.PathLike[str], create: bool
         except FileExistsError:
             pass
     try:
-        return os.open(name, DIR_FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd)  # ablate: nofollow-writes
+        return os.open(name, DIR_FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise Damaged(path, f"{name}/ is not a directory (or is a symlink, never followed)") from None
@@ -139,7 +140,7 @@ def create_new(path: str | os.PathLike[str], mode: int = 0o600) -> int:
     dfd, name = parent(path, create=True)
     try:
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dfd)
+            fd = os.open(name, _NEW_FILE, mode, dir_fd=dfd)  # ablate: nofollow-writes
         except FileExistsError:
             raise Damaged(path, "already exists (the runner writes only new files here)") from None
         _own_fd(dfd, fd)

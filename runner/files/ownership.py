@@ -40,7 +40,7 @@ def _why(st: os.stat_result, *, owner_may_be_root: bool) -> str | None:
     me = os.geteuid()
     if st.st_uid != me and not (owner_may_be_root and st.st_uid == 0):
         return f"owned by {_user(st.st_uid)}, not by you, {_user(me)}"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:  # ablate: foreign-dir-refusal
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
         who = (
             "group and others"
             if st.st_mode & stat.S_IWOTH and st.st_mode & stat.S_IWGRP
@@ -67,7 +67,7 @@ def check(run_dir: str | os.PathLike[str], *, creating_in: str | os.PathLike[str
         if why is not None:
             refuse = f"{os.path.abspath(path)}: {why}"
             break
-    if refuse is not None:
+    if refuse is not None:  # ablate: foreign-dir-refusal
         raise ForeignDir(
             f"{refuse}: refused, another user's directory is not trusted"
             f" (pass {ALLOW_OPTION} or set {ALLOW_ENV}=1 if you trust it)"
