@@ -44,11 +44,11 @@ CODE_ROOT = str(Path(runner.__file__).resolve().parents[1])  # the code under te
 
 
 class User:
-    def __init__(self, name, uid, gid, python):
-        self.name, self.uid, self.gid, self.python = name, uid, gid, python
+    def __init__(self, name, uid, gid, python, code):
+        self.name, self.uid, self.gid, self.python, self.code = name, uid, gid, python, code
 
     def argv(self, *args):
-        return ["runuser", "-u", self.name, "--", "env", f"PYTHONPATH={CODE_ROOT}", self.python, *args]
+        return ["runuser", "-u", self.name, "--", "env", f"PYTHONPATH={self.code}", self.python, *args]
 
     def runner(self, *args, cwd=None, timeout=60, env=None):
         return subprocess.run(
@@ -62,7 +62,19 @@ class User:
         )
 
 
-def _python_for(name):
+def _readable_code():
+    """A copy of the code under test that another user may read (a mutation's scratch
+    copy, like pytest's tmp_path, is 0700)."""
+    code = Path(tempfile.mkdtemp(prefix="runner-code-", dir="/tmp"))
+    shutil.copytree(Path(CODE_ROOT) / "runner", code / "runner", ignore=shutil.ignore_patterns("__pycache__"))
+    for root, _dirs, files in os.walk(code):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    return code
+
+
+def _python_for(name, code):
     """An interpreter the second user may execute, of this one's version (this one may
     live under /root, closed to other users)."""
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -70,7 +82,7 @@ def _python_for(name):
         if not candidate:
             continue
         probe = subprocess.run(
-            ["runuser", "-u", name, "--", "env", f"PYTHONPATH={CODE_ROOT}", candidate, "-c", "import runner.cli"],
+            ["runuser", "-u", name, "--", "env", f"PYTHONPATH={code}", candidate, "-c", "import runner.cli"],
             capture_output=True,
             stdin=subprocess.DEVNULL,
         )
@@ -90,14 +102,16 @@ def user():
     made = subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], capture_output=True, text=True)
     if made.returncode != 0:
         pytest.skip(f"useradd failed: {made.stderr.strip()}")
+    code = _readable_code()
     try:
-        python = _python_for(name)
+        python = _python_for(name, code)
         if python is None:
-            pytest.skip(f"no interpreter that user {name} may run imports the runner from {CODE_ROOT}")
+            pytest.skip(f"no interpreter that user {name} may run imports the runner from {code}")
         pw = pwd.getpwnam(name)
-        yield User(name, pw.pw_uid, pw.pw_gid, python)
+        yield User(name, pw.pw_uid, pw.pw_gid, python, code)
     finally:
         subprocess.run(["userdel", name], capture_output=True)
+        shutil.rmtree(code, ignore_errors=True)
 
 
 @pytest.fixture
