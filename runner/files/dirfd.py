@@ -40,8 +40,18 @@ def pin(path: str | os.PathLike[str]) -> int:
     once). Idempotent. FileNotFoundError propagates."""
     key = os.path.abspath(path)
     fd = _pins.get(key)
-    if fd is None:
-        fd = _pins[key] = os.open(key, DIR_FLAGS)
+    if fd is not None:
+        # A long-lived process (the dashboard, a test) may meet a new directory under a
+        # name it pinned before: the pin follows the path's directory of today. A path
+        # that names nothing now keeps its pin (the engine's moved or removed directory).
+        try:
+            now, held = os.stat(key), os.fstat(fd)
+        except OSError:
+            return fd
+        if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+        unpin(key)
+    fd = _pins[key] = os.open(key, DIR_FLAGS)
     return fd
 
 
