@@ -24,7 +24,7 @@ import traceback
 
 from runner import defaults
 from runner.engine.child import Result, run_child
-from runner.errors import RunStopped
+from runner.errors import Damaged, RunStopped
 from runner.events import Event, Outcome
 from runner.exitcodes import Exit
 from runner.files import captured, stop_request
@@ -112,17 +112,21 @@ class Engine:
                 self._cleanup()
         except RunStopped as stop:
             return self._record_stop(self.ctl.as_recorded(stop))
-        except Exception:
+        except Exception as exc:
             if self.ctl.stopping:
                 # An error while a hard stop unwinds: the stop is what happened (the
                 # fallback must not be blamed on the engine); the error is kept.
                 self.journal.append(Event.ENGINE_ERROR, error=traceback.format_exc(limit=20))
                 return self._record_stop(self.ctl.hard_stop())
-            self.journal.append(Event.ENGINE_CRASH, error=traceback.format_exc(limit=20))
+            # A link or a stranger's file where the engine writes (dirfd.py) is damage,
+            # named on one line, not a bug of the runner.
+            damaged = isinstance(exc, Damaged)
+            error = f"damaged run directory: {exc}" if damaged else traceback.format_exc(limit=20)
+            self.journal.append(Event.ENGINE_CRASH, error=error)
             self.state.status = "crashed"
-            self.state.exit_code = int(Exit.INTERNAL)
+            self.state.exit_code = int(Exit.DAMAGED if damaged else Exit.INTERNAL)
             self._save()
-            return Exit.INTERNAL
+            return Exit.DAMAGED if damaged else Exit.INTERNAL
         finally:
             self.ctl.discard_unhonored(stopped=self.state.stopped)
 
