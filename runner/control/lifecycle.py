@@ -100,7 +100,7 @@ def run(
         rd = RunDir(default_base() / new_run_id())
         if not (allow_foreign or ownership.allowed_by_env()):
             ownership.check(rd.path, creating_in=_nearest_existing(rd.path.parent))
-    rd = RunDir.create(rd.path, spec_path, data=raw)
+    rd = RunDir.create(rd.path, spec_path, data=raw, refuse_foreign=not (allow_foreign or ownership.allowed_by_env()))
     with rd.acquire_lock() as lock:
         return start_engine(rd, spec, detach, say, lock, show), rd
 

@@ -74,6 +74,18 @@ def check(run_dir: str | os.PathLike[str], *, creating_in: str | os.PathLike[str
         )
 
 
+def check_pinned(run_dir: str | os.PathLike[str], fd: int) -> None:
+    """The directory `runner run` just made or found and pinned (`fd`) is this user's
+    alone: closes the window between `check` and the mkdir, in which someone who may
+    write in the parent (a sticky /tmp) could put a directory of their own there."""
+    why = _why(os.fstat(fd), owner_may_be_root=False)
+    if why is not None:
+        raise ForeignDir(
+            f"{os.path.abspath(run_dir)}: {why}: refused, another user's directory is not trusted"
+            f" (pass {ALLOW_OPTION} or set {ALLOW_ENV}=1 if you trust it)"
+        )
+
+
 def check_access(run_dir: str | os.PathLike[str]) -> None:
     """NotPermitted when this user may not act on `run_dir` (another user's run): it
     cannot reach it, or cannot read its files and write its stop request. Said as it

@@ -101,7 +101,12 @@ class RunDir:
 
     @classmethod
     def create(
-        cls, path: str | os.PathLike[str], spec_path: str | os.PathLike[str], data: bytes | None = None
+        cls,
+        path: str | os.PathLike[str],
+        spec_path: str | os.PathLike[str],
+        data: bytes | None = None,
+        *,
+        refuse_foreign: bool = False,
     ) -> RunDir:
         """Make the run directory and freeze a copy of the spec into it.
 
@@ -124,6 +129,10 @@ class RunDir:
         rd.pin()
         dfd = dirfd.pinned(rd.path)
         assert dfd is not None
+        if refuse_foreign:  # before anything is written in it (ownership.py)
+            from runner.files import ownership
+
+            ownership.check_pinned(rd.path, dfd)
         fd, tmp = temp_file(str(rd.path), ".spec.", dir_fd=dfd)
         try:
             dirfd.own(dfd, fd)
