@@ -279,6 +279,27 @@ def test_a_directory_others_can_write_in_is_refused_unless_told(user, area):
     allowed = R.runner("run", spec, "--run-dir", users, env={**os.environ, "RUNNER_ALLOW_FOREIGN_DIR": "1"})
     _track(ids, users)
     assert allowed.returncode == Exit.OK, allowed.stderr
+    journal = (users / "journal.jsonl").read_bytes()
+    resumed = R.runner("resume", "--run-dir", users)
+    assert resumed.returncode == Exit.FOREIGN_DIR and "--allow-foreign-dir" in resumed.stderr, resumed.stderr
+    assert (users / "journal.jsonl").read_bytes() == journal, "a refused resume wrote in the directory"
+
+
+def test_a_hard_link_where_the_runner_appends_is_damage(user, area):
+    """Path: untrusted.open_regular for writing refuses a file with more than one link:
+    a hard link to a root-owned file at journal.jsonl, in a directory root was told to
+    trust, is named as damage and the file is not appended to. Ablation: none."""
+    top, home, _, ids = area
+    target, before = _precious(top)
+    bait = home / "bait"
+    bait.mkdir()
+    os.link(target, bait / "journal.jsonl")
+    subprocess.run(["chown", "-h", f"{user.uid}:{user.gid}", str(bait)], check=True)
+    spec = _spec(top / "root" / "spec.toml", SHORT)
+    out = R.runner("run", spec, "--run-dir", bait, "--allow-foreign-dir")
+    _track(ids, bait)
+    assert out.returncode == Exit.DAMAGED and "hard links" in out.stderr, out.stderr
+    assert _unchanged(target, before)
 
 
 def _status(user, run_dir):
