@@ -53,7 +53,6 @@ def _why(st: os.stat_result, *, owner_may_be_root: bool) -> str | None:
 def check(run_dir: str | os.PathLike[str], *, creating_in: str | os.PathLike[str] | None = None) -> None:
     """ForeignDir if `run_dir` (or `creating_in`, the directory `run` creates it in) is
     not this user's alone. Either may not exist yet: then nothing to check there."""
-    refuse = None
     for path, parent in ((creating_in, True), (run_dir, False)):
         if path is None:
             continue
@@ -63,13 +62,13 @@ def check(run_dir: str | os.PathLike[str], *, creating_in: str | os.PathLike[str
             continue
         except OSError as exc:
             raise NotPermitted(f"{path}: cannot be examined ({exc.strerror or exc})") from None
-        why = _why(st, owner_may_be_root=parent)
-        if why is not None:
-            refuse = f"{os.path.abspath(path)}: {why}"
-            break
-    if refuse is not None:  # ablate: foreign-dir-refusal
+        _refuse(path, _why(st, owner_may_be_root=parent))
+
+
+def _refuse(path: str | os.PathLike[str], why: str | None) -> None:
+    if why is not None:  # ablate: foreign-dir-refusal
         raise ForeignDir(
-            f"{refuse}: refused, another user's directory is not trusted"
+            f"{os.path.abspath(path)}: {why}: refused, another user's directory is not trusted"
             f" (pass {ALLOW_OPTION} or set {ALLOW_ENV}=1 if you trust it)"
         )
 
@@ -78,12 +77,7 @@ def check_pinned(run_dir: str | os.PathLike[str], fd: int) -> None:
     """The directory `runner run` just made or found and pinned (`fd`) is this user's
     alone: closes the window between `check` and the mkdir, in which someone who may
     write in the parent (a sticky /tmp) could put a directory of their own there."""
-    why = _why(os.fstat(fd), owner_may_be_root=False)
-    if why is not None:
-        raise ForeignDir(
-            f"{os.path.abspath(run_dir)}: {why}: refused, another user's directory is not trusted"
-            f" (pass {ALLOW_OPTION} or set {ALLOW_ENV}=1 if you trust it)"
-        )
+    _refuse(run_dir, _why(os.fstat(fd), owner_may_be_root=False))
 
 
 def check_access(run_dir: str | os.PathLike[str]) -> None:
