@@ -29,7 +29,7 @@ import runs as R
 import runner
 from runner.exitcodes import Exit
 from runner.files.rundir import RunDir
-from runner.proc import reaper
+from runner.proc import identity, reaper
 from runner.proc.cgroup import run_cgroup_path
 
 pytestmark = pytest.mark.timeout(180)
@@ -391,46 +391,35 @@ def test_rm_rf_of_a_live_run_stops_it(runs):
         reaper.kill_tagged(run_id, 0.2)
 
 
-def test_list_and_stop_all_find_a_live_engine_whose_directory_is_gone(tmp_path):
+def test_list_and_stop_all_find_a_live_engine_whose_directory_is_gone(runs):
     """Path: vanished.engines (an engine's argv, its deleted pinned directory, its tag),
     shown by `runner list` as "vanished" and killed by `runner stop --all` through its
-    tag. The engine here is one that does not stop itself (what the engine's own watch
-    ablated, or hung, leaves): a process with the engine's argv holding its directory
-    open, with a tagged trapping child. Ablation: none (the list and the stop are the path)."""
-    base = tmp_path / "runs"
-    run_dir = base / "gone"
-    run_dir.mkdir(parents=True)
-    run_id = R.new_run_id()
-    code = (
-        "import os, subprocess, sys, time\n"
-        "fd = os.open(sys.argv[4], os.O_RDONLY | os.O_DIRECTORY)\n"
-        "subprocess.Popen(['/bin/sh', '-c', \"trap '' TERM; sleep 7200\"])\n"
-        "print('up', flush=True)\n"
-        "time.sleep(7200)\n"
-    )
-    engine = subprocess.Popen(
-        [sys.executable, "-c", code, "-m", "runner", "_engine", str(run_dir)],
-        env={**os.environ, "RUNNER_RUN_ID": run_id},
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    tag and cgroup. The engine is a real one that cannot stop itself (SIGSTOPped before
+    the `rm -rf`, as a hung engine, or one whose own watch is ablated, would be); its
+    trapping provider lives on until the stop. Ablation: none (the list and the stop
+    are the path; vanished-dir-stop turns the other test red)."""
+    spec = runs.spec(provider=TRAP, stop=STOP)
+    rd = runs.start(spec)
+    R.wait_event(rd, "session-start", timeout=10)
+    run_id = rd.run_id
+    engine = identity.read(rd.engine_identity)
     try:
-        assert engine.stdout.readline().strip() == "up"
-        shutil.rmtree(run_dir)
-        listed = R.runner("list", "--json", "--runs-dir", base)
+        os.kill(engine.pid, signal.SIGSTOP)
+        shutil.rmtree(rd.path)
+        listed = R.runner("list", "--json", "--runs-dir", runs.tmp_path)
         rows = json.loads(listed.stdout)
         assert [(r["run_id"], r["status"], r["live"]) for r in rows] == [(run_id, "vanished", True)], rows
-        stopped = R.runner("stop", "--all", "--runs-dir", base)
+        assert R.tagged(run_id), "the provider should still be alive before the stop"
+        stopped = R.runner("stop", "--all", "--runs-dir", runs.tmp_path)
         assert stopped.returncode == Exit.OK, stopped.stderr
         assert run_id in stopped.stdout and "is gone" in stopped.stdout
-        assert _wait(lambda: not R.tagged(run_id), 2.0), R.tagged(run_id)
-        assert engine.wait(timeout=5) in (-signal.SIGTERM, -signal.SIGKILL)
+        assert _wait(lambda: not _tagged_or_cgroup(run_id), 2.0), R.tagged(run_id)
     finally:
+        try:
+            os.kill(engine.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
         reaper.kill_tagged(run_id, 0.2)
-        if engine.poll() is None:
-            engine.kill()
-        engine.wait()
 
 
 @pytest.mark.parametrize("mode", ["hard", "now", "graceful-wait"])
