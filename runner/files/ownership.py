@@ -97,12 +97,21 @@ def check_access(run_dir: str | os.PathLike[str]) -> None:
         return  # missing: the caller's "no run there"
     if not stat.S_ISDIR(st.st_mode):
         return
-    spec = os.path.join(path, "spec.toml")
-    if not os.access(path, os.R_OK | os.W_OK | os.X_OK) or (os.path.lexists(spec) and not os.access(spec, os.R_OK)):
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK) or not _readable_spec(os.path.join(path, "spec.toml")):
         raise NotPermitted(
             f"{path}: owned by {_user(st.st_uid)}; you, {_user(os.geteuid())}, have no permission to act on it:"
             " nothing was signalled or written (ask its owner or root)"
         )
+
+
+def _readable_spec(spec: str) -> bool:
+    """False only for a regular spec.toml this user may not read (someone else's, 0600);
+    a damaged one (a link, a FIFO) is for the stop to name, not a question of rights."""
+    try:
+        st = os.lstat(spec)
+    except OSError:
+        return True
+    return not stat.S_ISREG(st.st_mode) or os.access(spec, os.R_OK)
 
 
 def _unreachable_from(path: str) -> str:
