@@ -128,14 +128,7 @@ def area(user):
     ids = []
     yield top, home, mine, ids
     for run_id in ids:
-        reaper.kill_tagged(run_id, 0.2)
-        path = run_cgroup_path(run_id)
-        if path is not None and path.exists():
-            for sub in (path / "work", path / "engine", path):
-                try:
-                    sub.rmdir()
-                except OSError:
-                    pass
+        _kill_and_remove(run_id)
     shutil.rmtree(top, ignore_errors=True)
 
 
@@ -368,6 +361,18 @@ def test_a_user_without_rights_on_roots_run_gets_one_line(user, area):
         R.runner("stop", "--now", "--run-dir", run_dir)
 
 
+def _kill_and_remove(run_id):
+    """What a failed (or ablated) test left: the run's processes, then its cgroup."""
+    reaper.kill_tagged(run_id, 0.2)
+    path = run_cgroup_path(run_id)
+    if path is not None and path.exists():
+        for sub in (path / "work", path / "engine", path):
+            try:
+                sub.rmdir()
+            except OSError:
+                pass
+
+
 def _tagged_or_cgroup(run_id):
     path = run_cgroup_path(run_id)
     return R.tagged(run_id) or (path is not None and path.exists())
@@ -388,7 +393,7 @@ def test_rm_rf_of_a_live_run_stops_it(runs):
             f"still alive after rm -rf: {R.tagged(run_id)}"
         )
     finally:
-        reaper.kill_tagged(run_id, 0.2)
+        _kill_and_remove(run_id)
 
 
 def test_list_and_stop_all_find_a_live_engine_whose_directory_is_gone(runs):
@@ -419,7 +424,7 @@ def test_list_and_stop_all_find_a_live_engine_whose_directory_is_gone(runs):
             os.kill(engine.pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
-        reaper.kill_tagged(run_id, 0.2)
+        _kill_and_remove(run_id)
 
 
 @pytest.mark.parametrize("mode", ["hard", "now", "graceful-wait"])
