@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from runner.errors import BadInput, RunnerError, printable
+from runner.errors import BadInput, NoLiveRun, RunnerError, printable
 from runner.exitcodes import Exit
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
@@ -344,7 +344,12 @@ def _stop(args: Args) -> Exit:
         from runner.files import ownership
 
         ownership.check_access(args.run_dir)
-    rd = resolve(args.run_dir)
+    try:
+        rd = resolve(args.run_dir)
+    except NoLiveRun:
+        if args.run_dir is None or args.graceful:
+            raise
+        return _stop_vanished(args.run_dir)
     if args.now:
         result = stop_command.stop_now(rd)
     elif args.graceful:
@@ -357,6 +362,22 @@ def _stop(args: Args) -> Exit:
     for line in result.lines():
         print(f"runner: {printable(line, None)}", file=stream)
     return result.code
+
+
+def _stop_vanished(run_dir: str) -> Exit:
+    """`runner stop [--now] --run-dir DIR` after `rm -rf DIR` of a live run: its engine,
+    if it still lives (vanished.py), is killed as `stop --all` would; else no run."""
+    from runner.control import stop_command
+    from runner.proc import vanished
+
+    where = os.path.abspath(run_dir)
+    found = [v for v in vanished.engines(os.path.dirname(where)) if os.path.abspath(v.run_dir) == where]
+    if not found:
+        raise NoLiveRun(f"{where}: no run there (no spec.toml)")
+    code, lines = stop_command.stop_vanished(found[0])
+    for line in lines:
+        print(f"runner: {printable(line, None)}", file=sys.stdout if code == Exit.OK else sys.stderr)
+    return code
 
 
 def _known(run_dir: str | None) -> RunDir:

@@ -396,10 +396,11 @@ def test_rm_rf_of_a_live_run_stops_it(runs):
         _kill_and_remove(run_id)
 
 
-def test_list_and_stop_all_find_a_live_engine_whose_directory_is_gone(runs):
+@pytest.mark.parametrize("how", ["all", "run-dir"])
+def test_list_and_stop_all_find_a_live_engine_whose_directory_is_gone(runs, how):
     """Path: vanished.engines (an engine's argv, its deleted pinned directory, its tag),
-    shown by `runner list` as "vanished" and killed by `runner stop --all` through its
-    tag and cgroup. The engine is a real one that cannot stop itself (SIGSTOPped before
+    shown by `runner list` as "vanished" and killed by `runner stop --all` (or `runner
+    stop --now --run-dir` naming the removed directory) through its tag and cgroup. The engine is a real one that cannot stop itself (SIGSTOPped before
     the `rm -rf`, as a hung engine, or one whose own watch is ablated, would be); its
     trapping provider lives on until the stop. Ablation: none (the list and the stop
     are the path; vanished-dir-stop turns the other test red)."""
@@ -415,7 +416,8 @@ def test_list_and_stop_all_find_a_live_engine_whose_directory_is_gone(runs):
         rows = json.loads(listed.stdout)
         assert [(r["run_id"], r["status"], r["live"]) for r in rows] == [(run_id, "vanished", True)], rows
         assert R.tagged(run_id), "the provider should still be alive before the stop"
-        stopped = R.runner("stop", "--all", "--runs-dir", runs.tmp_path)
+        where = ["--all", "--runs-dir", runs.tmp_path] if how == "all" else ["--now", "--run-dir", rd.path]
+        stopped = R.runner("stop", *where)
         assert stopped.returncode == Exit.OK, stopped.stderr
         assert run_id in stopped.stdout and "is gone" in stopped.stdout
         assert _wait(lambda: not _tagged_or_cgroup(run_id), 2.0), R.tagged(run_id)
