@@ -400,9 +400,10 @@ def test_rm_rf_of_a_live_run_stops_it(runs):
 def test_list_and_stop_all_find_a_live_engine_whose_directory_is_gone(runs, how):
     """Path: vanished.engines (an engine's argv, its deleted pinned directory, its tag),
     shown by `runner list` as "vanished" and killed by `runner stop --all` (or `runner
-    stop --now --run-dir` naming the removed directory) through its tag and cgroup. The engine is a real one that cannot stop itself (SIGSTOPped before
-    the `rm -rf`, as a hung engine, or one whose own watch is ablated, would be); its
-    trapping provider lives on until the stop. Ablation: none (the list and the stop
+    stop --now --run-dir` naming the removed directory) through its tag and cgroup. The
+    engine is a real one that cannot stop itself (SIGSTOPped before the `rm -rf`, as a
+    hung engine, or one whose own watch is ablated, would be); its trapping provider
+    lives on until the stop. Ablation: none (the list and the stop
     are the path; vanished-dir-stop turns the other test red)."""
     spec = runs.spec(provider=TRAP, stop=STOP)
     rd = runs.start(spec)
