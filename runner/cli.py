@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from runner.errors import BadInput, RunnerError, printable
+from runner.errors import BadInput, NoLiveRun, RunnerError, printable
 from runner.exitcodes import Exit
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
@@ -38,6 +38,10 @@ BOUND_CONTAINER_HELP = (
     "print whole seconds for a container's grace period (terminationGracePeriodSeconds, docker stop -t): "
     "the worst case plus the stopper's start-up margin, rounded up"
 )
+ALLOW_FOREIGN_HELP = (
+    "act on a run directory (or the directory it is created in) that another user owns or"
+    " others can write in (also RUNNER_ALLOW_FOREIGN_DIR=1)"
+)
 PORT_HELP = "the port to listen on (default 0: any free port; the first line printed names it)"
 
 
@@ -45,11 +49,13 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", help="the TOML spec")
     p.add_argument("--run-dir", help="where the run lives (default .runner/runs/<run-id>)")
     p.add_argument("--detach", action="store_true", help=DETACH_HELP)
+    p.add_argument("--allow-foreign-dir", action="store_true", help=ALLOW_FOREIGN_HELP)
 
 
 def _add_resume(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help=RUN_DIR_HELP)
     p.add_argument("--detach", action="store_true", help=DETACH_HELP)
+    p.add_argument("--allow-foreign-dir", action="store_true", help=ALLOW_FOREIGN_HELP)
 
 
 def _add_stop(p: argparse.ArgumentParser) -> None:
@@ -347,7 +353,9 @@ def _show(args: Args) -> progress.Show | None:
 def _run(args: Args) -> int:
     from runner.control import lifecycle
 
-    code, rd = lifecycle.run(args.spec, args.run_dir, detach=args.detach, say=_say, show=_show(args))
+    code, rd = lifecycle.run(
+        args.spec, args.run_dir, detach=args.detach, say=_say, show=_show(args), allow_foreign=args.allow_foreign_dir
+    )
     if args.detach and code == Exit.OK:
         print(rd.path)
     return code
@@ -356,7 +364,9 @@ def _run(args: Args) -> int:
 def _resume(args: Args) -> int:
     from runner.control import lifecycle
 
-    code, rd = lifecycle.resume(args.run_dir, detach=args.detach, say=_say, show=_show(args))
+    code, rd = lifecycle.resume(
+        args.run_dir, detach=args.detach, say=_say, show=_show(args), allow_foreign=args.allow_foreign_dir
+    )
     if args.detach and code == Exit.OK:
         print(rd.path)
     return code
@@ -381,7 +391,16 @@ def _stop(args: Args) -> Exit:
         return code
     if args.runs_dir is not None:
         raise BadInput("runner stop: --runs-dir: expected together with --all")
-    rd = resolve(args.run_dir)
+    if args.run_dir is not None:
+        from runner.files import ownership
+
+        ownership.check_access(args.run_dir)
+    try:
+        rd = resolve(args.run_dir)
+    except NoLiveRun:
+        if args.run_dir is None or args.graceful:
+            raise
+        return _stop_vanished(args.run_dir)
     if args.now:
         result = stop_command.stop_now(rd)
     elif args.graceful:
@@ -394,6 +413,22 @@ def _stop(args: Args) -> Exit:
     for line in result.lines():
         print(f"runner: {printable(line, None)}", file=stream)
     return result.code
+
+
+def _stop_vanished(run_dir: str) -> Exit:
+    """`runner stop [--now] --run-dir DIR` after `rm -rf DIR` of a live run: its engine,
+    if it still lives (vanished.py), is killed as `stop --all` would; else no run."""
+    from runner.control import stop_command
+    from runner.proc import vanished
+
+    where = os.path.abspath(run_dir)
+    found = [v for v in vanished.engines(os.path.dirname(where)) if os.path.abspath(v.run_dir) == where]
+    if not found:
+        raise NoLiveRun(f"{where}: no run there (no spec.toml)")
+    code, lines = stop_command.stop_vanished(found[0])
+    for line in lines:
+        print(f"runner: {printable(line, None)}", file=sys.stdout if code == Exit.OK else sys.stderr)
+    return code
 
 
 def _known(run_dir: str | None) -> RunDir:

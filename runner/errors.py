@@ -10,6 +10,8 @@
      +-- Crashed                 exit CRASHED: the engine died without recording an end
      +-- RunLocked               exit REFUSED: a live engine holds the run directory
      +-- CopyOfRun               exit COPY: the directory is a copy of a run (read-only)
+     +-- ForeignDir              exit FOREIGN_DIR: another user's (or a shared) directory
+     +-- NotPermitted            exit NOT_PERMITTED: no right to act on the run directory
 
     RunStopped (BaseException)   the stop, raised at the engine's next check point
 
@@ -98,6 +100,14 @@ class CopyOfRun(RunnerError):
     restored backup, a planted directory holding another run's identity): read-only."""
 
     exit_code = Exit.COPY
+
+
+class ForeignDir(RunnerError):
+    exit_code = Exit.FOREIGN_DIR
+
+
+class NotPermitted(RunnerError):
+    exit_code = Exit.NOT_PERMITTED
 
 
 class RunStopped(BaseException):

@@ -72,6 +72,7 @@ class Origin(StrEnum):
     CTRL_C = "ctrl-c"  # SIGINT: a foreground run's terminal
     DASHBOARD = "dashboard"  # a button of `runner dashboard` (the same stop code as the CLI's)
     FORCED = "forced"  # the stopper recorded it: the engine was killed, not asked
+    VANISHED = "vanished"  # the run directory was removed under the live run (dirfd.gone)
     UNKNOWN = "unknown"  # a request whose origin cannot be read
 
     @classmethod

@@ -32,6 +32,12 @@ class Exit(IntEnum):
     """The run directory is a copy of a run (or holds another directory's identity): it
     can be read (status, logs, list), never stopped, resumed or waited on; nothing was
     signalled or written."""
+    FOREIGN_DIR = 13
+    """`run`/`resume` refused a run directory (or the directory it is created in) owned by
+    another user or writable by others, without --allow-foreign-dir; nothing was touched."""
+    NOT_PERMITTED = 14
+    """This user has no right to act on the run directory (another user's run): nothing
+    was signalled or written."""
     UNSUPPORTED = 19
     """This machine cannot run the runner: not Linux, or a kernel without pidfd_open
     (Linux 5.3); the one line says which. Nothing was read, started or signalled."""

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from runner import defaults
@@ -19,7 +20,7 @@ from runner.control import run_view, stop_command
 from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked
 from runner.events import Event
 from runner.exitcodes import Exit
-from runner.files import stop_request, untrusted
+from runner.files import ownership, stop_request, untrusted
 from runner.files.journal import Journal
 from runner.files.rundir import EngineLock, RunDir, copy_line, default_base, new_run_id, refuse_copy, resolve
 from runner.files.spec import Spec, load_frozen
@@ -83,29 +84,53 @@ def run(
     detach: bool,
     say: Say,
     show: progress.Show | None = None,
+    allow_foreign: bool = False,
 ) -> tuple[int, RunDir]:
     """`runner run`: validate the spec completely, freeze it into a new run directory,
     start the engine; detached, return once it is up, else wait for it (showing its
-    progress on `show`, if given)."""
+    progress on `show`, if given). A directory that is not this user's alone is refused
+    (ownership.py) unless `allow_foreign`."""
     spec, raw = load_spec_bytes(spec_path)  # validated completely before anything starts
     if run_dir is not None:
         rd = RunDir(run_dir)
+        if not (allow_foreign or ownership.allowed_by_env()):
+            ownership.check(rd.path, creating_in=_nearest_existing(rd.path.parent))
         if rd.exists() and rd.is_live():
             raise RunLocked(f"{rd.path}: a live engine holds this run directory")
     else:
         rd = RunDir(default_base() / new_run_id())
-    rd = RunDir.create(rd.path, spec_path, data=raw)
+        if not (allow_foreign or ownership.allowed_by_env()):
+            ownership.check(rd.path, creating_in=_nearest_existing(rd.path.parent))
+    rd = RunDir.create(rd.path, spec_path, data=raw, refuse_foreign=not (allow_foreign or ownership.allowed_by_env()))
     with rd.acquire_lock() as lock:
         return start_engine(rd, spec, detach, say, lock, show), rd
 
 
+def _nearest_existing(path: Path) -> Path:
+    """The directory `runner run` creates the run directory in: the nearest that exists
+    (the ones it makes on the way are its own, 0700)."""
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
 def resume(
-    run_dir: str | os.PathLike[str] | None = None, *, detach: bool, say: Say, show: progress.Show | None = None
+    run_dir: str | os.PathLike[str] | None = None,
+    *,
+    detach: bool,
+    say: Say,
+    show: progress.Show | None = None,
+    allow_foreign: bool = False,
 ) -> tuple[int, RunDir]:
     """`runner resume`: a new attempt of a stopped or crashed run. What the dead attempt
     left running is killed first (only what is proven the run's), pending control files
-    are archived, the dead attempt's identity files removed."""
+    are archived, the dead attempt's identity files removed. Another user's directory is
+    refused (ownership.py) unless `allow_foreign`."""
+    if run_dir is not None:
+        ownership.check_access(run_dir)
     rd = resolve(run_dir, want=resumable, what="resumable")
+    if not (allow_foreign or ownership.allowed_by_env()):
+        ownership.check(rd.path)
     # A copy is never resumed: its engine would run a second attempt of another
     # directory's run (the copy's key matches none of that run's processes, so its
     # leftovers could not even be found). Asked before the lock file is touched.
@@ -187,7 +212,9 @@ def start_engine(
     if key is None:
         raise NoLiveRun(f"{rd.path}: the run directory is gone")
     env = dict(os.environ, RUNNER_RUN_ID=key)
-    with open(rd.engine_log, "ab") as log:
+    # Never through a link, relative to the run directory's descriptor (dirfd.py).
+    log_fd = untrusted.open_regular(rd.engine_log, flags=os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    with os.fdopen(log_fd, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "runner", "_engine", str(rd.path), "--lock-fd", str(lock.fd)],
             stdin=subprocess.DEVNULL,

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from runner.files.rundir import EngineLock
     from runner.proc.identity import Identity
     from runner.proc.reaper import ReapReport
+    from runner.proc.vanished import Vanished
 
 
 class StopResult(Value):
@@ -505,6 +506,38 @@ MAX_STOPPERS = 64
 """`stop --all` stops this many runs at a time, each in its own thread."""
 
 
+def stop_vanished(v: Vanished, kill_grace: float = defaults.KILL_GRACE) -> tuple[Exit, list[str]]:
+    """A live engine whose run directory is gone (vanished.py): no file to lodge a stop
+    in or record it, so the run is killed as `--now` would, proven by its tag and its
+    cgroup (the only membership left), and said on one line."""
+    from runner.proc.cgroup import RunCgroup, run_cgroup_path
+
+    path = run_cgroup_path(v.key)
+    cgroup = RunCgroup(path) if path is not None and path.is_dir() else None
+    report = reaper.kill_everything(
+        groups=[(v.engine.pgid, [v.engine])],
+        pids=[v.engine],
+        run_id=v.key,
+        kill_grace=kill_grace,
+        cgroup=cgroup,
+        cgroup_scope="all" if cgroup is not None else None,
+    )
+    if cgroup is not None and not report.unkillable:
+        for sub in (cgroup.path / "work", cgroup.path / "engine", cgroup.path):
+            try:
+                sub.rmdir()  # the engine that would have removed it is dead
+            except OSError:
+                pass
+    line = (
+        f"run {v.run_id} (its directory {v.run_dir} is gone) killed"
+        f" ({len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL,"
+        f" in {report.elapsed:.3f}s); nothing could be recorded"
+    )
+    if report.unkillable:
+        return Exit.UNKILLABLE, [line + f"; still alive: {' '.join(map(str, report.unkillable))}"]
+    return Exit.OK, [line]
+
+
 def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]]:
     """`runner stop --all`: every live run under `base`, from this one process, all at
     once: each run gets the very stop its own `runner stop` would (stop_hard, stop_now or
@@ -516,6 +549,7 @@ def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]
 
     from runner.errors import RunnerError
     from runner.files.rundir import list_runs
+    from runner.proc import vanished
 
     def live(rd: RunDir) -> bool:
         if copy_line(rd) is not None:
@@ -526,7 +560,8 @@ def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]
             return True
 
     runs = [rd for rd in list_runs(base) if live(rd)]
-    if not runs:
+    gone = vanished.engines(base)
+    if not runs and not gone:
         raise NoLiveRun(f"no live run under {base}")
     stops: dict[str, Callable[[RunDir], StopResult]] = {
         "hard": stop_hard,
@@ -542,8 +577,10 @@ def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]
             return exc.exit_code, [f"{rd.path}: {exc}"]
         return result.code, result.lines()
 
-    with ThreadPoolExecutor(max_workers=min(MAX_STOPPERS, len(runs))) as pool:
+    with ThreadPoolExecutor(max_workers=min(MAX_STOPPERS, len(runs) + len(gone))) as pool:
+        lost = pool.map(stop_vanished, gone)
         outcomes = list(pool.map(one, runs))  # ablate: stop-all-at-once
+        outcomes += list(lost)
     codes = {code for code, _ in outcomes}
     code = next((c for c in _WORST_FIRST if c in codes), Exit.OK)
     return code, [line for _, lines in outcomes for line in lines]

@@ -20,6 +20,7 @@ from pathlib import Path
 from runner import defaults
 from runner import log as _log
 from runner.engine.registry import Registry
+from runner.files import dirfd
 from runner.proc import reaper
 from runner.proc.reaper import ReapReport
 
@@ -52,8 +53,10 @@ class Result:
 class _Capture:
     def __init__(self, path: str | os.PathLike[str], cap_bytes: int) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.path, "wb")
+        # A new file, 0600 like state.json (a provider's output may hold secrets), opened
+        # relative to the run directory's descriptor: never through a link, never over a
+        # file someone put there (dirfd.create_new: Damaged, one line).
+        self.file = os.fdopen(dirfd.create_new(self.path, 0o600), "wb")
         self.cap = cap_bytes
         self.kept = 0
         self.dropped = 0

@@ -36,6 +36,10 @@ def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
     if not rd.exists():
         print(f"runner engine: {rd.path}: no run there (no spec.toml)", file=sys.stderr)
         return Exit.NO_LIVE_RUN
+    # Every file from here on is opened through this one descriptor of the directory
+    # (dirfd.py): a link below it is never followed, and `mv` of the directory while the
+    # run goes on changes nothing for the engine.
+    rd.pin()
     try:
         lock = rd.adopt_lock(lock_fd) if lock_fd is not None else rd.acquire_lock()
     except RunnerError as exc:

@@ -24,10 +24,11 @@ import traceback
 
 from runner import defaults
 from runner.engine.child import Result, run_child
-from runner.errors import RunStopped
+from runner.errors import Damaged, RunStopped
 from runner.events import Event, Outcome
 from runner.exitcodes import Exit
 from runner.files import captured, stop_request
+from runner.files.atomic import atomic_write_text
 from runner.files.spec import substitute
 from runner.proc import reaper
 
@@ -113,17 +114,21 @@ class Engine:
                 self._cleanup()
         except RunStopped as stop:
             return self._record_stop(self.ctl.as_recorded(stop))
-        except Exception:
+        except Exception as exc:
             if self.ctl.stopping:
                 # An error while a hard stop unwinds: the stop is what happened (the
                 # fallback must not be blamed on the engine); the error is kept.
                 self.journal.append(Event.ENGINE_ERROR, error=traceback.format_exc(limit=20))
                 return self._record_stop(self.ctl.hard_stop())
-            self.journal.append(Event.ENGINE_CRASH, error=traceback.format_exc(limit=20))
+            # A link or a stranger's file where the engine writes (dirfd.py) is damage,
+            # named on one line, not a bug of the runner.
+            damaged = isinstance(exc, Damaged)
+            error = f"damaged run directory: {exc}" if damaged else traceback.format_exc(limit=20)
+            self.journal.append(Event.ENGINE_CRASH, error=error)
             self.state.status = "crashed"
-            self.state.exit_code = int(Exit.INTERNAL)
+            self.state.exit_code = int(Exit.DAMAGED if damaged else Exit.INTERNAL)
             self._save()
-            return Exit.INTERNAL
+            return Exit.DAMAGED if damaged else Exit.INTERNAL
         finally:
             self.ctl.discard_unhonored(stopped=self.state.stopped)
 
@@ -268,7 +273,7 @@ class Engine:
             except OSError:
                 pass
         if failing is not None or not path.exists():
-            path.write_text(text)
+            atomic_write_text(path, text)  # never through a link (dirfd.py)
         return path
 
     def _backoff(self, seconds: float) -> None:

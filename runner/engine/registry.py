@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner import log as _log
+from runner.files import dirfd
 from runner.proc import identity, reaper, sweep
 from runner.proc.identity import Identity
 from runner.proc.reaper import ReapReport
@@ -55,7 +56,7 @@ class Registry:
         cgroup: RunCgroup | None = None,
     ) -> None:
         self.children_dir = Path(children_dir)
-        self.children_dir.mkdir(parents=True, exist_ok=True)
+        dirfd.mkdir(self.children_dir)
         self.run_id = run_id
         self.kill_grace = kill_grace
         self.cgroup = cgroup

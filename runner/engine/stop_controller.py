@@ -26,7 +26,7 @@ from runner import defaults
 from runner import log as _log
 from runner.errors import RunStopped
 from runner.events import Event
-from runner.files import stop_request
+from runner.files import dirfd, stop_request
 from runner.files.stop_request import Mode, Origin, StopRequest
 from runner.proc import inotify
 
@@ -140,7 +140,11 @@ class StopController:
     def _tick(self) -> None:
         if self._kill_failed:
             self._kill()
-        if self._signal_origin is not None:
+        if dirfd.gone(self._rundir.path):  # ablate: vanished-dir-stop
+            # The run directory was removed: no outcome of this run could be recorded any
+            # more, and no command could find it by its directory. A hard stop, at once.
+            self.request(Origin.VANISHED)
+        elif self._signal_origin is not None:
             self.request(self._signal_origin)
         else:
             self._read_control_file()

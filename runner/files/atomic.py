@@ -12,6 +12,8 @@ import json
 import os
 from collections.abc import Callable
 
+from runner.files import dirfd
+
 _before_replace: Callable[[str, str], object] | None = None
 """Test seam: if set, called as `_before_replace(tmp_path, final_path)` after the temp
 file is written and fsynced, just before os.replace. A test raises from it to inject a
@@ -27,40 +29,51 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def temp_file(directory: str, prefix: str) -> tuple[int, str]:
-    """A new file of our own in `directory`, named `<prefix><random>.tmp`: tempfile's
-    mkstemp, without the import of tempfile, random and hashlib that every stopper
-    would pay at start-up. O_EXCL|O_NOFOLLOW: never an existing file, never a link."""
+def temp_file(directory: str, prefix: str, *, dir_fd: int | None = None) -> tuple[int, str]:
+    """A new file of our own in `directory` (or in `dir_fd`, `directory` then unused),
+    named `<prefix><random>.tmp`: tempfile's mkstemp, without the import of tempfile,
+    random and hashlib that every stopper would pay at start-up. O_EXCL|O_NOFOLLOW: never
+    an existing file, never a link. Returns the name joined to `directory`, or the bare
+    name when `dir_fd` is given."""
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(100):
-        name = os.path.join(directory, f"{prefix}{os.urandom(6).hex()}.tmp")
+        base = f"{prefix}{os.urandom(6).hex()}.tmp"
+        name = base if dir_fd is not None else os.path.join(directory, base)
         try:
-            return os.open(name, flags, 0o600), name
+            return os.open(name, flags, 0o600, dir_fd=dir_fd), name
         except FileExistsError:
             continue
     raise FileExistsError(f"{directory}: no free temporary name for {prefix!r}")
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Temp file, fsync, replace, fsync the directory: all relative to one descriptor of
+    the target's directory (dirfd.parent: below a pinned run directory no component is
+    followed if it is a link), so the temp file and the rename never leave it."""
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = temp_file(directory, "." + os.path.basename(path) + ".")  # ablate: atomic-write
+    dfd, name = dirfd.parent(path, create=True)
+    where = os.path.dirname(os.path.abspath(path))
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if _before_replace is not None:
-            _before_replace(tmp, path)
-        os.replace(tmp, path)
-    except BaseException:
-        # A failed or interrupted write leaves no temp litter behind; the old file stays.
+        fd, tmp = temp_file(where, "." + name + ".", dir_fd=dfd)  # ablate: atomic-write
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    fsync_dir(directory)
+            dirfd.own(dfd, fd)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if _before_replace is not None:
+                _before_replace(os.path.join(os.path.dirname(path), tmp), path)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            # A failed or interrupted write leaves no temp litter behind; the old file stays.
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            raise
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

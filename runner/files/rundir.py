@@ -17,8 +17,8 @@ from pathlib import Path
 
 from runner import defaults
 from runner.errors import BadInput, CopyOfRun, Damaged, NoLiveRun, RunLocked
-from runner.files import untrusted
-from runner.files.atomic import atomic_write_text, fsync_dir, temp_file
+from runner.files import dirfd, untrusted
+from runner.files.atomic import atomic_write_text, temp_file
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
@@ -99,8 +99,9 @@ class RunDir:
         """The identity of the directory this command opened, "<st_dev>-<st_ino>" (None
         if it is gone): measured, never read from a file. `mv` within a file system
         keeps it; a copy, a restored backup or a planted directory has its own."""
+        fd = dirfd.pinned(self.path)  # a process that pinned it measures what it holds (a moved run)
         try:
-            st = os.stat(self.path)
+            st = os.stat(self.path) if fd is None else os.fstat(fd)
         except OSError:
             return None
         return f"{st.st_dev}-{st.st_ino}"
@@ -163,7 +164,12 @@ class RunDir:
 
     @classmethod
     def create(
-        cls, path: str | os.PathLike[str], spec_path: str | os.PathLike[str], data: bytes | None = None
+        cls,
+        path: str | os.PathLike[str],
+        spec_path: str | os.PathLike[str],
+        data: bytes | None = None,
+        *,
+        refuse_foreign: bool = False,
     ) -> RunDir:
         """Make the run directory and freeze a copy of the spec into it.
 
@@ -178,39 +184,50 @@ class RunDir:
         except OSError as e:
             raise BadInput(f"{spec_path}: cannot read the spec ({e.strerror or e})") from None
         try:
-            rd.path.mkdir(parents=True, exist_ok=True)
+            _make_dirs(rd.path)
         except OSError as e:
             raise BadInput(f"{rd.path}: cannot create the run directory ({e.strerror or e})") from None
         if rd.exists():
             raise BadInput(f"{rd.path}: already holds a run (use `runner resume` or another --run-dir)")
-        fd, tmp = temp_file(str(rd.path), ".spec.")
+        rd.pin()
+        dfd = dirfd.pinned(rd.path)
+        assert dfd is not None
+        if refuse_foreign:  # before anything is written in it (ownership.py)
+            from runner.files import ownership
+
+            ownership.check_pinned(rd.path, dfd)
+        fd, tmp = temp_file(str(rd.path), ".spec.", dir_fd=dfd)
         try:
+            dirfd.own(dfd, fd)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             try:
-                os.link(tmp, rd.spec)
+                os.link(tmp, rd.spec.name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
             except FileExistsError:
                 raise BadInput(f"{rd.path}: already holds a run (use `runner resume` or another --run-dir)") from None
         finally:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dfd)
         for sub in (rd.children, rd.output, rd.archive):
-            sub.mkdir(exist_ok=True)
+            dirfd.mkdir(sub)
         run_id = rd.path.name if re.fullmatch(_RUN_ID, rd.path.name) else new_run_id()
         # The directory's identity, measured on the directory the spec was just linked
-        # into, written before the id: a run id is never found without it.
-        dfd = os.open(rd.path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            st = os.fstat(dfd)
-        finally:
-            os.close(dfd)
+        # into (the pinned descriptor), written before the id: a run id is never found
+        # without it.
+        st = os.fstat(dfd)
         atomic_write_text(rd.dir_identity_file, f"{st.st_dev}-{st.st_ino} {_boot_id()}\n")
         # Written only once the spec link is won, so a losing create never overwrites the
         # winner's id; atomic, so a later command never reads half an id.
         atomic_write_text(rd.run_id_file, run_id + "\n")
-        fsync_dir(rd.path)
+        os.fsync(dfd)
         return rd
+
+    def pin(self) -> None:
+        """From now on every file of this run directory is opened relative to one
+        descriptor of it, never through its path again (dirfd.py): no link below it
+        followed, and a move of the directory changes nothing for this process."""
+        dirfd.pin(self.path)
 
     def acquire_lock(self) -> EngineLock:
         """Take the engine lock (LOCK_EX|LOCK_NB); RunLocked if a live engine holds it.
@@ -270,6 +287,23 @@ class RunDir:
         finally:
             os.close(fd)  # also drops the shared lock if we got it
         return False
+
+
+def _make_dirs(path: Path) -> None:
+    """mkdir -p, each directory made here 0700 whatever the umask: the runner's own
+    directories are written by no one else (ownership.py refuses one that others can
+    write in)."""
+    if path.is_dir():
+        return
+    if path.parent != path:
+        _make_dirs(path.parent)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    os.chmod(path, 0o700)
 
 
 _RUN_ID = r"\d{8}-\d{6}-[0-9a-f]{6}"  # compiled on first use (re's cache): only `run` needs it
@@ -399,12 +433,14 @@ def resolve(
         rd = RunDir(run_dir)
         if not rd.exists():
             raise NoLiveRun(f"{rd.path}: no run there (no spec.toml)")
+        rd.pin()
         return rd
     base = Path(base) if base is not None else default_base()
     want = want or _live_run
     runs = list_runs(base)
     matches = [r for r in runs if want(r)]
     if len(matches) == 1:
+        matches[0].pin()
         return matches[0]
     if not matches:
         msg = f"no {what} run under {base}"

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from runner.errors import Damaged
-from runner.files import untrusted
+from runner.files import dirfd, untrusted
 from runner.files.atomic import atomic_write_json
 from runner.values import Value
 
@@ -211,7 +211,7 @@ class StateStore:
 
     def load_or_none(self) -> State | None:
         """None when no state has been written yet (an engine that has only just started)."""
-        if not os.path.lexists(self.path):
+        if not dirfd.lexists(self.path):
             return None
         return self.load()
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from runner.errors import ControlFileError, Damaged
 from runner.events import Mode as Mode
 from runner.events import Origin as Origin
-from runner.files import untrusted
+from runner.files import dirfd, untrusted
 from runner.files.atomic import atomic_write_json
 from runner.values import Value
 
@@ -154,8 +154,22 @@ def peek(run_dir: RunDir) -> StopRequest | None:
 
 
 def _archive_name(run_dir: RunDir, name: str) -> Path:
-    run_dir.archive.mkdir(exist_ok=True)
+    dirfd.mkdir(run_dir.archive)
     return run_dir.archive / f"{time.time_ns()}-{os.getpid()}-{name}"
+
+
+def _rename(src: Path, dst: Path) -> None:
+    """os.rename, relative to the run directory's descriptor (dirfd.py): a moved run
+    directory keeps working, and no directory on the way is a link followed."""
+    sfd, sname = dirfd.parent(src)
+    try:
+        dfd, dname = dirfd.parent(dst)
+        try:
+            os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+        finally:
+            os.close(dfd)
+    finally:
+        os.close(sfd)
 
 
 def consume(run_dir: RunDir) -> StopRequest | None:
@@ -168,7 +182,7 @@ def consume(run_dir: RunDir) -> StopRequest | None:
     with _Locked(run_dir):
         dest = _archive_name(run_dir, run_dir.stop_request.name)
         try:
-            os.rename(run_dir.stop_request, dest)
+            _rename(run_dir.stop_request, dest)
         except FileNotFoundError:
             return None
     request = _read(dest) or _unreadable(dest)
@@ -177,11 +191,11 @@ def consume(run_dir: RunDir) -> StopRequest | None:
 
 
 def stop_file(run_dir: RunDir) -> bool:
-    return os.path.lexists(run_dir.stop_file)
+    return dirfd.lexists(run_dir.stop_file)
 
 
 def pause_file(run_dir: RunDir) -> bool:
-    return os.path.lexists(run_dir.pause_file)
+    return dirfd.lexists(run_dir.pause_file)
 
 
 def pause(run_dir: RunDir) -> bool:
@@ -189,8 +203,8 @@ def pause(run_dir: RunDir) -> bool:
     engine holds at its next check point until it is gone. Never through a link.
     Returns False when it was already there."""
     try:
-        fd = os.open(run_dir.pause_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except FileExistsError:
+        fd = dirfd.create_new(run_dir.pause_file, 0o644)
+    except Damaged:
         return False
     except OSError as e:
         raise ControlFileError(f"{run_dir.pause_file}: cannot create ({e.strerror or e})") from None
@@ -202,7 +216,11 @@ def unpause(run_dir: RunDir) -> bool:
     """Remove the PAUSE file (a link is removed, never followed); the engine goes on
     within PAUSE_POLL. Returns False when there was none."""
     try:
-        os.unlink(run_dir.pause_file)
+        pfd, name = dirfd.parent(run_dir.pause_file)
+        try:
+            os.unlink(name, dir_fd=pfd)
+        finally:
+            os.close(pfd)
     except FileNotFoundError:
         return False
     except OSError as e:  # a directory put there by hand: named, never removed recursively
@@ -217,7 +235,7 @@ def archive_pending(run_dir: RunDir) -> list[str]:
     with _Locked(run_dir):
         for path in (run_dir.stop_request, run_dir.stop_file, run_dir.pause_file):
             try:
-                os.rename(path, _archive_name(run_dir, path.name))
+                _rename(path, _archive_name(run_dir, path.name))
             except FileNotFoundError:
                 continue
             moved.append(path.name)

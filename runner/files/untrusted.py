@@ -23,6 +23,7 @@ import re
 import stat
 
 from runner.errors import Damaged
+from runner.files import dirfd
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
@@ -59,28 +60,61 @@ def open_regular(
     path: str | os.PathLike[str], *, dir_fd: int | None = None, flags: int = os.O_RDONLY, follow: bool = False
 ) -> int:
     """A descriptor on `path` if it is a regular file (no link followed, never blocks).
-    FileNotFoundError propagates: a missing file is the caller's call, not damage."""
+    FileNotFoundError propagates: a missing file is the caller's call, not damage.
+
+    Below a pinned run directory (dirfd.py) the file is opened relative to its
+    descriptor, no component followed if it is a link. A file opened for writing must
+    have one link only (a hard link planted to another file is damage) and, created by
+    root in another user's directory, is given to that user (dirfd.own)."""
+    if dir_fd is not None or follow:
+        return _open_regular(path, dir_fd, flags, follow)
+    try:
+        parent, name = dirfd.parent(path, create=bool(flags & os.O_CREAT))
+    except (FileNotFoundError, Damaged):
+        raise
+    except OSError as exc:
+        raise Damaged(path, f"cannot open its directory ({exc.strerror or exc})") from None
+    try:
+        fd = _open_regular(name, parent, flags, follow, shown=path)
+        if flags & (os.O_WRONLY | os.O_RDWR):
+            dirfd.own(parent, fd)
+        return fd
+    finally:
+        os.close(parent)
+
+
+def _open_regular(
+    path: str | os.PathLike[str],
+    dir_fd: int | None,
+    flags: int,
+    follow: bool,
+    shown: str | os.PathLike[str] | None = None,
+) -> int:
+    shown = path if shown is None else shown
     try:
         nofollow = 0 if follow else os.O_NOFOLLOW
-        fd = os.open(path, flags | nofollow | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        fd = os.open(path, flags | nofollow | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     except FileNotFoundError:
         raise
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise Damaged(path, "a symlink (never followed)") from None
+            raise Damaged(shown, "a symlink (never followed)") from None
         if exc.errno in (errno.ENXIO, errno.EISDIR):
-            raise Damaged(path, "not a regular file") from None
+            raise Damaged(shown, "not a regular file") from None
         if exc.errno == errno.ENOTDIR:
-            raise Damaged(path, "a parent is not a directory") from None
-        raise Damaged(path, f"cannot open ({exc.strerror or exc})") from None
+            raise Damaged(shown, "a parent is not a directory") from None
+        raise Damaged(shown, f"cannot open ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)
     except OSError as exc:
         os.close(fd)
-        raise Damaged(path, f"cannot stat ({exc.strerror or exc})") from None
+        raise Damaged(shown, f"cannot stat ({exc.strerror or exc})") from None
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise Damaged(path, _kind(st.st_mode))
+        raise Damaged(shown, _kind(st.st_mode))
+    if flags & (os.O_WRONLY | os.O_RDWR) and st.st_nlink > 1:
+        os.close(fd)
+        raise Damaged(shown, f"has {st.st_nlink} hard links (never written through)")
     return fd
 
 

@@ -13,13 +13,18 @@ import os
 
 IN_CLOSE_WRITE = 0x00000008
 IN_MOVED_TO = 0x00000080
+IN_DELETE_SELF = 0x00000400
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 
 
+_MASK = IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE_SELF
+
+
 def watch_dir(path: str | os.PathLike[str]) -> int | None:
     """An inotify descriptor watching `path` for files closed after writing or renamed
-    into it; None where inotify is not available."""
+    into it, and for its own removal (the watchdog then stops the run: see
+    stop_controller); None where inotify is not available."""
     try:
         import ctypes
 
@@ -29,7 +34,7 @@ def watch_dir(path: str | os.PathLike[str]) -> int | None:
         return None
     if fd < 0:
         return None
-    if libc.inotify_add_watch(fd, os.fsencode(path), IN_CLOSE_WRITE | IN_MOVED_TO) < 0:  # ablate: watchdog-inotify
+    if libc.inotify_add_watch(fd, os.fsencode(path), _MASK) < 0:  # ablate: watchdog-inotify
         os.close(fd)
         return None
     return fd

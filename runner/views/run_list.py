@@ -14,12 +14,13 @@ from typing import TypedDict
 from runner.errors import Damaged
 from runner.files.rundir import RunDir, copy_origin, list_runs
 from runner.files.state import StateStore
+from runner.proc import vanished
 
 
 class RunRow(TypedDict):
     run_id: str
     run_dir: str
-    status: str  # running, completed, failed, stopped, crashed, starting, or "damaged"
+    status: str  # running, completed, failed, stopped, crashed, starting, "damaged", or "vanished"
     live: bool | None  # None: the lock file is damaged
     attempt: int | None
     items: int | None
@@ -84,8 +85,30 @@ def row(rd: RunDir) -> RunRow:
 
 
 def rows(base: str | os.PathLike[str]) -> list[RunRow]:
-    """Every run under `base`, oldest first (run ids sort by their start time)."""
-    return [row(rd) for rd in list_runs(Path(base))]
+    """Every run under `base`, oldest first (run ids sort by their start time), then the
+    live runs whose directory under `base` is gone (vanished.py: the kernel's word, no
+    file is left to read), as status "vanished"."""
+    out = [row(rd) for rd in list_runs(Path(base))]
+    for v in vanished.engines(base):
+        out.append(
+            {
+                "run_id": v.run_id,
+                "run_dir": v.run_dir,
+                "status": "vanished",
+                "live": True,
+                "attempt": None,
+                "items": None,
+                "done": None,
+                "failed": None,
+                "created": None,
+                "updated": None,
+                "damaged": [
+                    f"{v.run_dir}: removed while engine pid {v.engine.pid} runs (`runner stop --all` stops it)"
+                ],
+                "copy_of": None,
+            }
+        )
+    return out
 
 
 def age(row: RunRow, now: float | None = None) -> float | None:

@@ -1,0 +1,93 @@
+"""Live engines whose run directory is gone (`rm -rf` of a live run).
+
+The engine stops such a run itself (stop_controller: dirfd.gone). Should it not (hung,
+or an engine of an older runner), no file says the run exists any more: `runner list`
+and `runner stop --all` find it by the kernel's word instead. An engine is a process
+running `-m runner _engine DIR`, tagged RUNNER_RUN_ID; its run directory is gone when
+the directory descriptor it pinned (dirfd.py) has a link count of 0 (/proc/PID/fd shows
+it "(deleted)"). Only engines whose DIR was under the base directory asked about are
+returned, and only those this user may inspect (its own, or any as root).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+from runner.proc import identity
+from runner.proc.identity import Identity
+
+_ENGINE_ARGV = (b"-m", b"runner", b"_engine")
+_IDENTITY = re.compile(r"\d+-\d+")
+
+
+class Vanished:
+    """A live engine whose run directory is gone: `key` is its tag's value (the run's
+    membership key, "<run id>.<dev>-<ino>", which names its cgroup too), `run_id` the
+    id people know the run by."""
+
+    __slots__ = ("engine", "key", "run_id", "run_dir")
+
+    def __init__(self, engine: Identity, key: str, run_dir: str) -> None:
+        self.engine, self.key, self.run_dir = engine, key, run_dir
+        run_id, dot, identity_part = key.rpartition(".")
+        self.run_id = run_id if dot and _IDENTITY.fullmatch(identity_part) else key
+
+
+def _engine_dir(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return None
+    for i in range(len(argv) - 3):
+        if tuple(argv[i : i + 3]) == _ENGINE_ARGV:
+            return os.fsdecode(argv[i + 3])
+    return None
+
+
+def _holds_deleted_dir(pid: int) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_nlink == 0:
+            return True
+    return False
+
+
+def _run_id(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return None
+    for entry in env:
+        if entry.startswith(b"RUNNER_RUN_ID="):
+            return os.fsdecode(entry[len(b"RUNNER_RUN_ID=") :]) or None
+    return None
+
+
+def engines(base: str | os.PathLike[str]) -> list[Vanished]:
+    """The live engines of runs that lived under `base` and whose directory is gone."""
+    where = os.path.abspath(base)
+    boot = identity.boot_id()
+    found: list[Vanished] = []
+    for pid in identity.all_pids():
+        run_dir = _engine_dir(pid)
+        if run_dir is None or os.path.dirname(os.path.abspath(run_dir)) != where:
+            continue
+        if not _holds_deleted_dir(pid):
+            continue
+        run_id = _run_id(pid)
+        st = identity.stat(pid)
+        if run_id is None or st is None or st.zombie:
+            continue
+        found.append(Vanished(Identity(st.pid, st.pgid, st.sid, st.start_ticks, boot), run_id, run_dir))
+    return found
