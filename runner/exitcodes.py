@@ -28,5 +28,13 @@ class Exit(IntEnum):
     CRASHED = 11
     """The run's engine died without recording how the run ended (SIGKILL, out of
     memory); `runner resume` continues it."""
+    INTERRUPTED = 12
+    """This command was interrupted (SIGINT, SIGTERM, SIGHUP) before it finished: it says
+    nothing of how the run ended. A stop it had begun is completed by the next plain
+    `runner stop`."""
+    LEFT_RUNNING = 13
+    """A stop ended with processes of the run still alive that are not in uninterruptible
+    sleep (they kept forking past the kill rounds' bound, or were still dying): pids
+    named; run `runner stop` again."""
     INTERNAL = 70
     """An unexpected error inside the runner (see engine.log in the run directory)."""
