@@ -234,6 +234,16 @@ def early_signals(argv: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     early_signals(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    finally:
+        # Done: the code is decided. A stop signal from here to the exit is held, never
+        # turned into a death by signal that would hide the code (the interpreter
+        # re-raises an uncaught Ctrl-C as one).
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     # Warnings of the process layer (a stale identity refused, a pid that survived its
     # SIGKILL) reach the operator on stderr, each on its own line; the engine's go to
     # its engine.log.
@@ -249,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"runner: {printable(exc, None)}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # a second one must not cut this line
         # Interrupted (Ctrl-C, SIGTERM, SIGHUP): this command did not finish. A stop it
         # began is completed by the next plain `runner stop` (never "the run stopped").
         print("runner: interrupted before this command finished", file=sys.stderr)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 class StopResult(Value):
     """What a stop command did. A plain class, not a dataclass (see values.py)."""
 
-    __slots__ = ("code", "message", "elapsed", "unkillable", "recorded_by", "refused", "damaged")
+    __slots__ = ("code", "message", "elapsed", "unkillable", "recorded_by", "refused", "damaged", "found")
 
     def __init__(
         self,
@@ -61,6 +61,8 @@ class StopResult(Value):
         self.recorded_by = recorded_by
         self.refused: list[str] = [] if refused is None else refused
         self.damaged: list[str] = [] if damaged is None else damaged
+        self.found = 0
+        """How many processes of the run this stop found alive (and signalled)."""
 
     def lines(self) -> list[str]:
         """What the command prints: the result, then (each on one line) what was refused
@@ -239,6 +241,7 @@ def _force_locked(
         groups=groups, pids=recorded + children, run_id=view.run_id, kill_grace=kill_grace, cgroup=view.cgroup
     )
     unkillable = sorted(set(report.unkillable))
+    found = len(set(report.died_at_term) | set(report.needed_kill) | set(report.unkillable))
     if report.refused:
         try:
             with Journal(rd.journal) as journal:
@@ -258,6 +261,14 @@ def _force_locked(
                 view.cgroup.remove()
             except OSError:
                 pass  # still populated (an unkillable member) or removed by the engine
+    result = _forced_result(view, report, unkillable, recorded_by, fallback, started)
+    result.found = found
+    return result
+
+
+def _forced_result(
+    view: RunView, report: ReapReport, unkillable: list[int], recorded_by: str | None, fallback: bool, started: float
+) -> StopResult:
     elapsed = time.monotonic() - started
     if unkillable:
         return StopResult(
@@ -330,6 +341,20 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: 
     "engine" (it did, itself), "other" (another stopper forced it first, e.g. a
     `--now` racing this `runner stop`), "finished" (the run had completed: nothing to
     record) or "stopper" (this call)."""
+    # Neither half of the record is left to an interruption: SIGINT, SIGTERM and SIGHUP
+    # wait until both are written (a SIGKILL between them leaves state.json stopped and
+    # the journal without run-stop, which the next stopper completes, below).
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)  # ablate: record-uninterrupted
+    try:
+        return _record_locked(rd, report, fallback, origin)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _record_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None) -> str:
     with _recording_lock(rd):
         store = StateStore(rd.state)
         state = store.load()
@@ -379,9 +404,7 @@ def stop_hard(
     channel = view.stop.channel if channel is None else channel
     grace = view.stop.grace if grace is None else grace
     if view.live is False:
-        raise NoLiveRun(
-            f"{rd.path}: no live engine (see `runner status`; `runner stop --now` kills what a dead engine left)"
-        )
+        return _stop_without_engine(rd, view, kill_grace, origin, started)
     engine = view.engine
     use_signal = channel in ("signal", "auto") and os.name == "posix"
     try:
@@ -441,6 +464,32 @@ def stop_hard(
         result.message = f"another stopper stopped the run first: {result.message}"
     elif result.code == Exit.STOP_FORCED:
         result.message = f"engine did not honor the stop within grace {grace}s; force-killed: {result.message}"
+    return result
+
+
+def _stop_without_engine(
+    rd: RunDir, view: RunView, kill_grace: float | None, origin: Origin | None, started: float
+) -> StopResult:
+    """`runner stop` of a run whose engine is dead (it crashed, or a stopper killed it,
+    perhaps a `--now` that was itself killed mid-stop): total all the same. What the run
+    left is killed as `--now` kills it, and the stop is recorded unless the attempt
+    already recorded its end (or completes a record a killed writer left half done: state
+    first, then the journal). NoLiveRun only when nothing of the run was alive and its
+    end was already recorded: never while a process of the run lives."""
+    kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
+    result = force(rd, kill_grace, fallback=False, view=view, origin=origin)
+    result.elapsed = time.monotonic() - started
+    if result.found == 0 and result.recorded_by in ("engine", "other", "finished"):  # ablate: stop-total-dead-engine
+        raise NoLiveRun(
+            f"{rd.path}: no live engine, nothing of the run alive and its end already recorded (see `runner status`)"
+        )
+    if result.recorded_by == "stopper" and result.found == 0:
+        result.message = (
+            f"run {view.run_id}: its engine was dead and nothing of the run was alive; the stop is recorded "
+            "(`runner resume` continues the run)"
+        )
+    else:
+        result.message = f"its engine was dead: {result.message}"
     return result
 
 

@@ -1,0 +1,169 @@
+"""Hostile trials of a stop under faults (issue 18), shared by the tests (a few trials
+each, in `make test`) and the soak (`make soak`: the long form, figures in docs/soak.json).
+
+Each trial drives the real `runner` (`python -m runner`) against real processes and
+returns what it saw; `tally` sums the trials of one fault into the closing figures:
+trials, runs left running, processes left, exit 0 with something left, stops not
+recorded, and every exit code seen.
+
+- interrupted_stopper: a stopper (`runner stop --now` or `runner stop`) is SIGKILLed or
+  SIGINTed at a random moment (half of them within 0.1 s of the kill grace), then a
+  plain `runner stop` must finish the job.
+- early_sigterm: SIGTERM to a foreground `runner run` (or, `pid1`, to the init of a pid
+  namespace that `runner run` is) at a given moment after its start.
+- fork_storm: a provider whose processes trap SIGTERM, each setsid's and forks again,
+  under group containment (no cgroup); `runner stop --now`: exit 0 only with nothing left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runner.exitcodes import Exit
+from runner.files import journal
+from runner.files.rundir import RunDir
+from runner.files.state import StateStore
+from runner.proc import sweep
+
+RUNNER = [sys.executable, "-m", "runner"]
+DOCUMENTED = {int(e) for e in Exit} - {int(Exit.INTERNAL)}
+TRAP_TREE = 'trap "" TERM; sleep 7200 & sleep 7200 & wait'
+"""A provider that ignores SIGTERM (so do its two children): only SIGKILL ends it."""
+
+
+def sh(script: str, *args: str) -> list[str]:
+    return ["/bin/sh", "-c", script, "sh", *args]
+
+
+def write_spec(path: Path, provider: list[str], *, kill_grace: float, grace: float = 10.0, extra: str = "") -> Path:
+    path.write_text(
+        f'items = ["a"]\n[provider]\ncommand = {json.dumps(provider)}\n'
+        f"[stop]\nkill_grace = {kill_grace}\ngrace = {grace}\n" + extra
+    )
+    return path
+
+
+def runner(*args: object, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RUNNER, *map(str, args)], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def tagged(run_id: str) -> list[int]:
+    """Living processes (zombies are dead) that carry the run's tag."""
+    return [i.pid for i in sweep.tagged(run_id)]
+
+
+def wait_children(rd: RunDir, timeout: float = 30.0) -> bool:
+    """Until the engine has registered its first call."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if rd.children.is_dir() and any(rd.children.glob("*.json")):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def recorded(rd: RunDir) -> bool:
+    """The stop is recorded in both places: state.json stopped and this attempt's run-stop."""
+    try:
+        state = StateStore(rd.state).load()
+    except Exception:
+        return False
+    return state.stopped and any(r.get("event") == "run-stop" for r in journal.read_attempt(rd.journal))
+
+
+def kill_tagged(run_id: str) -> None:
+    for pid in tagged(run_id):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _settled_left(run_id: str, settle: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + settle
+    while tagged(run_id) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return tagged(run_id)
+
+
+def interrupted_stopper(work: Path, n: int, sig: int, rng: random.Random, *, kill_grace: float = 1.0) -> list[dict]:
+    """`n` trials: a live run (a trap-term provider with two children); a stopper,
+    `--now` or plain in turn, gets `sig` at a random moment (every other trial within
+    0.1 s of the kill grace); then a plain `runner stop`. One dict per trial."""
+    out = []
+    for i in range(n):
+        name = f"{signal.Signals(sig).name.lower()}-{i}"
+        rd = RunDir(work / name)
+        spec = write_spec(work / f"{name}.toml", sh(TRAP_TREE), kill_grace=kill_grace)
+        started = runner("run", spec, "--run-dir", rd.path, "--detach")
+        trial: dict = {"trial": name, "start": started.returncode}
+        try:
+            if started.returncode != 0 or not wait_children(rd):
+                trial["problem"] = f"run did not start: {started.stderr.strip()}"
+                out.append(trial)
+                continue
+            flags = ["--now"] if i % 2 == 0 else []
+            at = kill_grace + rng.uniform(-0.1, 0.1) if i % 4 < 2 else rng.uniform(0.0, kill_grace + 0.5)
+            stopper = subprocess.Popen(
+                [*RUNNER, "stop", *flags, "--run-dir", str(rd.path)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            time.sleep(at)
+            try:
+                stopper.send_signal(sig)
+            except ProcessLookupError:
+                pass
+            _, first_err = stopper.communicate(timeout=60)
+            plain = runner("stop", "--run-dir", rd.path)
+            left_now = tagged(rd.run_id)  # right at the plain stop's exit
+            trial.update(
+                flags=flags,
+                at=round(at, 3),
+                first=stopper.returncode,
+                first_err=first_err.strip()[-300:],
+                code=plain.returncode,
+                err=plain.stderr.strip()[-300:],
+                left_at_exit=len(left_now),
+                left=len(_settled_left(rd.run_id, 2.0)),
+                live=rd.is_live(),
+                recorded=recorded(rd),
+            )
+        finally:
+            runner("stop", "--now", "--run-dir", rd.path)
+            kill_tagged(rd.run_id)
+        out.append(trial)
+    return out
+
+
+def tally(trials: list[dict], codes_key: tuple[str, ...] = ("first", "code")) -> dict:
+    """The closing figures of one fault."""
+    codes = sorted({t[k] for t in trials for k in codes_key if isinstance(t.get(k), int)})
+    problems = [t["problem"] for t in trials if "problem" in t]
+    for t in trials:
+        code = t.get("code")
+        if code is not None and code not in DOCUMENTED:
+            problems.append(f"{t['trial']}: undocumented exit {code}: {t.get('err')}")
+        first = t.get("first")
+        if first is not None and first not in DOCUMENTED and first != -signal.SIGKILL:
+            problems.append(f"{t['trial']}: stopper exited {first}: {t.get('first_err')}")
+    return {
+        "trials": len(trials),
+        "runs_left_running": sum(1 for t in trials if t.get("live")),
+        "processes_left": sum(t.get("left", 0) for t in trials),
+        "exit0_with_something_left": sum(1 for t in trials if t.get("code") == 0 and t.get("left_at_exit", 0)),
+        "stops_not_recorded": sum(1 for t in trials if "recorded" in t and not t["recorded"]),
+        "codes": codes,
+        "problems": problems,
+    }
