@@ -167,3 +167,91 @@ def tally(trials: list[dict], codes_key: tuple[str, ...] = ("first", "code")) ->
         "codes": codes,
         "problems": problems,
     }
+
+
+STORM = r"""
+import os, random, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+cap, end = int(sys.argv[1]), time.time() + float(sys.argv[2])
+r, w = os.pipe2(os.O_NONBLOCK)
+os.write(w, b"x" * (cap - 1))  # one token per process that may live at once
+def reap():
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+mine = end if os.environ.get("STORM_ROOT") else time.time() + random.uniform(0.2, 2.0)
+os.environ.pop("STORM_ROOT", None)
+while time.time() < min(mine, end):
+    reap()
+    try:
+        os.read(r, 1)
+    except BlockingIOError:
+        time.sleep(random.uniform(0.1, 0.3))  # at the cap: wait gently (a 2-core machine)
+        continue
+    if os.fork() == 0:
+        os.setsid()  # out of the group and the session: only the tag or a cgroup finds it
+        mine = time.time() + random.uniform(0.2, 2.0)
+        continue
+    time.sleep(random.uniform(0.01, 0.05))
+if time.time() < end:
+    os.write(w, b"x")  # this process ends by itself: its token is free for another
+os._exit(0)
+"""
+"""A fork storm: every process ignores SIGTERM, setsid's each child, and forks again
+while a token of the `cap` is free; each lives 0.2-2 s (the root until the end), so
+children keep coming; all of it ends by itself `seconds` after the start."""
+
+
+def storm_argv(cap: int, seconds: float) -> list[str]:
+    return ["/usr/bin/env", "STORM_ROOT=1", sys.executable, "-I", "-S", "-c", STORM, str(cap), str(seconds)]
+
+
+def fork_storm(work: Path, n: int, *, cap: int = 300, seconds: float = 30.0, kill_grace: float = 0.5) -> list[dict]:
+    """`n` trials: a run whose provider is a fork storm, under group containment (no
+    cgroup), stopped by `runner stop --now` once the storm has grown; exit 0 must mean
+    nothing of the run is left."""
+    out = []
+    for i in range(n):
+        name = f"storm-{i}"
+        rd = RunDir(work / name)
+        spec = write_spec(
+            work / f"{name}.toml",
+            storm_argv(cap, seconds),
+            kill_grace=kill_grace,
+            extra='containment = "group"\n',
+        )
+        started = runner("run", spec, "--run-dir", rd.path, "--detach")
+        trial: dict = {"trial": name, "start": started.returncode}
+        try:
+            if started.returncode != 0 or not wait_children(rd):
+                trial["problem"] = f"run did not start: {started.stderr.strip()}"
+                out.append(trial)
+                continue
+            deadline = time.monotonic() + 10
+            while len(tagged(rd.run_id)) < cap // 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            grown = len(tagged(rd.run_id))
+            t0 = time.monotonic()
+            stop = runner("stop", "--now", "--run-dir", rd.path)
+            elapsed = time.monotonic() - t0
+            left_now = tagged(rd.run_id)
+            trial.update(
+                grown=grown,
+                code=stop.returncode,
+                err=stop.stderr.strip()[-300:],
+                out=stop.stdout.strip()[-300:],
+                elapsed=round(elapsed, 3),
+                left_at_exit=len(left_now),
+                left=len(_settled_left(rd.run_id, 1.0)),
+                live=rd.is_live(),
+                recorded=recorded(rd),
+            )
+        finally:
+            for _ in range(3):
+                runner("stop", "--now", "--run-dir", rd.path)
+                kill_tagged(rd.run_id)
+        out.append(trial)
+    return out

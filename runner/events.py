@@ -46,6 +46,7 @@ class Event(StrEnum):
     STOP_REQUEST_DISCARDED = "stop-request-discarded"
     SIGNAL_REFUSED = "signal-refused"
     UNKILLABLE = "unkillable"
+    LEFT_RUNNING = "left-running"
     # -- errors -------------------------------------------------------------------
     WATCHDOG_ERROR = "watchdog-error"
     CLEANUP_ERROR = "cleanup-error"

@@ -266,6 +266,20 @@ def _force_locked(
     return result
 
 
+def _left_running(view: RunView, report: ReapReport, started: float) -> StopResult:
+    """Processes of the run alive at the end of the stop's bound, none of them in
+    uninterruptible sleep: never exit 0, never UNKILLABLE."""
+    elapsed = time.monotonic() - started
+    return StopResult(
+        Exit.LEFT_RUNNING,
+        f"stop left pids {report.left_running} of run {view.run_id} alive past its bound "
+        f"({defaults.KILL_ROUNDS_BOUND}s of kill rounds; not in uninterruptible sleep); run `runner stop` again",
+        elapsed,
+        refused=report.refused,
+        damaged=view.damaged,
+    )
+
+
 def _forced_result(
     view: RunView, report: ReapReport, unkillable: list[int], recorded_by: str | None, fallback: bool, started: float
 ) -> StopResult:
@@ -273,12 +287,14 @@ def _forced_result(
     if unkillable:
         return StopResult(
             Exit.UNKILLABLE,
-            f"stop could not kill pids {unkillable} (uninterruptible sleep?); they are named in the journal",
+            f"stop could not kill pids {unkillable} (in uninterruptible sleep); they are named in the journal",
             elapsed,
             unkillable,
             refused=report.refused,
             damaged=view.damaged,
         )
+    if report.left_running:  # ablate: left-running-never-ok
+        return _left_running(view, report, started)
     killed = f"{len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL, in {elapsed:.3f}s"
     code = view.ok_code
     if recorded_by == "finished":
@@ -382,6 +398,7 @@ def _record_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origi
                 died_at_term=sorted(report.died_at_term),
                 needed_kill=sorted(report.needed_kill),
                 unkillable=sorted(report.unkillable),
+                left_running=sorted(report.left_running),
             )
         return "stopper"
 

@@ -325,6 +325,9 @@ class Engine:
             unkillable = getattr(result, "unkillable", None)
             if unkillable:
                 self.journal.append(Event.UNKILLABLE, pids=sorted(unkillable))
+            left_running = getattr(result, "left_running", None)
+            if left_running:
+                self.journal.append(Event.LEFT_RUNNING, pids=sorted(left_running))
             refused = getattr(result, "refused", None)
             if refused:
                 self.journal.append(Event.SIGNAL_REFUSED, by="cleanup", refused=refused)
