@@ -47,6 +47,7 @@ class Event(StrEnum):
     SIGNAL_REFUSED = "signal-refused"
     UNKILLABLE = "unkillable"
     LEFT_RUNNING = "left-running"
+    UNPROVEN_CHILDREN = "unproven-children"
     # -- errors -------------------------------------------------------------------
     WATCHDOG_ERROR = "watchdog-error"
     CLEANUP_ERROR = "cleanup-error"

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 class StopResult(Value):
     """What a stop command did. A plain class, not a dataclass (see values.py)."""
 
-    __slots__ = ("code", "message", "elapsed", "unkillable", "recorded_by", "refused", "damaged", "found")
+    __slots__ = ("code", "message", "elapsed", "unkillable", "recorded_by", "refused", "damaged", "found", "unproven")
 
     def __init__(
         self,
@@ -63,6 +63,9 @@ class StopResult(Value):
         self.damaged: list[str] = [] if damaged is None else damaged
         self.found = 0
         """How many processes of the run this stop found alive (and signalled)."""
+        self.unproven: list[str] = []
+        """The engine's children that its clean-up left alive, not proven the run's
+        (the journal's unproven-children): "pid N (name)" each."""
 
     def lines(self) -> list[str]:
         """What the command prints: the result, then (each on one line) what was refused
@@ -72,6 +75,11 @@ class StopResult(Value):
             out.append("refused to signal (not proven the run's): " + "; ".join(self.refused))
         if self.damaged:
             out.append("damaged run directory: " + "; ".join(self.damaged))
+        if self.unproven:
+            out.append(
+                "left alone, not proven the run's (children of its engine, out of its cgroup and without its tag): "
+                + "; ".join(self.unproven)
+            )
         return out
 
 
@@ -338,7 +346,32 @@ def _engine_gone(rd: RunDir, view: RunView) -> bool:
         return not (view.run_id and sweep.tagged(view.run_id))
 
 
+def unproven_children(rd: RunDir) -> list[str]:
+    """What this attempt's engine journaled as its unproven children ("pid N (name)")."""
+    try:
+        records = read_attempt(rd.journal)
+    except (Damaged, OSError):
+        return []
+    out: list[str] = []
+    for rec in records:
+        if rec.get("event") == Event.UNPROVEN_CHILDREN:
+            pids, names = rec.get("pids"), rec.get("names")
+            if isinstance(pids, list) and isinstance(names, list):
+                out += [f"pid {p} ({n})" for p, n in zip(pids, names, strict=False) if isinstance(p, int)]
+    return out
+
+
+def _with_unproven(rd: RunDir, result: StopResult) -> StopResult:
+    result.unproven = unproven_children(rd)
+    return result
+
+
 def stop_now(rd: RunDir, kill_grace: float | None = None, *, origin: Origin | None = None) -> StopResult:
+    """`runner stop --now` (see _stop_now), with the engine's unproven children named."""
+    return _with_unproven(rd, _stop_now(rd, kill_grace, origin=origin))
+
+
+def _stop_now(rd: RunDir, kill_grace: float | None = None, *, origin: Origin | None = None) -> StopResult:
     """`runner stop --now`: the immediate stop, by the stopper itself (see force). A
     caller that names its `origin` (the dashboard) lodges a hard request first, so that
     whoever records the stop, the engine or this stopper, journals that origin."""
@@ -404,6 +437,19 @@ def _record_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origi
 
 
 def stop_hard(
+    rd: RunDir,
+    *,
+    channel: str | None = None,
+    grace: float | None = None,
+    kill_grace: float | None = None,
+    origin: Origin | None = None,
+) -> StopResult:
+    """`runner stop` (see _stop_hard), with the engine's unproven children named."""
+    result = _stop_hard(rd, channel=channel, grace=grace, kill_grace=kill_grace, origin=origin)
+    return _with_unproven(rd, result)
+
+
+def _stop_hard(
     rd: RunDir,
     *,
     channel: str | None = None,

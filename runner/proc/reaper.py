@@ -550,7 +550,7 @@ def _wait_slow_deaths(watch: Watch, survivors: list[int], bound: float = default
         return survivors
     for pid in survivors:
         watch.send(pid, signal.SIGKILL)
-    watch.wait(time.monotonic() + bound)  # ablate: slow-death-wait
+    watch.wait(time.monotonic() + bound)
     return watch.alive()
 
 
