@@ -255,3 +255,92 @@ def fork_storm(work: Path, n: int, *, cap: int = 300, seconds: float = 30.0, kil
                 kill_tagged(rd.run_id)
         out.append(trial)
     return out
+
+
+def early_sigterm(work: Path, moments: tuple[float, ...], *, pid1: bool, kill_grace: float = 0.5) -> list[dict]:
+    """One trial per moment: SIGTERM to a foreground `runner run` (or, `pid1`, to the
+    init of the pid namespace that `runner run` is, under unshare --pid --fork
+    --mount-proc) that many seconds after its start. `stop_s`: from the later of the
+    signal and the engine's run-start to the command's exit."""
+    out = []
+    for i, at in enumerate(moments):
+        name = f"{'pid1' if pid1 else 'fg'}-{i}-{time.monotonic_ns()}"
+        rd = RunDir(work / name)
+        spec = write_spec(work / f"{name}.toml", sh(TRAP_TREE), kill_grace=kill_grace)
+        argv = [*RUNNER, "run", str(spec), "--run-dir", str(rd.path)]
+        if pid1:
+            argv = ["unshare", "--pid", "--fork", "--mount-proc", *argv]
+        pipe = subprocess.PIPE
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=pipe, stderr=pipe, text=True)
+        trial: dict = {"trial": name, "at": at}
+        try:
+            time.sleep(at)
+            target = _init_of(proc.pid) if pid1 else proc.pid
+            # As PID 1, a signal that lands in the interpreter's own start-up, before the
+            # runner's first instruction blocks it, is dropped by the kernel (nothing in
+            # Python can be earlier): counted, and sent once the mask is in place.
+            trial["before_first_instruction"] = pid1 and not await_mask(target)
+            sent = time.time()
+            os.kill(target, signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+            ended = time.time()
+            records = journal.read(rd.journal) if rd.journal.exists() else []
+            starts = [r for r in records if r.get("event") == "run-start"]
+            began = max(sent, starts[0]["t"]) if starts else sent
+            started = rd.exists() and rd.engine_identity.exists()
+            trial.update(
+                code=proc.returncode,
+                err=err.strip()[-300:],
+                stop_s=round(ended - began, 3),
+                left_at_exit=len(tagged(rd.run_id)) if rd.exists() else 0,
+                left=len(_settled_left(rd.run_id, 1.0)) if rd.exists() else 0,
+                live=rd.exists() and rd.is_live(),
+                # A command killed before its first instruction started nothing to record.
+                recorded=recorded(rd) if started else True,
+            )
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            if rd.exists():
+                runner("stop", "--now", "--run-dir", rd.path)
+                kill_tagged(rd.run_id)
+        out.append(trial)
+    return out
+
+
+def stop_signals_blocked(pid: int) -> bool:
+    """SIGTERM is blocked or caught by `pid` (its /proc status): the runner's first
+    instruction (cli.early_signals) has run, so a SIGTERM is held, not dropped."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+    except OSError:
+        return True  # gone: nothing to drop a signal
+    bit = 1 << (signal.SIGTERM - 1)
+    return bool((int(fields["SigBlk"], 16) | int(fields["SigCgt"], 16)) & bit)
+
+
+def await_mask(pid: int, timeout: float = 10.0) -> bool:
+    """True if SIGTERM was already blocked or caught by `pid`; else wait until it is."""
+    if stop_signals_blocked(pid):
+        return True
+    deadline = time.monotonic() + timeout
+    while not stop_signals_blocked(pid) and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    return False
+
+
+def _init_of(unshare_pid: int, timeout: float = 5.0) -> int:
+    """The host pid of the namespace's init: unshare --fork's child."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{unshare_pid}/task/{unshare_pid}/children") as f:
+                kids = f.read().split()
+        except OSError:
+            kids = []
+        if kids:
+            return int(kids[0])
+        time.sleep(0.001)
+    raise RuntimeError("unshare started no init")

@@ -218,7 +218,9 @@ def early_signals(argv: Sequence[str]) -> None:
     after this line is held pending and honoured, never lost: as PID 1 of a pid
     namespace the kernel drops a signal whose handler is the default, unless it is
     blocked. The engine started meanwhile inherits the blocked mask, so its first
-    instruction is covered too. Every other command turns SIGTERM and SIGHUP into the
+    instruction is covered too (its interpreter starts with them blocked). Before this
+    line come only the interpreter's start-up and the import of this module's two small
+    dependencies. Every other command turns SIGTERM and SIGHUP into the
     same interruption as Ctrl-C (Exit.INTERRUPTED), never a silent death."""
     starter = bool(argv) and argv[0] in _STARTERS and "--detach" not in argv
     if starter:

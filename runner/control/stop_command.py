@@ -301,7 +301,7 @@ def _forced_result(
             refused=report.refused,
             damaged=view.damaged,
         )
-    if report.left_running:  # ablate: left-running-never-ok
+    if report.left_running:
         return _left_running(view, report, started)
     killed = f"{len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL, in {elapsed:.3f}s"
     code = view.ok_code
