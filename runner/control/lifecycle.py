@@ -123,6 +123,7 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, show: p
     if state.status in ("completed", "failed") and not state.stopped:
         raise BadInput(f"{rd.state}: status: expected a stopped or crashed run, got {state.status!r}")
     with Journal(rd.journal) as journal:  # closed on every way out, a refusal included
+        stop_command.complete_record(rd, journal, state)
         for name in stop_request.archive_pending(rd):
             journal.append(Event.CONTROL_FILE_ARCHIVED, file=name, reason="resume")
         left, view = stop_command.kill_leftovers(rd, spec.stop.kill_grace)

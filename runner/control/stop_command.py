@@ -530,6 +530,25 @@ def _stop_hard(
     return result
 
 
+def complete_record(rd: RunDir, journal: Journal, state: State) -> bool:
+    """The attempt's stop half recorded (state.json stopped, the writer killed before its
+    run-stop): journal the run-stop it lacks, marked `completed`, so that state.json and
+    the journal agree before anything else happens to the run (`runner resume` calls
+    this before it opens a new attempt). True if one was written."""
+    if not state.stopped or any(r.get("event") == Event.RUN_STOP for r in read_attempt(rd.journal)):
+        return False
+    origin = state.stop_origin or Origin.UNKNOWN.value
+    journal.append(
+        Event.RUN_STOP,
+        origin=origin,
+        mode=Mode.HARD.label,
+        forced=origin == Origin.FORCED.value,
+        fallback=False,
+        completed=True,
+    )
+    return True
+
+
 def _stop_without_engine(
     rd: RunDir, view: RunView, kill_grace: float | None, origin: Origin | None, started: float
 ) -> StopResult:

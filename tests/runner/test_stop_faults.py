@@ -327,3 +327,29 @@ def test_interrupted_is_documented_for_stop_graceful_wait(runs):
     assert waiter.returncode == Exit.INTERRUPTED, (waiter.returncode, err)
     assert rd.is_live()
     assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+
+
+def test_resume_completes_a_half_written_stop_record(runs):
+    """Path: an engine killed between its two writes of a stop (state.json stopped, no
+    run-stop yet; the state written here by the real StateStore, as the engine writes
+    it): `runner resume` journals the missing run-stop (`completed: true`) before it
+    opens the new attempt, so state.json and the journal agree about the stop."""
+    rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
+    assert faults.wait_children(rd)
+    engine = identity.read(rd.engine_identity)
+    os.kill(engine.pid, signal.SIGKILL)
+    assert stop_command.wait_engine_gone(engine, 10)
+    store = StateStore(rd.state)
+    state = store.load()
+    state.stopped, state.status, state.stop_origin = True, "stopped", "signal"
+    store.save(state)
+    assert not faults.recorded(rd)
+    proc = runs.runner("resume", "--run-dir", rd.path, "--detach")
+    assert proc.returncode == Exit.OK, proc.stderr
+    try:
+        stops = runs.events(rd, "run-stop")
+        assert len(stops) == 1 and stops[0]["completed"] is True and stops[0]["origin"] == "signal", stops
+        resumed = [e["event"] for e in runs.journal(rd)]
+        assert resumed.index("run-stop") < resumed.index("resume")
+    finally:
+        assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
