@@ -69,9 +69,13 @@ def test_plain_stop_after_a_dead_engine_kills_and_records(runs, tmp_path):
     rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
     assert faults.wait_children(rd)
     engine = identity.read(rd.engine_identity)
+    deadline = time.monotonic() + 10
+    while len(runs.tagged(rd.run_id)) < 4:  # the engine, the provider and its two children
+        assert time.monotonic() < deadline, runs.tagged(rd.run_id)
+        time.sleep(0.01)
     os.kill(engine.pid, signal.SIGKILL)
     assert stop_command.wait_engine_gone(engine, 10)
-    assert len(runs.tagged(rd.run_id)) >= 3  # the provider and its two children
+    assert len(runs.tagged(rd.run_id)) == 3
     proc = runs.runner("stop", "--run-dir", rd.path)
     assert proc.returncode == Exit.OK, proc.stderr
     assert "its engine was dead" in proc.stdout, proc.stdout
