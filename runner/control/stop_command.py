@@ -258,7 +258,10 @@ def _force_locked(
             view.note(exc)
     recorded_by = None
     if engine_ours and engine is not None and identity.is_running(engine):
-        unkillable = sorted(set(unkillable) | {engine.pid})
+        # The engine outlived its SIGKILL: named by what the kernel shows (state D or not).
+        stuck, alive = reaper.classify([engine.pid])
+        unkillable = sorted(set(unkillable) | set(stuck))
+        report.left_running = sorted(set(report.left_running) | set(alive))
     elif _engine_gone(rd, view):
         try:
             recorded_by = _record_forced_stop(rd, report, fallback, origin)

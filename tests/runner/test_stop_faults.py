@@ -26,6 +26,8 @@ MOMENTS = (0.02, 0.05, 0.15, 0.3, 1.0)
 """Seconds after `runner run` starts at which it gets its SIGTERM (the issue's moments)."""
 STOP_MARGIN = 0.2
 """The issue's bound past kill_grace for a run whose init gets SIGTERM."""
+FOREGROUND_MARGIN = 0.5
+"""The foreground's margin past kill_grace (no bound is claimed for it: the scale only)."""
 
 
 def _assert_trials(trials, *, allow_no_live=True):
@@ -206,13 +208,13 @@ def _provider_spec(runs, name):
     return runs.spec(name=f"{name}.toml", provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE})
 
 
-def _stopped_in_bound(runs, rd, sent_wall, ended):
-    """The stop took at most kill_grace + STOP_MARGIN from the later of the signal and
-    the engine's run-start (a signal before the engine is up waits for it)."""
+def _stopped_in_bound(runs, rd, sent_wall, ended, margin=STOP_MARGIN):
+    """The stop took at most kill_grace + `margin` from the later of the signal and the
+    engine's run-start (a signal before the engine is up waits for it)."""
     starts = runs.events(rd, "run-start")
     start = starts[0]["t"] if starts else None
     began = max(sent_wall, start) if start is not None else sent_wall
-    return ended - began <= KILL_GRACE + STOP_MARGIN, (ended - began)
+    return ended - began <= KILL_GRACE + margin, (ended - began)
 
 
 @pytest.mark.parametrize("at", MOMENTS)
@@ -230,14 +232,15 @@ def test_sigterm_to_foreground_run_at_any_moment(runs, at):
     _, err = proc.communicate(timeout=60)
     ended = time.time()
     if proc.returncode == -signal.SIGTERM:
-        assert at <= 0.05, f"killed by the SIGTERM at {at}s: {err}"
-        assert not rd.engine_identity.exists(), "the foreground died and left an engine"
+        # Only in the interpreter's start-up, before the command's first instruction:
+        # then it had not even made the run directory (RunDir.create comes later).
+        assert not rd.path.exists(), f"killed by the SIGTERM at {at}s after it had started the run: {err}"
         return
     assert proc.returncode == Exit.STOPPED, (proc.returncode, err)
     runs.wait_engine_exit(rd)
     assert not runs.tagged(rd.run_id)
     assert faults.recorded(rd)
-    ok, took = _stopped_in_bound(runs, rd, sent, ended)
+    ok, took = _stopped_in_bound(runs, rd, sent, ended, FOREGROUND_MARGIN)
     assert ok, f"stopped {took:.3f}s after the signal (or the engine's start)"
 
 
