@@ -153,6 +153,8 @@ def tally(trials: list[dict], codes_key: tuple[str, ...] = ("first", "code")) ->
     problems = [t["problem"] for t in trials if "problem" in t]
     for t in trials:
         code = t.get("code")
+        if code == -signal.SIGTERM and t.get("before_first_instruction"):
+            continue  # died before its first instruction, having started nothing
         if code is not None and code not in DOCUMENTED:
             problems.append(f"{t['trial']}: undocumented exit {code}: {t.get('err')}")
         first = t.get("first")
@@ -284,6 +286,10 @@ def early_sigterm(work: Path, moments: tuple[float, ...], *, pid1: bool, kill_gr
             os.kill(target, signal.SIGTERM)
             _, err = proc.communicate(timeout=60)
             ended = time.time()
+            if proc.returncode == -signal.SIGTERM and not rd.path.exists():
+                # Killed in the interpreter's start-up, before the runner's first
+                # instruction: nothing was started (docs/exit-codes.md).
+                trial["before_first_instruction"] = True
             records = journal.read(rd.journal) if rd.journal.exists() else []
             starts = [r for r in records if r.get("event") == "run-start"]
             began = max(sent, starts[0]["t"]) if starts else sent
