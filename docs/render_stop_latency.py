@@ -296,11 +296,17 @@ class Context:
             if not f:
                 continue
             note = ""
-            if f.get("before_first_instruction"):
+            early = f.get("before_first_instruction")
+            if early and key.endswith("pid1"):
                 note = (
-                    f" ({f['before_first_instruction']} of the signals fell in the interpreter's start-up, "
-                    "before the runner's first instruction, where the kernel drops an init's SIGTERM: "
-                    "they were sent once the mask was in place)"
+                    f" ({early} of the signals would have fallen in the interpreter's start-up, before the "
+                    "runner's first instruction, where the kernel drops an init's SIGTERM: they were sent "
+                    "once the mask was in place)"
+                )
+            elif early:
+                note = (
+                    f" ({early} of the signals fell in the interpreter's start-up, before the runner's first "
+                    "instruction: the command died of it (-15) having started nothing)"
                 )
             if f.get("max_stop_s") is not None:
                 note += f"; slowest stop {_human(f['max_stop_s'])} after the signal or the engine's start"
