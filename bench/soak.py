@@ -8,6 +8,11 @@ state.json parses, the journal parses, every item recorded done stays done, no i
 session starts again after its `item-done`, and after the resume nothing of the killed
 attempt is alive.
 
+Faults (bench/faults.py): a stopper SIGKILLed or SIGINTed at random moments, then a
+plain `runner stop`; fork storms without a cgroup; SIGTERM to `runner run` in its first
+instants, in the foreground and as PID 1 of a pid namespace. Per fault: trials, runs
+left running, processes left, exit 0 with something left, stops not recorded.
+
 Load: N runs with a SIGTERM-trapping provider, stopped at once by N concurrent
 `runner stop`, then N more by `runner stop --now`; and one run stopped by 10 concurrent
 stoppers of mixed kinds. Every run: exactly one `run-stop`, every exit code documented,
@@ -36,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import faults  # noqa: E402
 from runner.control import stop_command  # noqa: E402
 from runner.exitcodes import Exit  # noqa: E402
 from runner.files import journal
@@ -254,6 +260,36 @@ def summarize(runs: list[RunDir], results: dict, label: str) -> dict:
     }
 
 
+EARLY_MOMENTS = (0.02, 0.05, 0.15, 0.3, 1.0)
+"""Seconds after `runner run` starts at which the early-SIGTERM trials signal it."""
+
+
+def stop_faults(work: Path, args: argparse.Namespace, rng: random.Random) -> dict[str, dict]:
+    """The stop under faults (bench/faults.py): interrupted stoppers then a plain stop,
+    fork storms without a cgroup, SIGTERM in the first instants (foreground and PID 1).
+    One tally per fault: trials, runs left running, processes left, exit 0 with something
+    left, stops not recorded, exit codes."""
+    out: dict[str, dict] = {}
+    trials = faults.interrupted_stopper(work, args.faults, signal.SIGKILL, rng)
+    out["stopper_sigkill"] = faults.tally(trials)
+    trials = faults.interrupted_stopper(work, args.faults, signal.SIGINT, rng)
+    out["stopper_sigint"] = faults.tally(trials)
+    trials = faults.fork_storm(work, args.storms)
+    out["fork_storm"] = faults.tally(trials, ("code",))
+    out["fork_storm"]["grown"] = sorted(t.get("grown", 0) for t in trials)
+    for pid1, name in ((False, "early_sigterm_foreground"), (True, "early_sigterm_pid1")):
+        trials = [t for _ in range(args.early) for t in faults.early_sigterm(work, EARLY_MOMENTS, pid1=pid1)]
+        out[name] = faults.tally(trials, ("code",))
+        out[name]["max_stop_s"] = max((t.get("stop_s", 0.0) for t in trials), default=None)
+        out[name]["before_first_instruction"] = sum(1 for t in trials if t.get("before_first_instruction"))
+    return out
+
+
+def _fault_losses(f: dict) -> list[str]:
+    keys = ("runs_left_running", "processes_left", "exit0_with_something_left", "stops_not_recorded")
+    return [f"{k}: {f[k]}" for k in keys if f.get(k)]
+
+
 def cleanup(work: Path) -> None:
     for path in work.glob("*/run-id"):
         try:
@@ -275,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stoppers", type=int, default=10)
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--faults", type=int, default=20, help="interrupted-stopper trials per signal (SIGKILL, SIGINT)")
+    ap.add_argument("--storms", type=int, default=5, help="fork-storm trials")
+    ap.add_argument("--early", type=int, default=2, help="rounds of SIGTERM at each early moment (foreground, PID 1)")
     ap.add_argument("--check", action="store_true", help="exit 1 on any loss")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
@@ -285,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         hard = load(work, args.runs, [], "stop")
         now = load(work, args.runs, ["--now"], "stop-now")
         many = many_stoppers(work, args.stoppers)
+        fault = stop_faults(work, args, rng)
     finally:
         cleanup(work)
     doc = {
@@ -297,8 +337,10 @@ def main(argv: list[str] | None = None) -> int:
         "load_stop": hard,
         "load_stop_now": now,
         "many_stoppers": many,
+        "faults": fault,
     }
     problems = crash["problems"] + hard["problems"] + now["problems"] + many["problems"]
+    problems += [p for f in fault.values() for p in f["problems"] + _fault_losses(f)]
     print(
         f"soak: {crash['kills']} kills over {crash['runs']} runs ({crash['engine_group_kills']} engine groups, "
         f"{crash['child_group_kills']} call groups), losses {len(crash['problems'])}; "
@@ -306,6 +348,12 @@ def main(argv: list[str] | None = None) -> int:
         f"--now: median {now['median_s']:.2f} s, p95 {now['p95_s']:.2f} s; "
         f"{many['stoppers']} stoppers on one run: codes {many['codes']}; problems {len(problems)}"
     )
+    for name, f in fault.items():
+        print(
+            f"soak: fault {name}: {f['trials']} trials, {f['runs_left_running']} runs left running, "
+            f"{f['processes_left']} processes left, {f['exit0_with_something_left']} exit 0 with something left, "
+            f"{f['stops_not_recorded']} stops not recorded; codes {f['codes']}"
+        )
     for p in problems:
         print(f"soak: problem: {p}")
     if args.json:

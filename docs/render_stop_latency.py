@@ -266,7 +266,55 @@ class Context:
             f"| {many['stoppers']} concurrent stoppers (hard, `--now`, graceful) on one run | exit codes "
             f"{many['codes']}; problems {len(many['problems'])} |",
         ]
-        return src + ":\n\n" + "\n".join(rows)
+        return src + ":\n\n" + "\n".join(rows) + self._faults(s.get("faults"))
+
+    _FAULTS = (
+        ("stopper_sigkill", "a stopper (`--now` or plain) SIGKILLed at a random moment, then a plain `runner stop`"),
+        ("stopper_sigint", "a stopper (`--now` or plain) SIGINTed at a random moment, then a plain `runner stop`"),
+        ("fork_storm", "a fork storm (SIGTERM ignored, setsid, re-fork) without a cgroup, `runner stop --now`"),
+        ("early_sigterm_foreground", "SIGTERM to a foreground `runner run` at 0.02 to 1 s after its start"),
+        ("early_sigterm_pid1", "SIGTERM to `runner run` as PID 1 of a pid namespace at 0.02 to 1 s after its start"),
+    )
+
+    def _faults(self, faults: dict | None) -> str:
+        """The stop under faults (bench/faults.py): one row per fault, when the soak ran them."""
+        if not faults:
+            return ""
+        rows = [
+            "",
+            "",
+            "The stop under faults, from the same soak: per fault, the trials, the runs left running, "
+            "the processes of the run left, the stops that exited 0 with something left, the stops not "
+            "recorded, and every exit code seen (the first stopper's too; -9 is its SIGKILL).",
+            "",
+            "| fault | trials | runs left running | processes left | exit 0, something left | stops not recorded "
+            "| exit codes |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for key, what in self._FAULTS:
+            f = faults.get(key)
+            if not f:
+                continue
+            note = ""
+            early = f.get("before_first_instruction")
+            if early and key.endswith("pid1"):
+                note = (
+                    f" ({early} of the signals would have fallen in the interpreter's start-up, before the "
+                    "runner's first instruction, where the kernel drops an init's SIGTERM: they were sent "
+                    "once the mask was in place)"
+                )
+            elif early:
+                note = (
+                    f" ({early} of the signals fell in the interpreter's start-up, before the runner's first "
+                    "instruction: the command died of it (-15) having started nothing)"
+                )
+            if f.get("max_stop_s") is not None:
+                note += f"; slowest stop {_human(f['max_stop_s'])} after the signal or the engine's start"
+            rows.append(
+                f"| {what}{note} | {f['trials']} | {f['runs_left_running']} | {f['processes_left']} "
+                f"| {f['exit0_with_something_left']} | {f['stops_not_recorded']} | {f['codes']} |"
+            )
+        return "\n".join(rows)
 
     # -- the benchmark (docs/bench.json, `make bench`) --------------------------------
     def _bench_part(self, part: str) -> dict | None:

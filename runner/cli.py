@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from runner.errors import BadInput, NoLiveRun, RunnerError, printable
 from runner.exitcodes import Exit
+
+# getattr: off Linux (no SIGHUP on Windows) this module must still import, to say where
+# the runner cannot run (unsupported()).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+"""The signals that stop a run when its foreground command or its engine receives them."""
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
@@ -236,11 +242,51 @@ def unsupported() -> str | None:
     return None
 
 
+_STARTERS = ("run", "resume", "_engine")
+"""The commands that start or are a run's engine: their stop signals are blocked from
+their first instruction until their handlers are in place (early_signals)."""
+
+
+def early_signals(argv: Sequence[str]) -> None:
+    """Before anything else: a command that starts a run (in the foreground) or is its
+    engine blocks SIGINT, SIGTERM and SIGHUP until its handlers are installed
+    (lifecycle._foreground, StopController.install_signals), so a signal at any moment
+    after this line is held pending and honoured, never lost: as PID 1 of a pid
+    namespace the kernel drops a signal whose handler is the default, unless it is
+    blocked. The engine started meanwhile inherits the blocked mask, so its first
+    instruction is covered too (its interpreter starts with them blocked). Before this
+    line come only the interpreter's start-up and the import of this module's two small
+    dependencies. Every other command turns SIGTERM and SIGHUP into the
+    same interruption as Ctrl-C (Exit.INTERRUPTED), never a silent death."""
+    starter = bool(argv) and argv[0] in _STARTERS and "--detach" not in argv
+    if starter:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # ablate: early-signal-mask
+        return
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupted)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # Asked first, before any signal set-up: off Linux even the stop signals differ.
     why = unsupported()
     if why is not None:
         print(f"runner: {why}", file=sys.stderr)
         return int(Exit.UNSUPPORTED)
+    early_signals(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    finally:
+        # Done: the code is decided. A stop signal from here to the exit is held, never
+        # turned into a death by signal that would hide the code (the interpreter
+        # re-raises an uncaught Ctrl-C as one).
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     # Warnings of the process layer (a stale identity refused, a pid that survived its
     # SIGKILL) reach the operator on stderr, each on its own line; the engine's go to
     # its engine.log.
@@ -256,8 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"runner: {printable(exc, None)}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
-        print("runner: interrupted", file=sys.stderr)
-        return int(Exit.STOPPED)
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # a second one must not cut this line
+        # Interrupted (Ctrl-C, SIGTERM, SIGHUP): this command did not finish. A stop it
+        # began is completed by the next plain `runner stop` (never "the run stopped").
+        print("runner: interrupted before this command finished", file=sys.stderr)
+        return int(Exit.INTERRUPTED)
     except BrokenPipeError:
         # The reader went away (`runner logs | head`): what it wanted was printed. Python's
         # own flush at exit would fail again on the closed pipe; point stdout elsewhere.

@@ -50,6 +50,11 @@ WATCHDOG_POLL = 0.1
 CONFIRM_TIMEOUT = 1.0
 """After SIGKILL, how long a reaper waits to confirm the kill before naming a process
 unkillable (uninterruptible sleep)."""
+KILL_ROUNDS_BOUND = 5.0
+"""Without a cgroup, SIGKILL rounds repeat (one pass over /proc each) until one finds no
+process of the run it had not seen, for at most this long; a SIGKILLed process that is
+not in uninterruptible sleep but has not died yet is waited for this long again. What
+is still alive then is named: UNKILLABLE if in state D, else LEFT_RUNNING."""
 SNAPSHOT_EVERY = 0.5
 """A running child's descendants are snapshotted this often, so an escapee that left the
 group is still known when the call ends."""

@@ -46,6 +46,8 @@ class Event(StrEnum):
     STOP_REQUEST_DISCARDED = "stop-request-discarded"
     SIGNAL_REFUSED = "signal-refused"
     UNKILLABLE = "unkillable"
+    LEFT_RUNNING = "left-running"
+    UNPROVEN_CHILDREN = "unproven-children"
     # -- errors -------------------------------------------------------------------
     WATCHDOG_ERROR = "watchdog-error"
     CLEANUP_ERROR = "cleanup-error"

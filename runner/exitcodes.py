@@ -38,6 +38,14 @@ class Exit(IntEnum):
     NOT_PERMITTED = 14
     """This user has no right to act on the run directory (another user's run): nothing
     was signalled or written."""
+    INTERRUPTED = 15
+    """This command was interrupted (SIGINT, SIGTERM, SIGHUP) before it finished: it says
+    nothing of how the run ended. A stop it had begun is completed by the next plain
+    `runner stop`."""
+    LEFT_RUNNING = 16
+    """A stop ended with processes of the run still alive that are not in uninterruptible
+    sleep (they kept forking past the kill rounds' bound, or were still dying): pids
+    named; run `runner stop` again."""
     UNSUPPORTED = 19
     """This machine cannot run the runner: not Linux, or a kernel without pidfd_open
     (Linux 5.3); the one line says which. Nothing was read, started or signalled."""

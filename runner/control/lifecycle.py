@@ -157,6 +157,7 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, show: p
     if state.status in ("completed", "failed") and not state.stopped:
         raise BadInput(f"{rd.state}: status: expected a stopped or crashed run, got {state.status!r}")
     with Journal(rd.journal) as journal:  # closed on every way out, a refusal included
+        stop_command.complete_record(rd, journal, state)
         for name in stop_request.archive_pending(rd):
             journal.append(Event.CONTROL_FILE_ARCHIVED, file=name, reason="resume")
         left, view = stop_command.kill_leftovers(rd, spec.stop.kill_grace)
@@ -273,16 +274,30 @@ def _foreground(
     received: list[int] = []
     signum: int  # a signal number: the forwarded ones, then whatever the terminal sent
     tagged = Membership(run_id=rd.key(rd.run_id))  # the engine carries the run's tag from its first instruction
-    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+    stop_signals = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+    for signum in stop_signals:
         signal.signal(signum, lambda s, f: received.append(s))
+    # Blocked since this command's first instruction (cli.early_signals): one that came
+    # while the engine started was held pending, and is delivered to the handler now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
     tell = watch.say if watch is not None else say
     interrupts = 0
+    init = os.getpid() == 1  # a container's entrypoint: every orphan of the namespace is ours
+    forwarded: float | None = None  # when the first stop was forwarded (the fallback's clock)
     while True:
+        if init:
+            reap_orphans(proc)  # ablate: pid1-reaps
         try:
             code = proc.wait(timeout=defaults.FOREGROUND_POLL)
             break
         except subprocess.TimeoutExpired:
             pass
+        if forwarded is not None and time.monotonic() - forwarded > spec.stop.grace:
+            # Treated as `runner stop`: the engine had its grace; the fallback kills the
+            # run (recorded with fallback: true), and the wait above sees it gone.
+            forwarded = None
+            for line in stop_command.force(rd, spec.stop.kill_grace, fallback=True).lines():
+                tell(line)
         while received:
             signum = received.pop(0)
             if signum == signal.SIGINT:
@@ -290,6 +305,7 @@ def _foreground(
                 if interrupts == 1:
                     stop_request.lodge(rd, stop_request.Mode.HARD, "ctrl-c")
                     signals.signal_process(engine, signal.SIGINT, tagged)
+                    forwarded = time.monotonic()
                     tell("stopping (Ctrl-C again to kill now)")
                     if watch is not None:
                         watch.stopping("stopping", " (Ctrl-C again to kill now)")
@@ -302,15 +318,32 @@ def _foreground(
             else:
                 stop_request.lodge(rd, stop_request.Mode.HARD, "signal")
                 signals.signal_process(engine, signum, tagged)
+                forwarded = time.monotonic() if forwarded is None else forwarded
                 if watch is not None:
                     watch.stopping(f"stopping ({signal.Signals(signum).name} forwarded)")
         if watch is not None:
             watch.tick()
+    if init:
+        reap_orphans(proc)
     if code < 0:  # killed by a signal: the state says what the run was
         code = stop_command.run_outcome(rd)
     if watch is not None:
         watch.finish(code)
     return code
+
+
+def reap_orphans(proc: subprocess.Popen[bytes]) -> None:
+    """As PID 1 (a container's entrypoint), reap every zombie the namespace hands us:
+    nobody else will. The engine's own status, if reaped here, is handed to its Popen."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
 
 
 def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 class StopResult(Value):
     """What a stop command did. A plain class, not a dataclass (see values.py)."""
 
-    __slots__ = ("code", "message", "elapsed", "unkillable", "recorded_by", "refused", "damaged")
+    __slots__ = ("code", "message", "elapsed", "unkillable", "recorded_by", "refused", "damaged", "found", "unproven")
 
     def __init__(
         self,
@@ -62,6 +62,11 @@ class StopResult(Value):
         self.recorded_by = recorded_by
         self.refused: list[str] = [] if refused is None else refused
         self.damaged: list[str] = [] if damaged is None else damaged
+        self.found = 0
+        """How many processes of the run this stop found alive (and signalled)."""
+        self.unproven: list[str] = []
+        """The engine's children that its clean-up left alive, not proven the run's
+        (the journal's unproven-children): "pid N (name)" each."""
 
     def lines(self) -> list[str]:
         """What the command prints: the result, then (each on one line) what was refused
@@ -71,6 +76,11 @@ class StopResult(Value):
             out.append("refused to signal (not proven the run's): " + "; ".join(self.refused))
         if self.damaged:
             out.append("damaged run directory: " + "; ".join(self.damaged))
+        if self.unproven:
+            out.append(
+                "left alone, not proven the run's (children of its engine, out of its cgroup and without its tag): "
+                + "; ".join(self.unproven)
+            )
         return out
 
 
@@ -248,6 +258,7 @@ def _force_locked(
         groups=groups, pids=recorded + children, run_id=view.key, kill_grace=kill_grace, cgroup=view.cgroup
     )
     unkillable = sorted(set(report.unkillable))
+    found = len(set(report.died_at_term) | set(report.needed_kill) | set(report.unkillable))
     if report.refused:
         try:
             with Journal(rd.journal) as journal:
@@ -256,7 +267,10 @@ def _force_locked(
             view.note(exc)
     recorded_by = None
     if engine_ours and engine is not None and identity.is_running(engine):
-        unkillable = sorted(set(unkillable) | {engine.pid})
+        # The engine outlived its SIGKILL: named by what the kernel shows (state D or not).
+        stuck, alive = reaper.classify([engine.pid])
+        unkillable = sorted(set(unkillable) | set(stuck))
+        report.left_running = sorted(set(report.left_running) | set(alive))
     elif _engine_gone(rd, view):
         try:
             recorded_by = _record_forced_stop(rd, report, fallback, origin)
@@ -267,16 +281,40 @@ def _force_locked(
                 view.cgroup.remove()
             except OSError:
                 pass  # still populated (an unkillable member) or removed by the engine
+    result = _forced_result(view, report, unkillable, recorded_by, fallback, started)
+    result.found = found
+    return result
+
+
+def _left_running(view: RunView, report: ReapReport, started: float) -> StopResult:
+    """Processes of the run alive at the end of the stop's bound, none of them in
+    uninterruptible sleep: never exit 0, never UNKILLABLE."""
+    elapsed = time.monotonic() - started
+    return StopResult(
+        Exit.LEFT_RUNNING,
+        f"stop left pids {report.left_running} of run {view.run_id} alive past its bound "
+        f"({defaults.KILL_ROUNDS_BOUND}s of kill rounds; not in uninterruptible sleep); run `runner stop` again",
+        elapsed,
+        refused=report.refused,
+        damaged=view.damaged,
+    )
+
+
+def _forced_result(
+    view: RunView, report: ReapReport, unkillable: list[int], recorded_by: str | None, fallback: bool, started: float
+) -> StopResult:
     elapsed = time.monotonic() - started
     if unkillable:
         return StopResult(
             Exit.UNKILLABLE,
-            f"stop could not kill pids {unkillable} (uninterruptible sleep?); they are named in the journal",
+            f"stop could not kill pids {unkillable} (in uninterruptible sleep); they are named in the journal",
             elapsed,
             unkillable,
             refused=report.refused,
             damaged=view.damaged,
         )
+    if report.left_running:
+        return _left_running(view, report, started)
     killed = f"{len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL, in {elapsed:.3f}s"
     code = view.ok_code
     if recorded_by == "finished":
@@ -320,7 +358,32 @@ def _engine_gone(rd: RunDir, view: RunView) -> bool:
         return not (view.key and sweep.tagged(view.key))
 
 
+def unproven_children(rd: RunDir) -> list[str]:
+    """What this attempt's engine journaled as its unproven children ("pid N (name)")."""
+    try:
+        records = read_attempt(rd.journal)
+    except (Damaged, OSError):
+        return []
+    out: list[str] = []
+    for rec in records:
+        if rec.get("event") == Event.UNPROVEN_CHILDREN:
+            pids, names = rec.get("pids"), rec.get("names")
+            if isinstance(pids, list) and isinstance(names, list):
+                out += [f"pid {p} ({n})" for p, n in zip(pids, names, strict=False) if isinstance(p, int)]
+    return out
+
+
+def _with_unproven(rd: RunDir, result: StopResult) -> StopResult:
+    result.unproven = unproven_children(rd)
+    return result
+
+
 def stop_now(rd: RunDir, kill_grace: float | None = None, *, origin: Origin | None = None) -> StopResult:
+    """`runner stop --now` (see _stop_now), with the engine's unproven children named."""
+    return _with_unproven(rd, _stop_now(rd, kill_grace, origin=origin))
+
+
+def _stop_now(rd: RunDir, kill_grace: float | None = None, *, origin: Origin | None = None) -> StopResult:
     """`runner stop --now`: the immediate stop, by the stopper itself (see force). A
     caller that names its `origin` (the dashboard) lodges a hard request first, so that
     whoever records the stop, the engine or this stopper, journals that origin."""
@@ -339,6 +402,20 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: 
     "engine" (it did, itself), "other" (another stopper forced it first, e.g. a
     `--now` racing this `runner stop`), "finished" (the run had completed: nothing to
     record) or "stopper" (this call)."""
+    # Neither half of the record is left to an interruption: SIGINT, SIGTERM and SIGHUP
+    # wait until both are written (a SIGKILL between them leaves state.json stopped and
+    # the journal without run-stop, which the next stopper completes, below).
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)  # ablate: record-uninterrupted
+    try:
+        return _record_locked(rd, report, fallback, origin)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _record_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None) -> str:
     with _recording_lock(rd):
         store = StateStore(rd.state)
         state = store.load()
@@ -366,11 +443,25 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: 
                 died_at_term=sorted(report.died_at_term),
                 needed_kill=sorted(report.needed_kill),
                 unkillable=sorted(report.unkillable),
+                left_running=sorted(report.left_running),
             )
         return "stopper"
 
 
 def stop_hard(
+    rd: RunDir,
+    *,
+    channel: str | None = None,
+    grace: float | None = None,
+    kill_grace: float | None = None,
+    origin: Origin | None = None,
+) -> StopResult:
+    """`runner stop` (see _stop_hard), with the engine's unproven children named."""
+    result = _stop_hard(rd, channel=channel, grace=grace, kill_grace=kill_grace, origin=origin)
+    return _with_unproven(rd, result)
+
+
+def _stop_hard(
     rd: RunDir,
     *,
     channel: str | None = None,
@@ -388,9 +479,7 @@ def stop_hard(
     channel = view.stop.channel if channel is None else channel
     grace = view.stop.grace if grace is None else grace
     if view.live is False:
-        raise NoLiveRun(
-            f"{rd.path}: no live engine (see `runner status`; `runner stop --now` kills what a dead engine left)"
-        )
+        return _stop_without_engine(rd, view, kill_grace, origin, started)
     engine = view.engine
     use_signal = channel in ("signal", "auto") and os.name == "posix"
     try:
@@ -450,6 +539,51 @@ def stop_hard(
         result.message = f"another stopper stopped the run first: {result.message}"
     elif result.code == Exit.STOP_FORCED:
         result.message = f"engine did not honor the stop within grace {grace}s; force-killed: {result.message}"
+    return result
+
+
+def complete_record(rd: RunDir, journal: Journal, state: State) -> bool:
+    """The attempt's stop half recorded (state.json stopped, the writer killed before its
+    run-stop): journal the run-stop it lacks, marked `completed`, so that state.json and
+    the journal agree before anything else happens to the run (`runner resume` calls
+    this before it opens a new attempt). True if one was written."""
+    if not state.stopped or any(r.get("event") == Event.RUN_STOP for r in read_attempt(rd.journal)):
+        return False
+    origin = state.stop_origin or Origin.UNKNOWN.value
+    journal.append(
+        Event.RUN_STOP,
+        origin=origin,
+        mode=Mode.HARD.label,
+        forced=origin == Origin.FORCED.value,
+        fallback=False,
+        completed=True,
+    )
+    return True
+
+
+def _stop_without_engine(
+    rd: RunDir, view: RunView, kill_grace: float | None, origin: Origin | None, started: float
+) -> StopResult:
+    """`runner stop` of a run whose engine is dead (it crashed, or a stopper killed it,
+    perhaps a `--now` that was itself killed mid-stop): total all the same. What the run
+    left is killed as `--now` kills it, and the stop is recorded unless the attempt
+    already recorded its end (or completes a record a killed writer left half done: state
+    first, then the journal). NoLiveRun only when nothing of the run was alive and its
+    end was already recorded: never while a process of the run lives."""
+    kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
+    result = force(rd, kill_grace, fallback=False, view=view, origin=origin)
+    result.elapsed = time.monotonic() - started
+    if result.found == 0 and result.recorded_by in ("engine", "other", "finished"):  # ablate: stop-total-dead-engine
+        raise NoLiveRun(
+            f"{rd.path}: no live engine, nothing of the run alive and its end already recorded (see `runner status`)"
+        )
+    if result.recorded_by == "stopper" and result.found == 0:
+        result.message = (
+            f"run {view.run_id}: its engine was dead and nothing of the run was alive; the stop is recorded "
+            "(`runner resume` continues the run)"
+        )
+    else:
+        result.message = f"its engine was dead: {result.message}"
     return result
 
 

@@ -30,7 +30,7 @@ from runner.exitcodes import Exit
 from runner.files import captured, stop_request
 from runner.files.atomic import atomic_write_text
 from runner.files.spec import substitute
-from runner.proc import reaper
+from runner.proc import reaper, sweep
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
@@ -304,6 +304,20 @@ class Engine:
         self.journal.append(Event.RUN_COMPLETE, status=self.state.status, failed=failed)
         return code
 
+    def _name_unproven_children(self) -> None:
+        """What the stop's kills left among the engine's own children (a subreaper, it
+        adopts what its calls double-forked): a process the engine saw as its child but
+        could not prove the run's (it left the cgroup and dropped the tag). Never
+        signalled; named in the journal, and by `runner stop` from there."""
+        live = {e.pid for e in self.registry.live()}
+        kids = [st for st in sweep.living_children(os.getpid()) if st.pid not in live]
+        if kids:  # ablate: name-unproven-children
+            self.journal.append(
+                Event.UNPROVEN_CHILDREN,
+                pids=[st.pid for st in kids],
+                names=[sweep.comm(st.pid) for st in kids],
+            )
+
     def _cleanup(self) -> None:
         """The engine's own bounded clean-up: whatever the run started and left behind
         (escaped daemons, a cgroup's stragglers) is killed. Once per run."""
@@ -316,6 +330,7 @@ class Engine:
         ]
         if self.ctl.stopping:
             steps.insert(0, lambda: self.registry.stop_all(self.ctl.origin))
+        steps.append(self._name_unproven_children)
         cgroup = self.cgroup
         if cgroup is not None:
             # cgroup.kill is a SIGKILL: only its confirmation needs a bound.
@@ -332,6 +347,9 @@ class Engine:
             unkillable = getattr(result, "unkillable", None)
             if unkillable:
                 self.journal.append(Event.UNKILLABLE, pids=sorted(unkillable))
+            left_running = getattr(result, "left_running", None)
+            if left_running:
+                self.journal.append(Event.LEFT_RUNNING, pids=sorted(left_running))
             refused = getattr(result, "refused", None)
             if refused:
                 self.journal.append(Event.SIGNAL_REFUSED, by="cleanup", refused=refused)

@@ -75,8 +75,12 @@ class StopController:
     # -- set-up and tear-down ------------------------------------------------------
 
     def install_signals(self) -> None:
+        """The handlers, then the signals unblocked: the engine starts with them blocked
+        (cli.early_signals, inherited from `runner run`), so one sent before this line
+        was held pending and is delivered here, to the handler."""
         for signum in _SIGNAL_ORIGINS:
             self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, tuple(_SIGNAL_ORIGINS))
 
     def start(self) -> None:
         self._inotify = inotify.watch_dir(self._rundir.path)

@@ -43,7 +43,7 @@ that cannot die (uninterruptible sleep, a frozen cgroup) costs this much."""
 class ReapReport(Value):
     """What a stop did to each pid. A plain class, not a dataclass (see values.py)."""
 
-    __slots__ = ("died_at_term", "needed_kill", "unkillable", "elapsed", "refused")
+    __slots__ = ("died_at_term", "needed_kill", "unkillable", "elapsed", "refused", "left_running")
 
     def __init__(
         self,
@@ -52,6 +52,7 @@ class ReapReport(Value):
         unkillable: list[int] | None = None,
         elapsed: float = 0.0,
         refused: list[str] | None = None,
+        left_running: list[int] | None = None,
     ) -> None:
         self.died_at_term: list[int] = [] if died_at_term is None else died_at_term
         self.needed_kill: list[int] = [] if needed_kill is None else needed_kill
@@ -60,6 +61,9 @@ class ReapReport(Value):
         self.refused: list[str] = [] if refused is None else refused
         """What a recorded identity or group named but membership did not prove: never
         signalled. One short reason each, for the journal and the command's output."""
+        self.left_running: list[int] = [] if left_running is None else left_running
+        """Alive at the end but not in uninterruptible sleep: new ones kept coming past
+        the kill rounds' bound, or a SIGKILLed one was still dying. Never `unkillable`."""
 
 
 class Watch:
@@ -475,20 +479,93 @@ def kill_everything(
                     left.add(ident.pid)
             cgroup.kill(cgroup_scope, timeout=confirm_timeout)  # ablate: cgroup-kill
 
+        if not contained:
+            # Uncontained, what a process forked between its TERM and its KILL (or since
+            # the last scan) is new: rounds repeat until one finds nothing new.
+            tag = run_id if sweep_tag else None
+            left |= kill_until_nothing_new(watch, tag, signalled, untagged)  # ablate: kill-rounds-repeat
+
         watch.wait(time.monotonic() + confirm_timeout)
         survivors = watch.alive()
+        if survivors:
+            survivors = _wait_slow_deaths(watch, survivors)
+        unkillable, left_running = classify(survivors)
         report = ReapReport(
             died_at_term=sorted(at_term - left),
             needed_kill=sorted(left),
-            unkillable=sorted(survivors),
+            unkillable=sorted(unkillable),
             refused=list(watch.refused),
+            left_running=sorted(left_running),
         )
         if survivors:
-            log.error("stop left pids %s alive after SIGKILL", survivors)
+            log.error(
+                "stop left pids alive after SIGKILL: %s in uninterruptible sleep, %s not",
+                sorted(unkillable),
+                sorted(left_running),
+            )
     finally:
         watch.close()
     report.elapsed = time.monotonic() - t0
     return report
+
+
+def kill_until_nothing_new(
+    watch: Watch,
+    run_id: str | None,
+    groups: Mapping[int, Sequence[Identity]],
+    untagged: set[tuple[int, int]],
+    bound: float = defaults.KILL_ROUNDS_BOUND,
+) -> set[int]:
+    """KILL rounds without a cgroup: every watched process still alive gets its SIGKILL
+    (through its pidfd), then one pass over /proc finds what is new since the last one:
+    members of the run's signalled groups, processes that carry the run's tag (`run_id`;
+    None: no tag sweep). Each round's scan begins after every process known so far was
+    SIGKILLed, and a SIGKILLed process forks no more: a round that finds nothing new
+    has found everything the tag or the groups can show. Bounded by `bound` seconds
+    (what is still found then is left to the caller's report). Returns the pids newly
+    found and killed."""
+    hit: set[int] = set()
+    until = time.monotonic() + bound
+    while True:
+        for pid in watch.alive():
+            watch.send(pid, signal.SIGKILL)
+        if time.monotonic() >= until:
+            return hit
+        scan = identity.Scan()
+        new = _watch_members(watch, groups, signal.SIGKILL, scan)
+        if run_id:
+            new.update(_signal_tagged(watch, run_id, signal.SIGKILL, scan, set(watch.fds), untagged))
+        for pid in new:
+            watch.send(pid, signal.SIGKILL)
+        if not new:
+            return hit
+        hit |= new
+
+
+def _wait_slow_deaths(watch: Watch, survivors: list[int], bound: float = defaults.KILL_ROUNDS_BOUND) -> list[int]:
+    """Survivors of the confirm wait that the kernel does not show in uninterruptible
+    sleep have their SIGKILL (again) and are certain to die: on a starved machine they
+    are merely slow, and are waited for (up to `bound`), never named unkillable."""
+    if all(uninterruptible(pid) for pid in survivors):
+        return survivors
+    for pid in survivors:
+        watch.send(pid, signal.SIGKILL)
+    watch.wait(time.monotonic() + bound)
+    return watch.alive()
+
+
+def uninterruptible(pid: int) -> bool:
+    """The kernel shows `pid` in uninterruptible sleep (state D in /proc/PID/stat): a
+    SIGKILL stays pending until it leaves it."""
+    st = identity.stat(pid)
+    return st is not None and st.state == "D"
+
+
+def classify(survivors: Iterable[int]) -> tuple[list[int], list[int]]:
+    """Survivors of a stop past its bound: (unkillable: in uninterruptible sleep, left
+    running: any other)."""
+    unkillable = [pid for pid in survivors if uninterruptible(pid)]  # ablate: d-state-check
+    return unkillable, [pid for pid in survivors if pid not in unkillable]
 
 
 def kill_tagged(run_id: str | None, kill_grace: float, *, cgroup: RunCgroup | None = None) -> ReapReport:

@@ -81,6 +81,36 @@ def descendants(pid: int) -> list[Identity]:
     return out
 
 
+def living_children(pid: int) -> list[identity.Stat]:
+    """`pid`'s living (not zombie) children, from each of its threads' children list
+    (no pass over /proc)."""
+    out: list[identity.Stat] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids = f.read().split()
+        except OSError:
+            continue
+        for kid in kids:
+            st = identity.stat(int(kid))
+            if st is not None and st.ppid == pid and not st.zombie:
+                out.append(st)
+    return out
+
+
+def comm(pid: int) -> str:
+    """The process's name (/proc/PID/comm), for a line that names it; '?' if gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
 def make_subreaper() -> bool:
     """Become a child subreaper: double-forked daemons of our children are re-parented
     to us instead of init, so the tag and descendant sweeps find and reap them at once."""

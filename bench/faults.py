@@ -1,0 +1,357 @@
+"""Hostile trials of a stop under faults (issue 18), shared by the tests (a few trials
+each, in `make test`) and the soak (`make soak`: the long form, figures in docs/soak.json).
+
+Each trial drives the real `runner` (`python -m runner`) against real processes and
+returns what it saw; `tally` sums the trials of one fault into the closing figures:
+trials, runs left running, processes left, exit 0 with something left, stops not
+recorded, and every exit code seen.
+
+- interrupted_stopper: a stopper (`runner stop --now` or `runner stop`) is SIGKILLed or
+  SIGINTed at a random moment (half of them within 0.1 s of the kill grace), then a
+  plain `runner stop` must finish the job.
+- early_sigterm: SIGTERM to a foreground `runner run` (or, `pid1`, to the init of a pid
+  namespace that `runner run` is) at a given moment after its start.
+- fork_storm: a provider whose processes trap SIGTERM, each setsid's and forks again,
+  under group containment (no cgroup); `runner stop --now`: exit 0 only with nothing left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runner.exitcodes import Exit
+from runner.files import journal
+from runner.files.rundir import RunDir
+from runner.files.state import StateStore
+from runner.proc import sweep
+
+RUNNER = [sys.executable, "-m", "runner"]
+DOCUMENTED = {int(e) for e in Exit} - {int(Exit.INTERNAL)}
+TRAP_TREE = 'trap "" TERM; sleep 7200 & sleep 7200 & wait'
+"""A provider that ignores SIGTERM (so do its two children): only SIGKILL ends it."""
+
+
+def sh(script: str, *args: str) -> list[str]:
+    return ["/bin/sh", "-c", script, "sh", *args]
+
+
+def write_spec(path: Path, provider: list[str], *, kill_grace: float, grace: float = 10.0, extra: str = "") -> Path:
+    path.write_text(
+        f'items = ["a"]\n[provider]\ncommand = {json.dumps(provider)}\n'
+        f"[stop]\nkill_grace = {kill_grace}\ngrace = {grace}\n" + extra
+    )
+    return path
+
+
+def runner(*args: object, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RUNNER, *map(str, args)], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def _key(rd: RunDir) -> str:
+    """The run's membership key (its tag's value): the run id and its directory's identity."""
+    return rd.key(rd.run_id) or rd.run_id
+
+
+def tagged(run_id: str) -> list[int]:
+    """Living processes (zombies are dead) that carry the run's tag."""
+    return [i.pid for i in sweep.tagged(run_id)]
+
+
+def wait_children(rd: RunDir, timeout: float = 30.0) -> bool:
+    """Until the engine has registered its first call."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if rd.children.is_dir() and any(rd.children.glob("*.json")):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def recorded(rd: RunDir) -> bool:
+    """The stop is recorded in both places: state.json stopped and this attempt's run-stop."""
+    try:
+        state = StateStore(rd.state).load()
+    except Exception:
+        return False
+    return state.stopped and any(r.get("event") == "run-stop" for r in journal.read_attempt(rd.journal))
+
+
+def kill_tagged(run_id: str) -> None:
+    for pid in tagged(run_id):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _settled_left(run_id: str, settle: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + settle
+    while tagged(run_id) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return tagged(run_id)
+
+
+def interrupted_stopper(work: Path, n: int, sig: int, rng: random.Random, *, kill_grace: float = 1.0) -> list[dict]:
+    """`n` trials: a live run (a trap-term provider with two children); a stopper,
+    `--now` or plain in turn, gets `sig` at a random moment (every other trial within
+    0.1 s of the kill grace); then a plain `runner stop`. One dict per trial."""
+    out = []
+    for i in range(n):
+        name = f"{signal.Signals(sig).name.lower()}-{i}"
+        rd = RunDir(work / name)
+        spec = write_spec(work / f"{name}.toml", sh(TRAP_TREE), kill_grace=kill_grace)
+        started = runner("run", spec, "--run-dir", rd.path, "--detach")
+        trial: dict = {"trial": name, "start": started.returncode}
+        try:
+            if started.returncode != 0 or not wait_children(rd):
+                trial["problem"] = f"run did not start: {started.stderr.strip()}"
+                out.append(trial)
+                continue
+            flags = ["--now"] if i % 2 == 0 else []
+            at = kill_grace + rng.uniform(-0.1, 0.1) if i % 4 < 2 else rng.uniform(0.0, kill_grace + 0.5)
+            stopper = subprocess.Popen(
+                [*RUNNER, "stop", *flags, "--run-dir", str(rd.path)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            time.sleep(at)
+            try:
+                stopper.send_signal(sig)
+            except ProcessLookupError:
+                pass
+            _, first_err = stopper.communicate(timeout=60)
+            plain = runner("stop", "--run-dir", rd.path)
+            left_now = tagged(_key(rd))  # right at the plain stop's exit
+            trial.update(
+                flags=flags,
+                at=round(at, 3),
+                first=stopper.returncode,
+                first_err=first_err.strip()[-300:],
+                code=plain.returncode,
+                err=plain.stderr.strip()[-300:],
+                left_at_exit=len(left_now),
+                left=len(_settled_left(_key(rd), 2.0)),
+                live=rd.is_live(),
+                recorded=recorded(rd),
+            )
+        finally:
+            runner("stop", "--now", "--run-dir", rd.path)
+            kill_tagged(_key(rd))
+        out.append(trial)
+    return out
+
+
+def tally(trials: list[dict], codes_key: tuple[str, ...] = ("first", "code")) -> dict:
+    """The closing figures of one fault."""
+    codes = sorted({t[k] for t in trials for k in codes_key if isinstance(t.get(k), int)})
+    problems = [t["problem"] for t in trials if "problem" in t]
+    for t in trials:
+        code = t.get("code")
+        if code == -signal.SIGTERM and t.get("before_first_instruction"):
+            continue  # died before its first instruction, having started nothing
+        if code is not None and code not in DOCUMENTED:
+            problems.append(f"{t['trial']}: undocumented exit {code}: {t.get('err')}")
+        first = t.get("first")
+        if first is not None and first not in DOCUMENTED and first != -signal.SIGKILL:
+            problems.append(f"{t['trial']}: stopper exited {first}: {t.get('first_err')}")
+    return {
+        "trials": len(trials),
+        "runs_left_running": sum(1 for t in trials if t.get("live")),
+        "processes_left": sum(t.get("left", 0) for t in trials),
+        "exit0_with_something_left": sum(1 for t in trials if t.get("code") == 0 and t.get("left_at_exit", 0)),
+        "stops_not_recorded": sum(1 for t in trials if "recorded" in t and not t["recorded"]),
+        "codes": codes,
+        "problems": problems,
+    }
+
+
+STORM = r"""
+import os, random, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+cap, end = int(sys.argv[1]), time.time() + float(sys.argv[2])
+r, w = os.pipe2(os.O_NONBLOCK)
+os.write(w, b"x" * (cap - 1))  # one token per process that may live at once
+def reap():
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+mine = end if os.environ.get("STORM_ROOT") else time.time() + random.uniform(0.2, 2.0)
+os.environ.pop("STORM_ROOT", None)
+while time.time() < min(mine, end):
+    reap()
+    try:
+        os.read(r, 1)
+    except BlockingIOError:
+        time.sleep(random.uniform(0.1, 0.3))  # at the cap: wait gently (a 2-core machine)
+        continue
+    if os.fork() == 0:
+        os.setsid()  # out of the group and the session: only the tag or a cgroup finds it
+        mine = time.time() + random.uniform(0.2, 2.0)
+        continue
+    time.sleep(random.uniform(0.01, 0.05))
+if time.time() < end:
+    os.write(w, b"x")  # this process ends by itself: its token is free for another
+os._exit(0)
+"""
+"""A fork storm: every process ignores SIGTERM, setsid's each child, and forks again
+while a token of the `cap` is free; each lives 0.2-2 s (the root until the end), so
+children keep coming; all of it ends by itself `seconds` after the start."""
+
+
+def storm_argv(cap: int, seconds: float) -> list[str]:
+    return ["/usr/bin/env", "STORM_ROOT=1", sys.executable, "-I", "-S", "-c", STORM, str(cap), str(seconds)]
+
+
+def fork_storm(work: Path, n: int, *, cap: int = 300, seconds: float = 30.0, kill_grace: float = 0.5) -> list[dict]:
+    """`n` trials: a run whose provider is a fork storm, under group containment (no
+    cgroup), stopped by `runner stop --now` once the storm has grown; exit 0 must mean
+    nothing of the run is left."""
+    out = []
+    for i in range(n):
+        name = f"storm-{i}"
+        rd = RunDir(work / name)
+        spec = write_spec(
+            work / f"{name}.toml",
+            storm_argv(cap, seconds),
+            kill_grace=kill_grace,
+            extra='containment = "group"\n',
+        )
+        started = runner("run", spec, "--run-dir", rd.path, "--detach")
+        trial: dict = {"trial": name, "start": started.returncode}
+        try:
+            if started.returncode != 0 or not wait_children(rd):
+                trial["problem"] = f"run did not start: {started.stderr.strip()}"
+                out.append(trial)
+                continue
+            deadline = time.monotonic() + 10
+            while len(tagged(_key(rd))) < cap // 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            grown = len(tagged(_key(rd)))
+            t0 = time.monotonic()
+            stop = runner("stop", "--now", "--run-dir", rd.path)
+            elapsed = time.monotonic() - t0
+            left_now = tagged(_key(rd))
+            trial.update(
+                grown=grown,
+                code=stop.returncode,
+                err=stop.stderr.strip()[-300:],
+                out=stop.stdout.strip()[-300:],
+                elapsed=round(elapsed, 3),
+                left_at_exit=len(left_now),
+                left=len(_settled_left(_key(rd), 1.0)),
+                live=rd.is_live(),
+                recorded=recorded(rd),
+            )
+        finally:
+            for _ in range(3):
+                runner("stop", "--now", "--run-dir", rd.path)
+                kill_tagged(_key(rd))
+        out.append(trial)
+    return out
+
+
+def early_sigterm(work: Path, moments: tuple[float, ...], *, pid1: bool, kill_grace: float = 0.5) -> list[dict]:
+    """One trial per moment: SIGTERM to a foreground `runner run` (or, `pid1`, to the
+    init of the pid namespace that `runner run` is, under unshare --pid --fork
+    --mount-proc) that many seconds after its start. `stop_s`: from the later of the
+    signal and the engine's run-start to the command's exit."""
+    out = []
+    for i, at in enumerate(moments):
+        name = f"{'pid1' if pid1 else 'fg'}-{i}-{time.monotonic_ns()}"
+        rd = RunDir(work / name)
+        spec = write_spec(work / f"{name}.toml", sh(TRAP_TREE), kill_grace=kill_grace)
+        argv = [*RUNNER, "run", str(spec), "--run-dir", str(rd.path)]
+        if pid1:
+            argv = ["unshare", "--pid", "--fork", "--mount-proc", *argv]
+        pipe = subprocess.PIPE
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=pipe, stderr=pipe, text=True)
+        trial: dict = {"trial": name, "at": at}
+        try:
+            time.sleep(at)
+            target = _init_of(proc.pid) if pid1 else proc.pid
+            # As PID 1, a signal that lands in the interpreter's own start-up, before the
+            # runner's first instruction blocks it, is dropped by the kernel (nothing in
+            # Python can be earlier): counted, and sent once the mask is in place.
+            trial["before_first_instruction"] = pid1 and not await_mask(target)
+            sent = time.time()
+            os.kill(target, signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+            ended = time.time()
+            if proc.returncode == -signal.SIGTERM and not rd.path.exists():
+                # Killed in the interpreter's start-up, before the runner's first
+                # instruction: nothing was started (docs/exit-codes.md).
+                trial["before_first_instruction"] = True
+            records = journal.read(rd.journal) if rd.journal.exists() else []
+            starts = [r for r in records if r.get("event") == "run-start"]
+            began = max(sent, starts[0]["t"]) if starts else sent
+            started = rd.exists() and rd.engine_identity.exists()
+            trial.update(
+                code=proc.returncode,
+                err=err.strip()[-300:],
+                stop_s=round(ended - began, 3),
+                left_at_exit=len(tagged(_key(rd))) if rd.exists() else 0,
+                left=len(_settled_left(_key(rd), 1.0)) if rd.exists() else 0,
+                live=rd.exists() and rd.is_live(),
+                # A command killed before its first instruction started nothing to record.
+                recorded=recorded(rd) if started else True,
+            )
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            if rd.exists():
+                runner("stop", "--now", "--run-dir", rd.path)
+                kill_tagged(_key(rd))
+        out.append(trial)
+    return out
+
+
+def stop_signals_blocked(pid: int) -> bool:
+    """SIGTERM is blocked or caught by `pid` (its /proc status): the runner's first
+    instruction (cli.early_signals) has run, so a SIGTERM is held, not dropped."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+    except OSError:
+        return True  # gone: nothing to drop a signal
+    bit = 1 << (signal.SIGTERM - 1)
+    return bool((int(fields["SigBlk"], 16) | int(fields["SigCgt"], 16)) & bit)
+
+
+def await_mask(pid: int, timeout: float = 10.0) -> bool:
+    """True if SIGTERM was already blocked or caught by `pid`; else wait until it is."""
+    if stop_signals_blocked(pid):
+        return True
+    deadline = time.monotonic() + timeout
+    while not stop_signals_blocked(pid) and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    return False
+
+
+def _init_of(unshare_pid: int, timeout: float = 5.0) -> int:
+    """The host pid of the namespace's init: unshare --fork's child."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{unshare_pid}/task/{unshare_pid}/children") as f:
+                kids = f.read().split()
+        except OSError:
+            kids = []
+        if kids:
+            return int(kids[0])
+        time.sleep(0.001)
+    raise RuntimeError("unshare started no init")

@@ -1,0 +1,362 @@
+"""A stop is total under faults (issue 18, parts 3 to 5; issue 21's PID 1): a stopper
+killed or interrupted at any moment, a fork storm without a cgroup, a SIGTERM in the
+first instants of `runner run` (in the foreground, and as PID 1 of a pid namespace),
+and a process the engine adopted but cannot prove the run's.
+
+Real processes throughout: `runner` as `python -m runner`, and the hostile trials of
+bench/faults.py (the soak runs the same trials, more of them)."""
+
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+from bench import faults
+from runner.control import lifecycle, stop_command
+from runner.exitcodes import Exit
+from runner.files.rundir import RunDir
+from runner.files.state import StateStore
+from runner.proc import identity, reaper
+
+KILL_GRACE = 0.5
+MOMENTS = (0.02, 0.05, 0.15, 0.3, 1.0)
+"""Seconds after `runner run` starts at which it gets its SIGTERM (the issue's moments)."""
+STOP_MARGIN = 0.2
+"""The issue's bound past kill_grace for a run whose init gets SIGTERM."""
+FOREGROUND_MARGIN = 0.5
+"""The foreground's margin past kill_grace (no bound is claimed for it: the scale only)."""
+
+
+def _assert_trials(trials, *, allow_no_live=True):
+    figures = faults.tally(trials)
+    assert not figures["problems"], figures
+    assert figures["runs_left_running"] == 0, trials
+    assert figures["processes_left"] == 0, trials
+    assert figures["exit0_with_something_left"] == 0, trials
+    assert figures["stops_not_recorded"] == 0, trials
+    for t in trials:
+        # NO_LIVE_RUN only where nothing of the run lived and its end was recorded: a
+        # run whose processes lived is never answered "no live run".
+        assert t["code"] in (Exit.OK, Exit.NO_LIVE_RUN), t
+        if t["code"] == Exit.NO_LIVE_RUN:
+            assert "nothing of the run alive" in t["err"], t
+    return figures
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM], ids=["sigkill", "sigint", "sigterm"])
+def test_interrupted_stopper_then_plain_stop_is_total(tmp_path, sig):
+    """Path: a stopper (`--now` and plain, in turn) SIGKILLed, SIGINTed or SIGTERMed at a random
+    moment (half of them within 0.1 s of the kill grace), then a plain `runner stop`:
+    every process of the run gone, the run not live, the stop recorded in state.json and
+    the journal, every exit code documented; the interrupted stopper exits INTERRUPTED
+    (15) or its own finished code, never STOPPED. 5 trials per kind here; `make soak` runs
+    the long form. Ablation: `stop-total-dead-engine` (a dead engine answered NO_LIVE_RUN
+    whatever lives) turns it red."""
+    seed = random.randrange(1 << 30)
+    trials = faults.interrupted_stopper(tmp_path, 5, sig, random.Random(seed), kill_grace=KILL_GRACE)
+    _assert_trials(trials)
+    for t in trials:
+        if sig != signal.SIGKILL:
+            assert t["first"] in (Exit.INTERRUPTED, Exit.OK), (seed, t)
+
+
+def test_plain_stop_after_a_dead_engine_kills_and_records(runs, tmp_path):
+    """Path: the engine is SIGKILLed (no stop recorded, its trapping provider and two
+    children alive): a plain `runner stop` kills them and records the stop, exit OK;
+    a second plain stop then finds nothing and says so (NO_LIVE_RUN). Ablation:
+    `stop-total-dead-engine` (NO_LIVE_RUN at once for a dead engine) turns it red."""
+    rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
+    assert faults.wait_children(rd)
+    engine = identity.read(rd.engine_identity)
+    deadline = time.monotonic() + 10
+    while len(runs.tagged(rd.run_id)) < 4:  # the engine, the provider and its two children
+        assert time.monotonic() < deadline, runs.tagged(rd.run_id)
+        time.sleep(0.01)
+    os.kill(engine.pid, signal.SIGKILL)
+    assert stop_command.wait_engine_gone(engine, 10)
+    assert len(runs.tagged(rd.run_id)) == 3
+    proc = runs.runner("stop", "--run-dir", rd.path)
+    assert proc.returncode == Exit.OK, proc.stderr
+    assert "its engine was dead" in proc.stdout, proc.stdout
+    assert not runs.tagged(rd.run_id)
+    assert faults.recorded(rd)
+    again = runs.runner("stop", "--run-dir", rd.path)
+    assert again.returncode == Exit.NO_LIVE_RUN, again.stderr
+    assert len(runs.events(rd, "run-stop")) == 1
+
+
+def test_forced_record_is_never_half_written_by_an_interrupt(runs, monkeypatch):
+    """Path: a stopper that records a forced stop gets SIGINT right after state.json says
+    stopped and before its run-stop is journaled: the interrupt waits until both are
+    written (signals blocked around the record). Ablation: `record-uninterrupted` (no
+    block) leaves state.json stopped/forced with no run-stop: red."""
+    rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
+    assert faults.wait_children(rd)
+    engine = identity.read(rd.engine_identity)
+    os.kill(engine.pid, signal.SIGKILL)
+    assert stop_command.wait_engine_gone(engine, 10)
+    stop_command.kill_leftovers(rd, KILL_GRACE)
+    real_save = StateStore.save
+
+    def save_then_interrupt(self, state):
+        real_save(self, state)
+        os.kill(os.getpid(), signal.SIGINT)  # the real signal, at the worst moment
+
+    monkeypatch.setattr(StateStore, "save", save_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        stop_command._record_forced_stop(rd, reaper.ReapReport(), fallback=False)
+    monkeypatch.undo()
+    assert faults.recorded(rd), "state.json and the journal disagree about the stop"
+    stop_command.force(rd, KILL_GRACE, fallback=False)  # the dead engine's cgroup goes too
+
+
+def test_fork_storm_exit_zero_only_with_nothing_left(tmp_path):
+    """Path: a fork storm (every process ignores SIGTERM, setsid's each child and forks
+    again; at most 300 alive; each ends by itself within 30 s) under group containment
+    (no cgroup): `runner stop --now` exits 0 only with nothing of the run left (the kill
+    rounds repeat until one finds nothing new), else a documented code naming the pids.
+    Ablation: `kill-rounds-repeat` (one KILL round) leaves processes behind an exit 0:
+    red."""
+    trials = faults.fork_storm(tmp_path, 2, cap=300, seconds=30.0, kill_grace=KILL_GRACE)
+    figures = faults.tally(trials, ("code",))
+    assert not figures["problems"], figures
+    assert figures["exit0_with_something_left"] == 0, trials
+    for t in trials:
+        assert t["grown"] >= 100, t  # the storm was a storm when the stop came
+        assert t["code"] in (Exit.OK, Exit.LEFT_RUNNING), t
+        if t["code"] == Exit.OK:
+            assert t["left_at_exit"] == 0, t
+    assert figures["processes_left"] == 0, trials
+
+
+def test_unkillable_only_in_uninterruptible_sleep(runs, procs, frozen_cgroup):
+    """Path: a stop's survivors are sorted by what the kernel shows: a process in state D
+    (frozen by the cgroup v1 freezer) is unkillable; a living process in any other state
+    (here a plain sleep, state S) is left running, never called unkillable. Ablation:
+    `d-state-check` (every survivor unkillable) turns it red."""
+    sleeper = procs(["sleep", "60"])
+    frozen = procs(["sleep", "60"])
+    try:
+        runs.freeze(frozen_cgroup, frozen.pid)
+        unkillable, left_running = reaper.classify([sleeper.pid, frozen.pid])
+        assert unkillable == [frozen.pid]
+        assert left_running == [sleeper.pid]
+    finally:
+        frozen.kill()  # pending until the fixture thaws the freezer
+
+
+def _zombies_of(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = identity.stat(int(entry))
+            if st is not None and st.ppid == pid and st.zombie:
+                out.append(st.pid)
+    return out
+
+
+def test_escapee_child_of_the_engine_is_named(runs):
+    """Path: under cgroup containment a call double-forks a process that leaves the
+    run's cgroup and drops the run's tag; the engine (a subreaper) adopts it but cannot
+    prove it the run's, so it is never signalled: `runner stop` names it on a line of its
+    own and the journal has it (unproven-children). Ablation: `name-unproven-children`
+    turns it red."""
+    from runner.proc import cgroup as cgroupmod
+
+    if cgroupmod.resolve_containment("auto") != "cgroup":
+        pytest.skip("no writable cgroup v2 hierarchy")
+    with open("/proc/mounts") as f:
+        root = next(line.split()[1] for line in f if line.split()[2] == "cgroup2")
+    escape = (
+        # Forked after the call's first snapshot, its parent gone at once: the engine
+        # never saw it as a descendant of its call, only as its own adopted child.
+        f'(sleep 0.3; sh -c "echo \\$\\$ > {root}/cgroup.procs && exec setsid env -i sleep 7213" &) & '
+        'trap "" TERM; exec sleep 7200'
+    )
+    rd = runs.start(runs.spec(provider=faults.sh(escape), stop={"kill_grace": KILL_GRACE, "containment": "cgroup"}))
+    assert faults.wait_children(rd)
+    escapee = None
+    deadline = time.monotonic() + 10
+    while escapee is None and time.monotonic() < deadline:
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read() == b"sleep\x007213\x00":
+                        escapee = int(entry)
+            except (OSError, ValueError):
+                continue
+        time.sleep(0.02)
+    assert escapee is not None
+    try:
+        proc = runs.runner("stop", "--run-dir", rd.path)
+        assert proc.returncode == Exit.OK, proc.stderr
+        assert f"pid {escapee} (sleep)" in proc.stdout, proc.stdout
+        named = runs.events(rd, "unproven-children")
+        assert named and escapee in named[-1]["pids"], named
+        assert identity.stat(escapee) is not None  # never signalled: not proven the run's
+    finally:
+        os.kill(escapee, signal.SIGKILL)
+
+
+# -- a SIGTERM in the first instants ------------------------------------------------------
+
+
+def _provider_spec(runs, name):
+    return runs.spec(name=f"{name}.toml", provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE})
+
+
+def _stopped_in_bound(runs, rd, sent_wall, ended, margin=STOP_MARGIN):
+    """The stop took at most kill_grace + `margin` from the later of the signal and the
+    engine's run-start (a signal before the engine is up waits for it)."""
+    starts = runs.events(rd, "run-start")
+    start = starts[0]["t"] if starts else None
+    began = max(sent_wall, start) if start is not None else sent_wall
+    return ended - began <= KILL_GRACE + margin, (ended - began)
+
+
+@pytest.mark.parametrize("at", MOMENTS)
+def test_sigterm_to_foreground_run_at_any_moment(runs, at):
+    """Path: SIGTERM to a foreground `runner run` at 0.02-1 s after its start: the run is
+    stopped (exit STOPPED, stop recorded, nothing of it left), or, when the signal lands
+    in the interpreter's own start-up before any runner code, the command dies with
+    nothing started. Never the foreground dead with its engine going on. Ablation:
+    `early-signal-mask` (no mask before the handlers) turns the early moments red."""
+    spec = _provider_spec(runs, "fg")
+    proc, rd = runs.foreground(spec, name="fg")
+    time.sleep(max(0.0, at - 0.001))
+    sent = time.time()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    ended = time.time()
+    if proc.returncode == -signal.SIGTERM:
+        # Only in the interpreter's start-up, before the command's first instruction:
+        # then it had not even made the run directory (RunDir.create comes later).
+        assert not rd.path.exists(), f"killed by the SIGTERM at {at}s after it had started the run: {err}"
+        return
+    assert proc.returncode == Exit.STOPPED, (proc.returncode, err)
+    runs.wait_engine_exit(rd)
+    assert not runs.tagged(rd.run_id)
+    assert faults.recorded(rd)
+    ok, took = _stopped_in_bound(runs, rd, sent, ended, FOREGROUND_MARGIN)
+    assert ok, f"stopped {took:.3f}s after the signal (or the engine's start)"
+
+
+def _as_pid1(runs, name):
+    if os.geteuid() != 0:
+        pytest.skip("unshare --pid needs root")
+    spec = _provider_spec(runs, name)
+    run_dir = runs.tmp_path / name
+    runs.started.append(run_dir)
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", *runs.RUNNER, "run", str(spec), "--run-dir", str(run_dir)]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, RunDir(run_dir)
+
+
+@pytest.mark.parametrize("at", MOMENTS)
+def test_sigterm_to_pid1_at_any_moment(runs, at):
+    """Path: `runner run` as PID 1 of a pid namespace (unshare --pid --fork
+    --mount-proc; what a container's entrypoint is), SIGTERM to that init at 0.02-1 s
+    after the start, or from the runner's first instruction if that is later (before it,
+    in the interpreter's start-up, the kernel drops an init's SIGTERM; no Python code can
+    be earlier), what `docker stop` or a pod deletion sends: the run stops within
+    kill_grace + 200 ms of the later of the signal and the engine's start, exits STOPPED,
+    records the stop, and nothing of the namespace is left. Ablation: `early-signal-mask`
+    (a SIGTERM before the handler is dropped by the kernel for an init) turns it red."""
+    proc, rd = _as_pid1(runs, "pid1")
+    time.sleep(max(0.0, at - 0.001))
+    init = faults._init_of(proc.pid)
+    # A SIGTERM in the interpreter's own start-up, before the runner's first instruction,
+    # is dropped by the kernel for an init (docs/exit-codes.md says so): sent from then.
+    faults.await_mask(init)
+    sent = time.time()
+    os.kill(init, signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"SIGTERM at {at}s to the init was not honoured") from None
+    ended = time.time()
+    assert proc.returncode == Exit.STOPPED, (proc.returncode, err)
+    assert identity.stat(init) is None  # the namespace went with its init
+    assert not runs.tagged(rd.run_id)
+    assert faults.recorded(rd)
+    ok, took = _stopped_in_bound(runs, rd, sent, ended)
+    assert ok, f"stopped {took:.3f}s after the signal (or the engine's start)"
+
+
+def test_pid1_reaps_every_zombie_and_sigkill_leaves_it_resumable(runs):
+    """Path: as PID 1, an orphan of the namespace (a process entered with nsenter whose
+    parent exits) is adopted by the runner and reaped once it dies, no zombie left; a
+    SIGKILL of the init takes the namespace down and leaves the run resumable (crashed,
+    `runner resume` accepts it). Ablation: `pid1-reaps` leaves the zombie: red."""
+    proc, rd = _as_pid1(runs, "pid1-kill")
+    init = faults._init_of(proc.pid)
+    deadline = time.monotonic() + 30
+    while not (rd.children.is_dir() and any(rd.children.glob("*.json"))):
+        assert time.monotonic() < deadline and proc.poll() is None, "the run did not start"
+        time.sleep(0.02)
+    subprocess.run(
+        ["nsenter", "--target", str(init), "--pid", "--", "/bin/sh", "-c", "sleep 0.1 & exit 0"],
+        check=True,
+        timeout=10,
+    )
+    time.sleep(0.5)  # the orphan has died; its parent (the init) had ten polls to reap it
+    zombies = _zombies_of(init)
+    os.kill(init, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert not zombies, f"zombies left under the init: {zombies}"
+    assert not runs.tagged(rd.run_id)
+    assert lifecycle.resumable(rd)
+    assert StateStore(rd.state).load().status == "running"  # crashed: no end recorded
+    # What the killed engine could not remove (its cgroup), a plain stop does.
+    assert runs.runner("stop", "--run-dir", rd.path).returncode == Exit.OK
+
+
+def test_interrupted_is_documented_for_stop_graceful_wait(runs):
+    """Path: `runner stop --graceful --wait` interrupted (SIGINT) while the run goes on
+    exits INTERRUPTED, not STOPPED (which says the run ended)."""
+    rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
+    assert faults.wait_children(rd)
+    waiter = subprocess.Popen(
+        [*runs.RUNNER, "stop", "--graceful", "--wait", "--run-dir", str(rd.path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.0)
+    waiter.send_signal(signal.SIGINT)
+    _, err = waiter.communicate(timeout=30)
+    assert waiter.returncode == Exit.INTERRUPTED, (waiter.returncode, err)
+    assert rd.is_live()
+    assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+
+
+def test_resume_completes_a_half_written_stop_record(runs):
+    """Path: an engine killed between its two writes of a stop (state.json stopped, no
+    run-stop yet; the state written here by the real StateStore, as the engine writes
+    it): `runner resume` journals the missing run-stop (`completed: true`) before it
+    opens the new attempt, so state.json and the journal agree about the stop."""
+    rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
+    assert faults.wait_children(rd)
+    engine = identity.read(rd.engine_identity)
+    os.kill(engine.pid, signal.SIGKILL)
+    assert stop_command.wait_engine_gone(engine, 10)
+    store = StateStore(rd.state)
+    state = store.load()
+    state.stopped, state.status, state.stop_origin = True, "stopped", "signal"
+    store.save(state)
+    assert not faults.recorded(rd)
+    proc = runs.runner("resume", "--run-dir", rd.path, "--detach")
+    assert proc.returncode == Exit.OK, proc.stderr
+    try:
+        stops = runs.events(rd, "run-stop")
+        assert len(stops) == 1 and stops[0]["completed"] is True and stops[0]["origin"] == "signal", stops
+        resumed = [e["event"] for e in runs.journal(rd)]
+        assert resumed.index("run-stop") < resumed.index("resume")
+    finally:
+        assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
