@@ -236,9 +236,12 @@ def _save_traceback() -> str:
     import tempfile
     import traceback
 
-    fd, path = tempfile.mkstemp(prefix="runner-internal-error-", suffix=".log")
-    with os.fdopen(fd, "w") as f:
-        traceback.print_exc(file=f)
+    try:
+        fd, path = tempfile.mkstemp(prefix="runner-internal-error-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            traceback.print_exc(file=f)
+    except OSError as exc:  # a full or read-only /tmp: the one line still says what failed
+        return f"not saved: {exc.strerror or exc}"
     return path
 
 

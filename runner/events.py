@@ -52,6 +52,10 @@ class Event(StrEnum):
     ENGINE_ERROR = "engine-error"
     ENGINE_CRASH = "engine-crash"
     CGROUP_REMOVE_FAILED = "cgroup-remove-failed"
+    # -- the disk -----------------------------------------------------------------
+    RESERVE_UNAVAILABLE = "reserve-unavailable"
+    OUTPUT_UNWRITTEN = "output-unwritten"
+    DISK_FAULT = "disk-fault"
 
 
 class Outcome(StrEnum):
@@ -72,6 +76,7 @@ class Origin(StrEnum):
     CTRL_C = "ctrl-c"  # SIGINT: a foreground run's terminal
     DASHBOARD = "dashboard"  # a button of `runner dashboard` (the same stop code as the CLI's)
     FORCED = "forced"  # the stopper recorded it: the engine was killed, not asked
+    DISK = "disk"  # the engine stopped the run itself: a write failed (full or read-only disk)
     UNKNOWN = "unknown"  # a request whose origin cannot be read
 
     @classmethod

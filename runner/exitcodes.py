@@ -28,5 +28,9 @@ class Exit(IntEnum):
     CRASHED = 11
     """The run's engine died without recording how the run ended (SIGKILL, out of
     memory); `runner resume` continues it."""
+    NOT_RECORDED = 12
+    """The stop ended every process of the run, but could not be recorded: a full disk
+    with the engine's reserve gone, or a read-only file system (the line says which file
+    and why)."""
     INTERNAL = 70
     """An unexpected error inside the runner (see engine.log in the run directory)."""

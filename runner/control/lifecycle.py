@@ -73,6 +73,7 @@ class RunStatus(TypedDict):
     paused: bool
     pause_held: bool
     containment: dict[str, Any] | None
+    cause: str | None
 
 
 def run(
@@ -249,7 +250,7 @@ def _foreground(
             if signum == signal.SIGINT:
                 interrupts += 1
                 if interrupts == 1:
-                    stop_request.lodge(rd, stop_request.Mode.HARD, "ctrl-c")
+                    _lodge(rd, "ctrl-c")
                     signals.signal_process(engine, signal.SIGINT, tagged)
                     tell("stopping (Ctrl-C again to kill now)")
                     if watch is not None:
@@ -261,7 +262,7 @@ def _foreground(
                     for line in result.lines():
                         tell(line)
             else:
-                stop_request.lodge(rd, stop_request.Mode.HARD, "signal")
+                _lodge(rd, "signal")
                 signals.signal_process(engine, signum, tagged)
                 if watch is not None:
                     watch.stopping(f"stopping ({signal.Signals(signum).name} forwarded)")
@@ -272,6 +273,15 @@ def _foreground(
     if watch is not None:
         watch.finish(code)
     return code
+
+
+def _lodge(rd: RunDir, origin: str) -> None:
+    """The foreground's hard request; without it (a full or read-only disk, a damaged
+    file) the signal that follows is the stop all the same."""
+    try:
+        stop_request.lodge(rd, stop_request.Mode.HARD, origin)
+    except (Damaged, BadInput):
+        pass
 
 
 def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
@@ -332,4 +342,5 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
         "paused": stop_request.pause_file(rd),
         "pause_held": running and fold.pause_held,
         "containment": containment,
+        "cause": fold.cause,
     }

@@ -18,7 +18,7 @@ import stat
 import time
 
 from runner import defaults
-from runner.errors import Damaged, NoLiveRun, RunnerError
+from runner.errors import Damaged, NoLiveRun, RunnerError, disk_fault
 from runner.exitcodes import Exit
 from runner.files import untrusted
 from runner.files.rundir import RUN_ID_SHAPE, RunDir
@@ -67,6 +67,7 @@ class RunView(Value):
         "stop",
         "engine_stop",
         "damaged",
+        "unwritten",
     )
 
     def __init__(
@@ -81,6 +82,7 @@ class RunView(Value):
         stop: StopSettings | None = None,
         engine_stop: Any = None,
         damaged: list[str] | None = None,
+        unwritten: list[str] | None = None,
     ) -> None:
         self.rd = rd
         self.run_id = run_id
@@ -92,6 +94,8 @@ class RunView(Value):
         self.stop = StopSettings() if stop is None else stop
         self.engine_stop = engine_stop  # the [stop] values engine.json carries, unchecked
         self.damaged: list[str] = [] if damaged is None else damaged
+        self.unwritten: list[str] = [] if unwritten is None else unwritten
+        """What the file system refused to write (full, read-only): not damage."""
 
     @property
     def ok_code(self) -> Exit:
@@ -101,8 +105,9 @@ class RunView(Value):
 
     def note(self, exc: Exception) -> None:
         line = " ".join(str(exc).split())
-        if line not in self.damaged:
-            self.damaged.append(line)
+        found = self.unwritten if disk_fault(exc) else self.damaged  # ablate: unwritable-is-not-damage
+        if line not in found:
+            found.append(line)
 
 
 def lock_holders(rd: RunDir, candidates: Iterable[int] | None = None) -> list[int]:

@@ -19,11 +19,12 @@ import time
 
 from runner import defaults
 from runner.control import run_view
-from runner.errors import ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked
+from runner.errors import DISK_ERRNOS, ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked, Unwritable
 from runner.events import Event, Mode, Origin
 from runner.exitcodes import Exit
 from runner.files import stop_request, untrusted
 from runner.files.journal import Journal, read_attempt
+from runner.files.reserve import Reserve
 from runner.files.rundir import RunDir
 from runner.files.state import State, StateStore
 from runner.proc import identity, reaper, signals, sweep
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 class StopResult(Value):
     """What a stop command did. A plain class, not a dataclass (see values.py)."""
 
-    __slots__ = ("code", "message", "elapsed", "unkillable", "recorded_by", "refused", "damaged")
+    __slots__ = ("code", "message", "elapsed", "unkillable", "recorded_by", "refused", "damaged", "unwritten")
 
     def __init__(
         self,
@@ -53,6 +54,7 @@ class StopResult(Value):
         recorded_by: str | None = None,
         refused: list[str] | None = None,
         damaged: list[str] | None = None,
+        unwritten: list[str] | None = None,
     ) -> None:
         self.code = code
         self.message = message
@@ -61,6 +63,7 @@ class StopResult(Value):
         self.recorded_by = recorded_by
         self.refused: list[str] = [] if refused is None else refused
         self.damaged: list[str] = [] if damaged is None else damaged
+        self.unwritten: list[str] = [] if unwritten is None else unwritten
 
     def lines(self) -> list[str]:
         """What the command prints: the result, then (each on one line) what was refused
@@ -70,6 +73,8 @@ class StopResult(Value):
             out.append("refused to signal (not proven the run's): " + "; ".join(self.refused))
         if self.damaged:
             out.append("damaged run directory: " + "; ".join(self.damaged))
+        if self.unwritten and self.code != Exit.NOT_RECORDED:  # a NOT_RECORDED message says it
+            out.append("the file system refused a write: " + "; ".join(self.unwritten))
         return out
 
 
@@ -246,11 +251,14 @@ def _force_locked(
         except (Damaged, OSError) as exc:
             view.note(exc)
     recorded_by = None
+    unrecorded: Unwritable | None = None
     if engine_ours and engine is not None and identity.is_running(engine):
         unkillable = sorted(set(unkillable) | {engine.pid})
     elif _engine_gone(rd, view):
         try:
             recorded_by = _record_forced_stop(rd, report, fallback, origin)
+        except Unwritable as exc:  # ablate: unrecorded-stop-reported
+            unrecorded = exc
         except (Damaged, RunLocked) as exc:
             view.note(exc)
         if view.cgroup is not None and not unkillable:
@@ -267,8 +275,20 @@ def _force_locked(
             unkillable,
             refused=report.refused,
             damaged=view.damaged,
+            unwritten=view.unwritten,
         )
     killed = f"{len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL, in {elapsed:.3f}s"
+    if unrecorded is not None:
+        return StopResult(
+            Exit.NOT_RECORDED,
+            f"run {view.run_id} killed ({killed}); every process is gone, but the stop could not be "
+            f"recorded: {unrecorded}",
+            elapsed,
+            recorded_by="nobody",
+            refused=report.refused,
+            damaged=view.damaged,
+            unwritten=view.unwritten,
+        )
     code = view.ok_code
     if recorded_by == "finished":
         return StopResult(
@@ -278,6 +298,7 @@ def _force_locked(
             recorded_by=recorded_by,
             refused=report.refused,
             damaged=view.damaged,
+            unwritten=view.unwritten,
         )
     if recorded_by in ("engine", "other"):
         # Someone else recorded the stop: STOP_FORCED says that THIS stopper forced it.
@@ -289,6 +310,7 @@ def _force_locked(
             recorded_by=recorded_by,
             refused=report.refused,
             damaged=view.damaged,
+            unwritten=view.unwritten,
         )
     if fallback and code == Exit.OK:
         code = Exit.STOP_FORCED
@@ -299,6 +321,7 @@ def _force_locked(
         recorded_by=recorded_by,
         refused=report.refused,
         damaged=view.damaged,
+        unwritten=view.unwritten,
     )
 
 
@@ -330,8 +353,20 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: 
     "engine" (it did, itself), "other" (another stopper forced it first, e.g. a
     `--now` racing this `runner stop`), "finished" (the run had completed: nothing to
     record) or "stopper" (this call)."""
+    try:
+        return _record_forced_stop_locked(rd, report, fallback, origin)
+    except OSError as exc:
+        if exc.errno not in DISK_ERRNOS:
+            raise
+        raise Unwritable.of(exc.filename or rd.state, exc) from None
+
+
+def _record_forced_stop_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None) -> str:
+    # The engine is dead (this stopper holds its lock): a reserve it left behind is
+    # this stopper's to give up, should the disk be full (reserve.py).
+    spare = Reserve.leftover(rd.path)
     with _recording_lock(rd):
-        store = StateStore(rd.state)
+        store = StateStore(rd.state, spare)
         state = store.load()
         prior = _who_recorded(rd, state)
         if prior is not None:
@@ -347,7 +382,7 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: 
             state.exit_code = int(Exit.STOPPED)
             state.updated = time.time()
             store.save(state)
-        with Journal(rd.journal) as journal:
+        with Journal(rd.journal, spare) as journal:
             journal.append(
                 Event.RUN_STOP,
                 origin=origin or Origin.FORCED,
@@ -410,6 +445,7 @@ def stop_hard(
                 elapsed,
                 recorded_by="other",
                 damaged=view.damaged,
+                unwritten=view.unwritten,
             )
         try:
             state = StateStore(rd.state).load()
@@ -423,6 +459,7 @@ def stop_hard(
                 f"run {view.run_id} stopped by its engine (origin {state.stop_origin}) in {elapsed:.3f}s",
                 elapsed,
                 damaged=view.damaged,
+                unwritten=view.unwritten,
             )
         if state is not None and state.status in ("completed", "failed"):
             return StopResult(
@@ -430,6 +467,7 @@ def stop_hard(
                 f"run {view.run_id} had already {state.status}; the stop arrived late",
                 elapsed,
                 damaged=view.damaged,
+                unwritten=view.unwritten,
             )
     kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
     result = force(rd, kill_grace, fallback=True, view=view, origin=origin)
@@ -440,6 +478,16 @@ def stop_hard(
     elif result.recorded_by == "other":
         result.message = f"another stopper stopped the run first: {result.message}"
     elif result.code == Exit.STOP_FORCED:
+        result.message = f"engine did not honor the stop within grace {grace}s; force-killed: {result.message}"
+    elif result.code == Exit.NOT_RECORDED and gone and engine is not None:
+        # The engine ended the run itself within grace (the fallback found nothing left
+        # to kill) but could not record it; neither could this stopper.
+        what = result.message.split("could not be recorded: ", 1)[-1]
+        result.message = (
+            f"run {view.run_id} stopped by its engine in {result.elapsed:.3f}s; every process is gone, "
+            f"but the stop could not be recorded: {what}"
+        )
+    elif result.code == Exit.NOT_RECORDED:
         result.message = f"engine did not honor the stop within grace {grace}s; force-killed: {result.message}"
     return result
 
@@ -483,7 +531,15 @@ def run_outcome(rd: RunDir) -> Exit:
 
 # -- every run at once ---------------------------------------------------------------
 
-_WORST_FIRST = (Exit.INTERNAL, Exit.UNKILLABLE, Exit.STOP_FORCED, Exit.DAMAGED, Exit.NO_LIVE_RUN, Exit.BAD_INPUT)
+_WORST_FIRST = (
+    Exit.INTERNAL,
+    Exit.UNKILLABLE,
+    Exit.NOT_RECORDED,
+    Exit.STOP_FORCED,
+    Exit.DAMAGED,
+    Exit.NO_LIVE_RUN,
+    Exit.BAD_INPUT,
+)
 """Which code `stop --all` exits with when runs disagree: the first of these that any run
 gave (a run left alive outranks a damaged file, which outranks a run already gone)."""
 

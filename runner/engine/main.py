@@ -17,11 +17,12 @@ import traceback
 from runner.engine.phases import Engine
 from runner.engine.registry import Registry
 from runner.engine.stop_controller import StopController
-from runner.errors import RunnerError
+from runner.errors import RunnerError, disk_fault
 from runner.events import Event
 from runner.exitcodes import Exit
 from runner.files.atomic import atomic_write_text
 from runner.files.journal import Journal
+from runner.files.reserve import Reserve
 from runner.files.rundir import RunDir
 from runner.files.spec import load_frozen
 from runner.files.state import State, StateStore
@@ -46,7 +47,11 @@ def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
     except RunnerError as exc:
         print(f"runner engine: {exc}", file=sys.stderr)
         return exc.exit_code
-    except Exception:
+    except Exception as exc:
+        if disk_fault(exc):
+            # Before the run began (engine.json, the first state): nothing of it runs.
+            print(f"runner engine: cannot write the run's records: {exc}", file=sys.stderr)
+            return Exit.NOT_RECORDED
         traceback.print_exc()
         return Exit.INTERNAL
     finally:
@@ -55,9 +60,17 @@ def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
 
 def _run_locked(rd: RunDir) -> Exit:
     spec = load_frozen(rd.spec)
-    store = StateStore(rd.state)
+    # The reserve first: what it holds is what the last records are written in, should
+    # the disk fill up (reserve.py).
+    spare: Reserve | None = None
+    no_reserve = ""
+    try:
+        spare = Reserve.create(rd.path)  # ablate: engine-reserve
+    except OSError as exc:
+        no_reserve = f"{exc.strerror or exc}"
+    store = StateStore(rd.state, spare)
     state = store.load() if rd.state.exists() else State.new(rd.run_id, spec.items)
-    journal = Journal(rd.journal)
+    journal = Journal(rd.journal, spare)
     containment = resolve_containment(spec.stop.containment)
     cgroup: RunCgroup | None = None
     if containment == "cgroup":
@@ -69,6 +82,8 @@ def _run_locked(rd: RunDir) -> Exit:
     subreaper = sweep.make_subreaper()
     registry = Registry(rd.children, run_id=rd.run_id, kill_grace=spec.stop.kill_grace, cgroup=cgroup)
     controller = StopController(rd, registry, journal)
+    if spare is not None:
+        spare.on_give_up = controller.disk_full
     controller.install_signals()
     controller.start()
     try:
@@ -78,6 +93,8 @@ def _run_locked(rd: RunDir) -> Exit:
         journal.append(
             Event.CONTAINMENT, mode=containment, cgroup=str(cgroup.path) if cgroup else None, subreaper=subreaper
         )
+        if spare is None:
+            journal.append(Event.RESERVE_UNAVAILABLE, path=str(rd.path / "reserve"), error=no_reserve)
         me = identity.current(os.getpid())
         if me is None:  # our own live pid: /proc always has it
             raise RuntimeError(f"cannot read the engine's own identity (pid {os.getpid()})")
@@ -97,3 +114,5 @@ def _run_locked(rd: RunDir) -> Exit:
             except OSError as exc:
                 journal.append(Event.CGROUP_REMOVE_FAILED, path=str(cgroup.path), error=str(exc))
         journal.close()
+        if spare is not None:
+            spare.close()

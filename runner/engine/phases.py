@@ -19,13 +19,14 @@ repair session.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 
 from runner import defaults
 from runner.engine.child import Result, run_child
-from runner.errors import RunStopped
-from runner.events import Event, Outcome
+from runner.errors import RunStopped, disk_fault
+from runner.events import Event, Mode, Origin, Outcome
 from runner.exitcodes import Exit
 from runner.files import captured, stop_request
 from runner.files.spec import substitute
@@ -59,6 +60,11 @@ def outcome(result: Result) -> Outcome:
     return PASSED if result.returncode == 0 else FAILED
 
 
+def cause(exc: BaseException) -> str:
+    """An error on one line: what failed and, for a write, which file."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
 class Engine:
     def __init__(
         self,
@@ -86,6 +92,7 @@ class Engine:
         self._seq = 0
         self._item_index = {name: i for i, name in enumerate(spec.items)}
         self._cleaned = False
+        self._output_unwritten_said = False
 
     # -- the run ------------------------------------------------------------------
 
@@ -111,13 +118,22 @@ class Engine:
                 self._cleanup()
         except RunStopped as stop:
             return self._record_stop(self.ctl.as_recorded(stop))
-        except Exception:
+        except Exception as exc:
+            if disk_fault(exc):  # ablate: disk-fault-is-a-stop
+                # A write failed for good (a read-only file system, or a full disk with
+                # the reserve gone). The clean-up above has ended everything the run
+                # started: the run is stopped, and recorded as such if the disk allows.
+                self._quietly(Event.DISK_FAULT, file=getattr(exc, "filename", None), error=cause(exc), reserve="gone")
+                return self._record_stop(RunStopped(self.ctl.origin or Origin.DISK, Mode.HARD))
             if self.ctl.stopping:
                 # An error while a hard stop unwinds: the stop is what happened (the
                 # fallback must not be blamed on the engine); the error is kept.
                 self.journal.append(Event.ENGINE_ERROR, error=traceback.format_exc(limit=20))
                 return self._record_stop(self.ctl.hard_stop())
-            self.journal.append(Event.ENGINE_CRASH, error=traceback.format_exc(limit=20))
+            # The cause on one line, where an operator looks: engine.log (this process's
+            # stderr), the journal (status and the foreground's last line read it).
+            print(f"runner engine: crashed: {cause(exc)}", file=sys.stderr, flush=True)
+            self.journal.append(Event.ENGINE_CRASH, error=traceback.format_exc(limit=20), cause=cause(exc))
             self.state.status = "crashed"
             self.state.exit_code = int(Exit.INTERNAL)
             self._save()
@@ -128,14 +144,33 @@ class Engine:
     def _record_stop(self, stop: RunStopped) -> Exit:
         """The engine is the only writer of `stopped` while it lives: state first, then
         the one run-stop of the attempt."""
-        self.journal.append(Event.TEARDOWN_COMPLETE, origin=stop.origin, mode=stop.mode.label)
-        self.state.stopped = True
-        self.state.status = "stopped"
-        self.state.stop_origin = stop.origin.value
-        self.state.exit_code = int(Exit.STOPPED)
-        self._save()
-        self.journal.append(Event.RUN_STOP, origin=stop.origin, mode=stop.mode.label, fallback=False, forced=False)
+        try:
+            self.journal.append(Event.TEARDOWN_COMPLETE, origin=stop.origin, mode=stop.mode.label)
+            self.state.stopped = True
+            self.state.status = "stopped"
+            self.state.stop_origin = stop.origin.value
+            self.state.exit_code = int(Exit.STOPPED)
+            self._save()
+            self.journal.append(Event.RUN_STOP, origin=stop.origin, mode=stop.mode.label, fallback=False, forced=False)
+        except Exception as exc:
+            if not disk_fault(exc):
+                raise
+            # Every process of the run is gone (the clean-up ran): only the record is
+            # missing. Said on one line in engine.log; the stopper says it too.
+            print(
+                f"runner engine: run {self.state.run_id} stopped (every process ended), "
+                f"but the stop could not be recorded: {cause(exc)}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return Exit.NOT_RECORDED
         return Exit.STOPPED
+
+    def _quietly(self, event: str, **fields: object) -> None:
+        try:
+            self.journal.append(event, **fields)
+        except Exception:
+            pass  # the journal may be what cannot be written
 
     # -- one item -----------------------------------------------------------------
 
@@ -266,7 +301,12 @@ class Engine:
             except OSError:
                 pass
         if failing is not None or not path.exists():
-            path.write_text(text)
+            try:
+                path.write_text(text)
+            except OSError as exc:
+                if not disk_fault(exc):
+                    raise
+                self._output_unwritten(str(path), f"{exc.strerror or exc}")
         return path
 
     def _backoff(self, seconds: float) -> None:
@@ -376,6 +416,7 @@ class Engine:
             env=self.env,
             output_path=output,
             cap_bytes=self.spec.output_cap_bytes,
+            output_unwritten=self._output_unwritten,
         )
         if result.timed_out:
             which = Event.CALL_TIMEOUT if result.timed_out == "call" else Event.IDLE_TIMEOUT
@@ -386,6 +427,14 @@ class Engine:
         # between calls, through the registry (which never takes a live call's status).
         self.registry.reap_orphans()
         return result
+
+    def _output_unwritten(self, file: str, error: str) -> None:
+        """A command's output could not be written (a full disk): said once per engine,
+        as it happens (a full disk would otherwise fill the journal with it). The call
+        goes on; its output is counted, not kept."""
+        if not self._output_unwritten_said:
+            self._output_unwritten_said = True
+            self.journal.append(Event.OUTPUT_UNWRITTEN, file=file, error=error)
 
     def _save(self) -> None:
         self.state.updated = time.time()

@@ -70,6 +70,8 @@ class StopController:
         self._inotify: int | None = None
         self._previous_handlers: dict[int, _Handler] = {}
         self._kill_failed = False
+        self._disk_fault: tuple[str, str] | None = None
+        self._disk_fault_said = False
         self.origin: Origin | None = None
 
     # -- set-up and tear-down ------------------------------------------------------
@@ -137,6 +139,15 @@ class StopController:
                 _log.get(__name__).exception("stop watchdog tick failed")
                 self._journal_quietly(Event.WATCHDOG_ERROR, error=traceback.format_exc(limit=5))
 
+    def disk_full(self, writing: str, error: str) -> None:
+        """The engine's reserve was given up (reserve.py): a write found the disk full.
+        The run stops while its last records still fit in what the reserve freed. Told
+        by whichever thread was writing, maybe inside a journal append: like a signal
+        handler, it only notes and wakes the watchdog."""
+        if self._disk_fault is None:
+            self._disk_fault = (writing, error)
+        self._wake()
+
     def _tick(self) -> None:
         if self._kill_failed:
             self._kill()
@@ -144,6 +155,11 @@ class StopController:
             self.request(self._signal_origin)
         else:
             self._read_control_file()
+        if self._disk_fault is not None and not self._disk_fault_said:
+            self._disk_fault_said = True
+            writing, error = self._disk_fault
+            self._journal_quietly(Event.DISK_FAULT, file=writing, error=error, reserve="released")
+            self.request(Origin.DISK)  # ablate: disk-full-stops-run
 
     def _journal_quietly(self, event: str, **fields: object) -> None:
         try:

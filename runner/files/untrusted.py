@@ -22,7 +22,7 @@ import os
 import re
 import stat
 
-from runner.errors import Damaged
+from runner.errors import DISK_ERRNOS, Damaged, Unwritable
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
@@ -72,6 +72,8 @@ def open_regular(
             raise Damaged(path, "not a regular file") from None
         if exc.errno == errno.ENOTDIR:
             raise Damaged(path, "a parent is not a directory") from None
+        if exc.errno in DISK_ERRNOS:  # the file system refused a write: not damage
+            raise Unwritable.of(path, exc, "open") from None
         raise Damaged(path, f"cannot open ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)

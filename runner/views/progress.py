@@ -133,7 +133,11 @@ class Progress:
         except Damaged:
             run_id = None
         try:
-            print("\n".join(render.summary(run_id, status, code, rows)), file=self.show.summary, flush=True)
+            print(
+                "\n".join(render.summary(run_id, status, code, rows, self.fold.cause)),
+                file=self.show.summary,
+                flush=True,
+            )
         except (OSError, ValueError):
             pass
 
