@@ -10,6 +10,7 @@
      +-- NoLiveRun               exit NO_LIVE_RUN
      +-- Crashed                 exit CRASHED: the engine died without recording an end
      +-- RunLocked               exit REFUSED: a live engine holds the run directory
+     +-- OtherPidNamespace       exit OTHER_PID_NAMESPACE: the run's processes are out of sight
 
     RunStopped (BaseException)   the stop, raised at the engine's next check point
 
@@ -115,6 +116,13 @@ class Crashed(RunnerError):
 
 class RunLocked(RunnerError):
     exit_code = Exit.REFUSED
+
+
+class OtherPidNamespace(RunnerError):
+    """The run lives in a pid namespace this process cannot see into: its recorded pids
+    name no process here (or another one). Nothing is signalled; the line says where."""
+
+    exit_code = Exit.OTHER_PID_NAMESPACE
 
 
 class RunStopped(BaseException):

@@ -32,5 +32,8 @@ class Exit(IntEnum):
     """The stop ended every process of the run, but could not be recorded: a full disk
     with the engine's reserve gone, or a read-only file system (the line says which file
     and why)."""
+    OTHER_PID_NAMESPACE = 13
+    """The run lives in a pid namespace whose processes this command cannot see (the
+    line names both namespaces); nothing was signalled."""
     INTERNAL = 70
     """An unexpected error inside the runner (see engine.log in the run directory)."""

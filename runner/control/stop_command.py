@@ -19,7 +19,16 @@ import time
 
 from runner import defaults
 from runner.control import run_view
-from runner.errors import DISK_ERRNOS, ControlFileError, Crashed, Damaged, NoLiveRun, RunLocked, Unwritable
+from runner.errors import (
+    DISK_ERRNOS,
+    ControlFileError,
+    Crashed,
+    Damaged,
+    NoLiveRun,
+    OtherPidNamespace,
+    RunLocked,
+    Unwritable,
+)
 from runner.events import Event, Mode, Origin
 from runner.exitcodes import Exit
 from runner.files import stop_request, untrusted
@@ -222,6 +231,8 @@ def force(
     (the dashboard), journaled in the stop this stopper records; else `forced`."""
     started = time.monotonic()
     view = view or run_view.view(rd)
+    if view.elsewhere is not None:
+        raise OtherPidNamespace(view.elsewhere)
     kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
     # One forcing stopper at a time: a second one runs after the first has recorded the
     # stop, kills what may be left (usually nothing), and reports who recorded it.
@@ -411,6 +422,8 @@ def stop_hard(
     where the caller names itself (the dashboard)."""
     started = time.monotonic()
     view = run_view.view(rd)
+    if view.elsewhere is not None:
+        raise OtherPidNamespace(view.elsewhere)
     channel = view.stop.channel if channel is None else channel
     grace = view.stop.grace if grace is None else grace
     if view.live is False:
@@ -534,6 +547,7 @@ def run_outcome(rd: RunDir) -> Exit:
 _WORST_FIRST = (
     Exit.INTERNAL,
     Exit.UNKILLABLE,
+    Exit.OTHER_PID_NAMESPACE,
     Exit.NOT_RECORDED,
     Exit.STOP_FORCED,
     Exit.DAMAGED,

@@ -26,7 +26,7 @@ from runner.files.reserve import Reserve
 from runner.files.rundir import RunDir
 from runner.files.spec import load_frozen
 from runner.files.state import State, StateStore
-from runner.proc import identity, sweep
+from runner.proc import identity, pidns, sweep
 from runner.proc.cgroup import RunCgroup, resolve_containment
 
 
@@ -101,7 +101,16 @@ def _run_locked(rd: RunDir) -> Exit:
         # The [stop] values beside the identity: a stopper reads them here, one small JSON
         # file, instead of parsing the spec (the TOML parser's import is on its clock).
         stop = {"grace": spec.stop.grace, "kill_grace": spec.stop.kill_grace, "channel": spec.stop.channel}
-        identity.write(rd.engine_identity, me, role="engine", containment=containment, subreaper=subreaper, stop=stop)
+        # The pid namespace beside the pids: a stopper outside it translates them (pidns.py).
+        identity.write(
+            rd.engine_identity,
+            me,
+            role="engine",
+            containment=containment,
+            subreaper=subreaper,
+            stop=stop,
+            pidns=pidns.of(),
+        )
         engine = Engine(
             rd, spec, store=store, state=state, journal=journal, registry=registry, controller=controller, cgroup=cgroup
         )
