@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner import log as _log
+from runner.files import reserve
 from runner.proc import identity, reaper, sweep
 from runner.proc.identity import Identity
 from runner.proc.reaper import ReapReport
@@ -76,12 +77,15 @@ class Registry:
             raise RuntimeError(f"child {popen.pid} vanished before it was registered")
         path = self.children_dir / f"{ident.pid}.json"
         entry = Entry(name=name, ident=ident, popen=popen, path=path)
-        identity.write(
-            path,
-            ident,
-            name=name,
-            argv=list(map(str, popen.args)) if isinstance(popen.args, (list, tuple)) else str(popen.args),
-        )
+        try:
+            identity.write(
+                path,
+                ident,
+                name=name,
+                argv=list(map(str, popen.args)) if isinstance(popen.args, (list, tuple)) else str(popen.args),
+            )
+        except OSError as exc:  # a full or read-only disk: the cause names the file
+            raise reserve.named(exc, path) from None
         with self._lock:
             self._entries[id(entry)] = entry
             late = self.stopping

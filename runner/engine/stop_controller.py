@@ -72,6 +72,7 @@ class StopController:
         self._kill_failed = False
         self._disk_fault: tuple[str, str] | None = None
         self._disk_fault_said = False
+        self._disk_lock = threading.Lock()
         self.origin: Origin | None = None
 
     # -- set-up and tear-down ------------------------------------------------------
@@ -155,11 +156,19 @@ class StopController:
             self.request(self._signal_origin)
         else:
             self._read_control_file()
-        if self._disk_fault is not None and not self._disk_fault_said:
+        self._stop_for_disk()
+
+    def _stop_for_disk(self) -> None:
+        """The disk filled (the reserve is given up): stop the run, once. From the
+        watchdog, or from the main thread's next check point, whichever comes first (a
+        fast main thread would otherwise run on into the next item)."""
+        fault = self._disk_fault
+        with self._disk_lock:
+            if fault is None or self._disk_fault_said:
+                return
             self._disk_fault_said = True
-            writing, error = self._disk_fault
-            self._journal_quietly(Event.DISK_FAULT, file=writing, error=error, reserve="released")
-            self.request(Origin.DISK)  # ablate: disk-full-stops-run
+        self._journal_quietly(Event.DISK_FAULT, file=fault[0], error=fault[1], reserve="released")
+        self.request(Origin.DISK)  # ablate: disk-full-stops-run
 
     def _journal_quietly(self, event: str, **fields: object) -> None:
         try:
@@ -330,6 +339,8 @@ class StopController:
         return self._stopping.is_set()
 
     def checkpoint(self) -> None:
+        if self._disk_fault is not None:
+            self._stop_for_disk()
         if self._stopping.is_set():
             raise self.hard_stop()
 
