@@ -375,7 +375,7 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: 
 def _record_forced_stop_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None) -> str:
     # The engine is dead (this stopper holds its lock): a reserve it left behind is
     # this stopper's to give up, should the disk be full (reserve.py).
-    spare = Reserve.leftover(rd.path)
+    spare = Reserve.leftover(rd.path)  # ablate: stopper-leftover-reserve
     with _recording_lock(rd):
         store = StateStore(rd.state, spare)
         state = store.load()

@@ -119,7 +119,7 @@ class Engine:
         except RunStopped as stop:
             return self._record_stop(self.ctl.as_recorded(stop))
         except Exception as exc:
-            if disk_fault(exc):  # ablate: disk-fault-is-a-stop
+            if disk_fault(exc):
                 # A write failed for good (a read-only file system, or a full disk with
                 # the reserve gone). The clean-up above has ended everything the run
                 # started: the run is stopped, and recorded as such if the disk allows.
