@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from runner.errors import BadInput, RunnerError, printable
+from runner.errors import DISK_ERRNOS, BadInput, RunnerError, printable
 from runner.exitcodes import Exit
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
@@ -226,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return int(Exit.OK)
     except Exception as exc:  # a bug: still one line and a documented code, never exit 1
+        if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:  # not a bug: the disk refused
+            print(f"runner: cannot write: {printable(exc, None)}", file=sys.stderr)
+            return int(Exit.NOT_RECORDED)
         where = _save_traceback()
         print(f"runner: internal error: {type(exc).__name__}: {printable(exc)} (traceback: {where})", file=sys.stderr)
         return int(Exit.INTERNAL)
@@ -257,8 +260,11 @@ def _dispatch(args: Args) -> int:
         # Everything the engine owns is released by now (state and journal fsynced, the
         # lock and the cgroup given back): skip the interpreter's teardown of every
         # module, which a stopper waiting for this pid to exit would otherwise wait out.
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass  # engine.log on a full or read-only disk: the code still tells
         os._exit(int(code))
     if args.command == "run":
         return _run(args)

@@ -14,7 +14,7 @@ import os
 import sys
 import traceback
 
-from runner.engine.phases import Engine
+from runner.engine.phases import Engine, say
 from runner.engine.registry import Registry
 from runner.engine.stop_controller import StopController
 from runner.errors import RunnerError, disk_fault
@@ -40,19 +40,22 @@ def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
     try:
         lock = rd.adopt_lock(lock_fd) if lock_fd is not None else rd.acquire_lock()
     except RunnerError as exc:
-        print(f"runner engine: {exc}", file=sys.stderr)
+        say(str(exc))
         return exc.exit_code
     try:
         return _run_locked(rd)
     except RunnerError as exc:
-        print(f"runner engine: {exc}", file=sys.stderr)
+        say(str(exc))
         return exc.exit_code
     except Exception as exc:
         if disk_fault(exc):
-            # Before the run began (engine.json, the first state): nothing of it runs.
-            print(f"runner engine: cannot write the run's records: {exc}", file=sys.stderr)
+            # Its records cannot be written (the run's processes are already ended).
+            say(f"cannot write the run's records: {exc}")
             return Exit.NOT_RECORDED
-        traceback.print_exc()
+        try:
+            traceback.print_exc()
+        except (OSError, ValueError):
+            pass  # engine.log is on the disk that failed
         return Exit.INTERNAL
     finally:
         lock.release()

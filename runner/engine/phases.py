@@ -60,6 +60,14 @@ def outcome(result: Result) -> Outcome:
     return PASSED if result.returncode == 0 else FAILED
 
 
+def say(line: str) -> None:
+    """One line in engine.log (the engine's stderr), if the disk still takes it."""
+    try:
+        print(f"runner engine: {line}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def cause(exc: BaseException) -> str:
     """An error on one line: what failed and, for a write, which file."""
     return " ".join(f"{type(exc).__name__}: {exc}".split())
@@ -132,7 +140,7 @@ class Engine:
                 return self._record_stop(self.ctl.hard_stop())
             # The cause on one line, where an operator looks: engine.log (this process's
             # stderr), the journal (status and the foreground's last line read it).
-            print(f"runner engine: crashed: {cause(exc)}", file=sys.stderr, flush=True)
+            say(f"crashed: {cause(exc)}")
             self.journal.append(Event.ENGINE_CRASH, error=traceback.format_exc(limit=20), cause=cause(exc))
             self.state.status = "crashed"
             self.state.exit_code = int(Exit.INTERNAL)
@@ -157,12 +165,8 @@ class Engine:
                 raise
             # Every process of the run is gone (the clean-up ran): only the record is
             # missing. Said on one line in engine.log; the stopper says it too.
-            print(
-                f"runner engine: run {self.state.run_id} stopped (every process ended), "
-                f"but the stop could not be recorded: {cause(exc)}",
-                file=sys.stderr,
-                flush=True,
-            )
+            run_id = self.state.run_id
+            say(f"run {run_id} stopped (every process ended), but the stop could not be recorded: {cause(exc)}")
             return Exit.NOT_RECORDED
         return Exit.STOPPED
 

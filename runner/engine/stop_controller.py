@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -168,6 +169,14 @@ class StopController:
                 return
             self._disk_fault_said = True
         self._journal_quietly(Event.DISK_FAULT, file=fault[0], error=fault[1], reserve="released")
+        try:  # engine.log, in what the reserve freed
+            print(
+                f"runner engine: {fault[1]} (writing {fault[0]}): the reserve is given up, the run stops",
+                file=sys.stderr,
+                flush=True,
+            )
+        except (OSError, ValueError):
+            pass
         self.request(Origin.DISK)  # ablate: disk-full-stops-run
 
     def _journal_quietly(self, event: str, **fields: object) -> None:

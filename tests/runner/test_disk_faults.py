@@ -334,3 +334,31 @@ def test_engine_crash_names_its_cause(runs, tmp_path):
     assert "injected crash for the test" in rd.engine_log.read_text()
     status = runs.runner("status", "--run-dir", rd.path)
     assert "injected crash for the test" in status.stdout.splitlines()[0], status.stdout
+
+
+def test_read_only_disk_under_a_live_run_the_engine_stops_it_and_says_not_recorded(ext4, runs, tmp_path):
+    """Path: phases.Engine.run's disk-fault branch: the file system turns read-only while
+    a call runs; the call ends, the engine's next record fails (EROFS), and the engine
+    ends everything the run started (an escapee in its own session included: the
+    clean-up's tag sweep and cgroup kill) instead of crashing; it cannot record the stop
+    and exits NOT_RECORDED, which the foreground `runner run` exits with, its last line
+    saying the stop could not be recorded. Never INTERNAL."""
+    mnt, read_only = ext4
+    flag = tmp_path / "go"
+    script = 'setsid sleep 7200 & while [ ! -e "$0" ]; do sleep 0.02; done'
+    spec = runs.spec(items=["a", "b"], provider=["/bin/sh", "-c", script, str(flag)], stop={"kill_grace": KILL_GRACE})
+    proc, rd = runs.foreground(spec, name="disk/run")
+    try:
+        runs.wait_event(rd, "phase-start", phase="session")
+        _call_running(rd)
+        read_only()
+        flag.touch()
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        runs.runner("stop", "--now", "--run-dir", rd.path)
+    assert proc.returncode == Exit.NOT_RECORDED, (out, err)
+    assert "could not be recorded" in out.strip().splitlines()[-1], out
+    _stopped(runs, proc, rd)
