@@ -510,7 +510,12 @@ def stop_graceful(rd: RunDir, *, origin: Origin = Origin.FILE) -> StopResult:
     a caller other than the CLI) for the engine to honor at its next graceful check point."""
     if not rd.is_live():
         raise NoLiveRun(f"{rd.path}: no live engine")
-    request = stop_request.lodge(rd, stop_request.Mode.GRACEFUL, origin)
+    try:
+        request = stop_request.lodge(rd, stop_request.Mode.GRACEFUL, origin)
+    except Unwritable as exc:  # nothing was asked of the engine: not a stop that went unrecorded
+        raise ControlFileError(
+            f"{exc}: the graceful stop is not lodged (`runner stop` still reaches the engine by signal)"
+        ) from None
     if request.mode == stop_request.Mode.HARD:
         return StopResult(Exit.OK, f"a hard stop is already pending for run {rd.run_id}; it is not downgraded", 0.0)
     return StopResult(

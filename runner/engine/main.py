@@ -10,10 +10,12 @@ exists, and by then a SIGTERM is already a clean stop.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
 
+from runner import defaults
 from runner.engine.phases import Engine, say
 from runner.engine.registry import Registry
 from runner.engine.stop_controller import StopController
@@ -61,18 +63,25 @@ def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
         lock.release()
 
 
+def reserve_size(state: State) -> int:
+    """RESERVE_BYTES, or more for a run whose state file is large: the last records are
+    one more state file (written beside the old one, then replacing it) and a few lines."""
+    return max(defaults.RESERVE_BYTES, 2 * len(json.dumps(state.to_dict(), indent=2)) + 64 * 1024)
+
+
 def _run_locked(rd: RunDir) -> Exit:
     spec = load_frozen(rd.spec)
-    # The reserve first: what it holds is what the last records are written in, should
-    # the disk fill up (reserve.py).
+    store = StateStore(rd.state)
+    state = store.load() if rd.state.exists() else State.new(rd.run_id, spec.items)
+    # The reserve before any write of the run: what it holds is what the last records
+    # are written in, should the disk fill up (reserve.py).
     spare: Reserve | None = None
     no_reserve = ""
     try:
-        spare = Reserve.create(rd.path)  # ablate: engine-reserve
+        spare = Reserve.create(rd.path, reserve_size(state))  # ablate: engine-reserve
     except OSError as exc:
         no_reserve = f"{exc.strerror or exc}"
-    store = StateStore(rd.state, spare)
-    state = store.load() if rd.state.exists() else State.new(rd.run_id, spec.items)
+    store.spare = spare
     journal = Journal(rd.journal, spare)
     containment = resolve_containment(spec.stop.containment)
     cgroup: RunCgroup | None = None
