@@ -160,6 +160,7 @@ class Engine:
             self.state.exit_code = int(Exit.STOPPED)
             self._save()
             self.journal.append(Event.RUN_STOP, origin=stop.origin, mode=stop.mode.label, fallback=False, forced=False)
+            self.ctl.say_disk_fault()  # the reserve these records needed, if they did
         except Exception as exc:
             if not disk_fault(exc):
                 raise

@@ -163,10 +163,17 @@ class StopController:
         """The disk filled (the reserve is given up): stop the run, once. From the
         watchdog, or from the main thread's next check point, whichever comes first (a
         fast main thread would otherwise run on into the next item)."""
+        if self.say_disk_fault():
+            self.request(Origin.DISK)  # ablate: disk-full-stops-run
+
+    def say_disk_fault(self) -> bool:
+        """Journal, once, that the reserve was given up (also for the engine recording a
+        stop it is already making: its writes may be what gave the reserve up). True the
+        one time it is said."""
         fault = self._disk_fault
         with self._disk_lock:
             if fault is None or self._disk_fault_said:
-                return
+                return False
             self._disk_fault_said = True
         self._journal_quietly(Event.DISK_FAULT, file=fault[0], error=fault[1], reserve="released")
         try:  # engine.log, in what the reserve freed
@@ -177,7 +184,7 @@ class StopController:
             )
         except (OSError, ValueError):
             pass
-        self.request(Origin.DISK)  # ablate: disk-full-stops-run
+        return True
 
     def _journal_quietly(self, event: str, **fields: object) -> None:
         try:
