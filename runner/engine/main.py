@@ -93,6 +93,7 @@ def _run_locked(rd: RunDir) -> Exit:
     # clean-up can find them as our children and reap them at once.
     subreaper = sweep.make_subreaper()
     registry = Registry(rd.children, run_id=rd.run_id, kill_grace=spec.stop.kill_grace, cgroup=cgroup)
+    registry.spare = spare
     controller = StopController(rd, registry, journal)
     if spare is not None:
         spare.on_give_up = controller.disk_full
