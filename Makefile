@@ -135,4 +135,4 @@ soak: $(STAMP) bytecode
 # CI's short soak: fails on any loss; never writes the committed docs/soak.json.
 soak-short: $(STAMP) bytecode
 	mkdir -p $(ARTIFACTS)
-	$(PY) bench/soak.py --kills 20 --runs 10 --stoppers 10 --json $(ARTIFACTS)/soak-ci.json --check
+	$(PY) bench/soak.py --kills 20 --runs 10 --stoppers 10 --disk-trials 3 --json $(ARTIFACTS)/soak-ci.json --check
