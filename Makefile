@@ -140,4 +140,5 @@ soak: $(STAMP) bytecode
 # CI's short soak: fails on any loss; never writes the committed docs/soak.json.
 soak-short: $(STAMP) bytecode
 	mkdir -p $(ARTIFACTS)
-	$(PY) bench/soak.py --kills 20 --runs 10 --stoppers 10 --faults 3 --storms 1 --early 1 --json $(ARTIFACTS)/soak-ci.json --check
+	$(PY) bench/soak.py --kills 20 --runs 10 --stoppers 10 --faults 3 --storms 1 --early 1 --disk-trials 3 \
+		--json $(ARTIFACTS)/soak-ci.json --check

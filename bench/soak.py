@@ -18,6 +18,12 @@ Load: N runs with a SIGTERM-trapping provider, stopped at once by N concurrent
 stoppers of mixed kinds. Every run: exactly one `run-stop`, every exit code documented,
 no process of the run left.
 
+Disk and pid-namespace faults (bench/soak_disk.py, issue 18): a full tmpfs at the stop,
+a full disk with the engine SIGKILLed, a provider whose output fills the disk (then
+resume), a read-only ext4 under a live run, a run in a pid namespace stopped from the
+host; per fault, trials, runs left running, processes left, exit 0 with something left,
+stops not recorded (expected only on the read-only disk).
+
     python bench/soak.py [--kills 200] [--runs 50] [--json docs/soak.json] [--check]
 
 --check exits 1 on any loss (CI runs a short soak with it). Every process the soak
@@ -309,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kills", type=int, default=200)
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--stoppers", type=int, default=10)
+    ap.add_argument("--disk-trials", type=int, default=20, help="trials of each disk and pid-namespace fault")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--json", type=Path)
     ap.add_argument("--faults", type=int, default=20, help="interrupted-stopper trials per signal (SIGKILL, SIGINT)")
@@ -325,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
         now = load(work, args.runs, ["--now"], "stop-now")
         many = many_stoppers(work, args.stoppers)
         fault = stop_faults(work, args, rng)
+        from bench import soak_disk
+
+        disk = soak_disk.run(work / "disk", args.disk_trials) if args.disk_trials else {"faults": {}, "problems": []}
     finally:
         cleanup(work)
     doc = {
@@ -338,15 +348,17 @@ def main(argv: list[str] | None = None) -> int:
         "load_stop_now": now,
         "many_stoppers": many,
         "faults": fault,
+        "disk_and_pidns_faults": disk,
     }
-    problems = crash["problems"] + hard["problems"] + now["problems"] + many["problems"]
+    problems = crash["problems"] + hard["problems"] + now["problems"] + many["problems"] + list(disk["problems"])
     problems += [p for f in fault.values() for p in f["problems"] + _fault_losses(f)]
     print(
         f"soak: {crash['kills']} kills over {crash['runs']} runs ({crash['engine_group_kills']} engine groups, "
         f"{crash['child_group_kills']} call groups), losses {len(crash['problems'])}; "
         f"{hard['runs']} runs stopped at once: median {hard['median_s']:.2f} s, p95 {hard['p95_s']:.2f} s; "
         f"--now: median {now['median_s']:.2f} s, p95 {now['p95_s']:.2f} s; "
-        f"{many['stoppers']} stoppers on one run: codes {many['codes']}; problems {len(problems)}"
+        f"{many['stoppers']} stoppers on one run: codes {many['codes']}; "
+        f"disk and pid-namespace faults: {len(disk['faults'])} kinds; problems {len(problems)}"
     )
     for name, f in fault.items():
         print(

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from runner.errors import BadInput, NoLiveRun, RunnerError, printable
+from runner.errors import DISK_ERRNOS, BadInput, NoLiveRun, RunnerError, printable
 from runner.exitcodes import Exit
 
 # getattr: off Linux (no SIGHUP on Windows) this module must still import, to say where
@@ -313,6 +313,9 @@ def _main(argv: Sequence[str] | None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return int(Exit.OK)
     except Exception as exc:  # a bug: still one line and a documented code, never exit 1
+        if isinstance(exc, OSError) and exc.errno in DISK_ERRNOS:  # not a bug: the disk refused
+            print(f"runner: cannot write: {printable(exc, None)}", file=sys.stderr)
+            return int(Exit.NOT_RECORDED)
         where = _save_traceback()
         print(f"runner: internal error: {type(exc).__name__}: {printable(exc)} (traceback: {where})", file=sys.stderr)
         return int(Exit.INTERNAL)
@@ -323,9 +326,12 @@ def _save_traceback() -> str:
     import tempfile
     import traceback
 
-    fd, path = tempfile.mkstemp(prefix="runner-internal-error-", suffix=".log")
-    with os.fdopen(fd, "w") as f:
-        traceback.print_exc(file=f)
+    try:
+        fd, path = tempfile.mkstemp(prefix="runner-internal-error-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            traceback.print_exc(file=f)
+    except OSError as exc:  # a full or read-only /tmp: the one line still says what failed
+        return f"not saved: {exc.strerror or exc}"
     return path
 
 
@@ -341,8 +347,11 @@ def _dispatch(args: Args) -> int:
         # Everything the engine owns is released by now (state and journal fsynced, the
         # lock and the cgroup given back): skip the interpreter's teardown of every
         # module, which a stopper waiting for this pid to exit would otherwise wait out.
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass  # engine.log on a full or read-only disk: the code still tells
         os._exit(int(code))
     if args.command == "run":
         return _run(args)

@@ -41,6 +41,11 @@ OUTPUT_CAP_BYTES = 8 * 1024 * 1024
 """Captured output kept per command; the rest is counted, not stored."""
 
 # Engine internals (not spec keys).
+RESERVE_BYTES = 1024 * 1024
+"""The engine's reserve: a file of at least this size (and of twice the run's state file
+plus 64 KiB, for a large queue), preallocated in the run directory, that the engine gives
+up when a write fails for want of space, so that it can still record how the run ended
+on a full disk (runner/files/reserve.py)."""
 BACKOFF_TICK = 0.1
 """A backoff re-reads the STOP file every tick."""
 PAUSE_POLL = 0.25

@@ -6,12 +6,14 @@
      |    +-- ControlFileError   a control file that cannot be acted on
      +-- Damaged                 exit DAMAGED: a file of the run directory cannot be read
      |    +-- IdentityError      a malformed identity file (never read as "nothing to kill")
+     |    +-- Unwritable         exit NOT_RECORDED: no space, or a read-only file system
      +-- NoLiveRun               exit NO_LIVE_RUN
      +-- Crashed                 exit CRASHED: the engine died without recording an end
      +-- RunLocked               exit REFUSED: a live engine holds the run directory
      +-- CopyOfRun               exit COPY: the directory is a copy of a run (read-only)
      +-- ForeignDir              exit FOREIGN_DIR: another user's (or a shared) directory
      +-- NotPermitted            exit NOT_PERMITTED: no right to act on the run directory
+     +-- OtherPidNamespace       exit OTHER_PID_NAMESPACE: the run's processes are out of sight
 
     RunStopped (BaseException)   the stop, raised at the engine's next check point
 
@@ -22,6 +24,7 @@ RunStopped derives from BaseException, as trio's Cancelled does, so that an
 
 from __future__ import annotations
 
+import errno
 import os
 
 from runner.exitcodes import Exit
@@ -79,6 +82,29 @@ class IdentityError(Damaged):
     pass
 
 
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+"""A write refused by the file system itself (full, over quota, read-only): no file is
+damaged and the runner has no bug; what could not be written is said, not blamed."""
+
+
+def disk_fault(exc: BaseException) -> bool:
+    return isinstance(exc, Unwritable) or (isinstance(exc, OSError) and exc.errno in DISK_ERRNOS)
+
+
+class Unwritable(Damaged):
+    """A run-directory file that could not be written because the file system refused
+    (no space, over quota, read-only). Not damage: a Damaged subclass only so that every
+    place that goes on without an unreadable file goes on without an unwritable one; a
+    stopper reports it apart (RunView.unwritten) and, where what could not be written is
+    the record of a stop, exits NOT_RECORDED."""
+
+    exit_code = Exit.NOT_RECORDED
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str], exc: OSError, doing: str = "write") -> Unwritable:
+        return cls(path, f"cannot {doing} ({exc.strerror or exc})")
+
+
 class ControlFileError(BadInput):
     pass
 
@@ -108,6 +134,13 @@ class ForeignDir(RunnerError):
 
 class NotPermitted(RunnerError):
     exit_code = Exit.NOT_PERMITTED
+
+
+class OtherPidNamespace(RunnerError):
+    """The run lives in a pid namespace this process cannot see into: its recorded pids
+    name no process here (or another one). Nothing is signalled; the line says where."""
+
+    exit_code = Exit.OTHER_PID_NAMESPACE
 
 
 class RunStopped(BaseException):

@@ -54,6 +54,10 @@ class Event(StrEnum):
     ENGINE_ERROR = "engine-error"
     ENGINE_CRASH = "engine-crash"
     CGROUP_REMOVE_FAILED = "cgroup-remove-failed"
+    # -- the disk -----------------------------------------------------------------
+    RESERVE_UNAVAILABLE = "reserve-unavailable"
+    OUTPUT_UNWRITTEN = "output-unwritten"
+    DISK_FAULT = "disk-fault"
 
 
 class Outcome(StrEnum):
@@ -75,6 +79,7 @@ class Origin(StrEnum):
     DASHBOARD = "dashboard"  # a button of `runner dashboard` (the same stop code as the CLI's)
     FORCED = "forced"  # the stopper recorded it: the engine was killed, not asked
     VANISHED = "vanished"  # the run directory was removed under the live run (dirfd.gone)
+    DISK = "disk"  # the engine stopped the run itself: a write failed (full or read-only disk)
     UNKNOWN = "unknown"  # a request whose origin cannot be read
 
     @classmethod

@@ -46,6 +46,13 @@ class Exit(IntEnum):
     """A stop ended with processes of the run still alive that are not in uninterruptible
     sleep (they kept forking past the kill rounds' bound, or were still dying): pids
     named; run `runner stop` again."""
+    NOT_RECORDED = 17
+    """The stop ended every process of the run, but could not be recorded: a full disk
+    with the engine's reserve gone, or a read-only file system (the line says which file
+    and why)."""
+    OTHER_PID_NAMESPACE = 18
+    """The run lives in a pid namespace whose processes this command cannot see (the
+    line names both namespaces); nothing was signalled."""
     UNSUPPORTED = 19
     """This machine cannot run the runner: not Linux, or a kernel without pidfd_open
     (Linux 5.3); the one line says which. Nothing was read, started or signalled."""

@@ -75,6 +75,7 @@ class RunStatus(TypedDict):
     pause_held: bool
     containment: dict[str, Any] | None
     copy: str | None
+    cause: str | None
 
 
 def run(
@@ -303,7 +304,7 @@ def _foreground(
             if signum == signal.SIGINT:
                 interrupts += 1
                 if interrupts == 1:
-                    stop_request.lodge(rd, stop_request.Mode.HARD, "ctrl-c")
+                    _lodge(rd, "ctrl-c")
                     signals.signal_process(engine, signal.SIGINT, tagged)
                     forwarded = time.monotonic()
                     tell("stopping (Ctrl-C again to kill now)")
@@ -316,7 +317,7 @@ def _foreground(
                     for line in result.lines():
                         tell(line)
             else:
-                stop_request.lodge(rd, stop_request.Mode.HARD, "signal")
+                _lodge(rd, "signal")
                 signals.signal_process(engine, signum, tagged)
                 forwarded = time.monotonic() if forwarded is None else forwarded
                 if watch is not None:
@@ -344,6 +345,15 @@ def reap_orphans(proc: subprocess.Popen[bytes]) -> None:
             return
         if pid == proc.pid:
             proc.returncode = os.waitstatus_to_exitcode(status)
+
+
+def _lodge(rd: RunDir, origin: str) -> None:
+    """The foreground's hard request; without it (a full or read-only disk, a damaged
+    file) the signal that follows is the stop all the same."""
+    try:
+        stop_request.lodge(rd, stop_request.Mode.HARD, origin)
+    except (Damaged, BadInput):
+        pass
 
 
 def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
@@ -418,4 +428,5 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
         "pause_held": running and fold.pause_held,
         "containment": containment,
         "copy": view.copy,
+        "cause": fold.cause,
     }

@@ -18,11 +18,11 @@ import stat
 import time
 
 from runner import defaults
-from runner.errors import Damaged, NoLiveRun, RunnerError
+from runner.errors import Damaged, NoLiveRun, RunnerError, disk_fault
 from runner.exitcodes import Exit
 from runner.files import untrusted
 from runner.files.rundir import RUN_ID_SHAPE, RunDir, copy_line
-from runner.proc import identity, signals, sweep
+from runner.proc import identity, pidns, signals, sweep
 from runner.proc.cgroup import RunCgroup, run_cgroup_path
 from runner.proc.identity import Identity
 from runner.values import Value
@@ -69,6 +69,9 @@ class RunView(Value):
         "stop",
         "engine_stop",
         "damaged",
+        "unwritten",
+        "pidns",
+        "elsewhere",
     )
 
     def __init__(
@@ -85,6 +88,7 @@ class RunView(Value):
         stop: StopSettings | None = None,
         engine_stop: Any = None,
         damaged: list[str] | None = None,
+        unwritten: list[str] | None = None,
     ) -> None:
         self.rd = rd
         self.run_id = run_id
@@ -98,6 +102,13 @@ class RunView(Value):
         self.stop = StopSettings() if stop is None else stop
         self.engine_stop = engine_stop  # the [stop] values engine.json carries, unchecked
         self.damaged: list[str] = [] if damaged is None else damaged
+        self.unwritten: list[str] = [] if unwritten is None else unwritten
+        """What the file system refused to write (full, read-only): not damage."""
+        self.pidns: str | None = None
+        """The engine's pid namespace when it is not this process's (pidns.py): every
+        recorded pid is translated, or the run is `elsewhere`."""
+        self.elsewhere: str | None = None
+        """Why the run's processes cannot be seen from here (another pid namespace)."""
 
     @property
     def ok_code(self) -> Exit:
@@ -107,8 +118,9 @@ class RunView(Value):
 
     def note(self, exc: Exception) -> None:
         line = " ".join(str(exc).split())
-        if line not in self.damaged:
-            self.damaged.append(line)
+        found = self.unwritten if disk_fault(exc) else self.damaged  # ablate: unwritable-is-not-damage
+        if line not in found:
+            found.append(line)
 
 
 def lock_holders(rd: RunDir, candidates: Iterable[int] | None = None) -> list[int]:
@@ -199,6 +211,9 @@ def _engine(view: RunView, wait: bool) -> None:
     while True:
         try:
             recorded, extra = identity.read_record(rd.engine_identity)
+            view.pidns = pidns.foreign(extra.get("pidns"))
+            if view.pidns is not None:
+                return _engine_elsewhere(view, recorded, extra, tagged_holders())
             if lock_holders(rd, [recorded.pid]) or not tagged_holders() or recorded.pid in tagged_holders():
                 view.engine = recorded
                 view.engine_stop = extra.get("stop")
@@ -228,6 +243,25 @@ def _engine(view: RunView, wait: bool) -> None:
             return
 
 
+def _engine_elsewhere(view: RunView, recorded: Identity, extra: dict[str, Any], holders: list[int]) -> None:
+    """engine.json was written in another pid namespace: its pid is that namespace's.
+    The engine is the holder of the run's lock that the namespace calls by that pid,
+    with the recorded start ticks; not seen from here, the run is elsewhere."""
+    assert view.pidns is not None
+    pid = pidns.seen_here(recorded.pid, view.pidns, holders)
+    ident = identity.current(pid) if pid is not None else None
+    if ident is not None and ident.start_ticks == recorded.start_ticks:
+        view.engine = ident
+        view.engine_stop = extra.get("stop")
+        return
+    if view.live is not False:
+        view.elsewhere = (
+            f"run {view.run_id} lives in another pid namespace ({view.pidns}; this command is in "
+            f"{pidns.of()}): its engine (pid {recorded.pid} there) cannot be seen from here; "
+            f"stop it from that namespace or from one that contains it"
+        )
+
+
 def _children(view: RunView) -> None:
     """Identities of the live calls. The engine removes a call's file when the call
     ends, so a file may vanish between the listing and the read: it is skipped."""
@@ -237,6 +271,7 @@ def _children(view: RunView) -> None:
     except Damaged as exc:
         view.note(exc)
         return
+    candidates: list[int] | None = None
     for name in names:
         if not name.endswith(".json"):
             continue
@@ -247,8 +282,24 @@ def _children(view: RunView) -> None:
         except Damaged as exc:
             view.note(exc)
             continue
+        if view.pidns is not None:
+            if candidates is None:  # one scan for every call (paid only across namespaces)
+                candidates = [i.pid for i in sweep.tagged(view.run_id)] if view.run_id else []
+            here = _seen_here(view, ident, candidates)
+            if here is None:
+                continue  # not among the namespace's living processes: the call is over
+            ident = here
         view.children.append(ident)
         view.child_names[ident.pid] = extra["name"] if isinstance(extra.get("name"), str) else None
+
+
+def _seen_here(view: RunView, recorded: Identity, candidates: list[int]) -> Identity | None:
+    """A call's identity, recorded in the engine's pid namespace, as this process sees
+    it: among the run's tagged processes, the one that namespace calls by that pid."""
+    assert view.pidns is not None
+    pid = pidns.seen_here(recorded.pid, view.pidns, candidates)
+    ident = identity.current(pid) if pid is not None else None
+    return ident if ident is not None and ident.start_ticks == recorded.start_ticks else None
 
 
 def _cgroup(view: RunView) -> None:

@@ -19,11 +19,22 @@ import time
 
 from runner import defaults
 from runner.control import run_view
-from runner.errors import ControlFileError, CopyOfRun, Crashed, Damaged, NoLiveRun, RunLocked
+from runner.errors import (
+    DISK_ERRNOS,
+    ControlFileError,
+    CopyOfRun,
+    Crashed,
+    Damaged,
+    NoLiveRun,
+    OtherPidNamespace,
+    RunLocked,
+    Unwritable,
+)
 from runner.events import Event, Mode, Origin
 from runner.exitcodes import Exit
 from runner.files import stop_request, untrusted
 from runner.files.journal import Journal, read_attempt
+from runner.files.reserve import Reserve
 from runner.files.rundir import RunDir, copy_line, refuse_copy
 from runner.files.state import State, StateStore
 from runner.proc import identity, reaper, signals, sweep
@@ -43,7 +54,18 @@ if TYPE_CHECKING:
 class StopResult(Value):
     """What a stop command did. A plain class, not a dataclass (see values.py)."""
 
-    __slots__ = ("code", "message", "elapsed", "unkillable", "recorded_by", "refused", "damaged", "found", "unproven")
+    __slots__ = (
+        "code",
+        "message",
+        "elapsed",
+        "unkillable",
+        "recorded_by",
+        "refused",
+        "damaged",
+        "unwritten",
+        "found",
+        "unproven",
+    )
 
     def __init__(
         self,
@@ -54,6 +76,7 @@ class StopResult(Value):
         recorded_by: str | None = None,
         refused: list[str] | None = None,
         damaged: list[str] | None = None,
+        unwritten: list[str] | None = None,
     ) -> None:
         self.code = code
         self.message = message
@@ -62,6 +85,7 @@ class StopResult(Value):
         self.recorded_by = recorded_by
         self.refused: list[str] = [] if refused is None else refused
         self.damaged: list[str] = [] if damaged is None else damaged
+        self.unwritten: list[str] = [] if unwritten is None else unwritten
         self.found = 0
         """How many processes of the run this stop found alive (and signalled)."""
         self.unproven: list[str] = []
@@ -81,6 +105,8 @@ class StopResult(Value):
                 "left alone, not proven the run's (children of its engine, out of its cgroup and without its tag): "
                 + "; ".join(self.unproven)
             )
+        if self.unwritten and self.code != Exit.NOT_RECORDED:  # a NOT_RECORDED message says it
+            out.append("the file system refused a write: " + "; ".join(self.unwritten))
         return out
 
 
@@ -236,6 +262,8 @@ def force(
     (the dashboard), journaled in the stop this stopper records; else `forced`."""
     started = time.monotonic()
     view = _not_a_copy(view or run_view.view(rd))
+    if view.elsewhere is not None:
+        raise OtherPidNamespace(view.elsewhere)
     kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
     # One forcing stopper at a time: a second one runs after the first has recorded the
     # stop, kills what may be left (usually nothing), and reports who recorded it.
@@ -266,6 +294,7 @@ def _force_locked(
         except (Damaged, OSError) as exc:
             view.note(exc)
     recorded_by = None
+    unrecorded: Unwritable | None = None
     if engine_ours and engine is not None and identity.is_running(engine):
         # The engine outlived its SIGKILL: named by what the kernel shows (state D or not).
         stuck, alive = reaper.classify([engine.pid])
@@ -274,6 +303,8 @@ def _force_locked(
     elif _engine_gone(rd, view):
         try:
             recorded_by = _record_forced_stop(rd, report, fallback, origin)
+        except Unwritable as exc:  # ablate: unrecorded-stop-reported
+            unrecorded = exc
         except (Damaged, RunLocked) as exc:
             view.note(exc)
         if view.cgroup is not None and not unkillable:
@@ -281,7 +312,7 @@ def _force_locked(
                 view.cgroup.remove()
             except OSError:
                 pass  # still populated (an unkillable member) or removed by the engine
-    result = _forced_result(view, report, unkillable, recorded_by, fallback, started)
+    result = _forced_result(view, report, unkillable, recorded_by, fallback, started, unrecorded)
     result.found = found
     return result
 
@@ -297,11 +328,18 @@ def _left_running(view: RunView, report: ReapReport, started: float) -> StopResu
         elapsed,
         refused=report.refused,
         damaged=view.damaged,
+        unwritten=view.unwritten,
     )
 
 
 def _forced_result(
-    view: RunView, report: ReapReport, unkillable: list[int], recorded_by: str | None, fallback: bool, started: float
+    view: RunView,
+    report: ReapReport,
+    unkillable: list[int],
+    recorded_by: str | None,
+    fallback: bool,
+    started: float,
+    unrecorded: Unwritable | None = None,
 ) -> StopResult:
     elapsed = time.monotonic() - started
     if unkillable:
@@ -312,10 +350,22 @@ def _forced_result(
             unkillable,
             refused=report.refused,
             damaged=view.damaged,
+            unwritten=view.unwritten,
         )
     if report.left_running:
         return _left_running(view, report, started)
     killed = f"{len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL, in {elapsed:.3f}s"
+    if unrecorded is not None:
+        return StopResult(
+            Exit.NOT_RECORDED,
+            f"run {view.run_id} killed ({killed}); every process is gone, but the stop could not be "
+            f"recorded: {unrecorded}",
+            elapsed,
+            recorded_by="nobody",
+            refused=report.refused,
+            damaged=view.damaged,
+            unwritten=view.unwritten,
+        )
     code = view.ok_code
     if recorded_by == "finished":
         return StopResult(
@@ -325,6 +375,7 @@ def _forced_result(
             recorded_by=recorded_by,
             refused=report.refused,
             damaged=view.damaged,
+            unwritten=view.unwritten,
         )
     if recorded_by in ("engine", "other"):
         # Someone else recorded the stop: STOP_FORCED says that THIS stopper forced it.
@@ -336,6 +387,7 @@ def _forced_result(
             recorded_by=recorded_by,
             refused=report.refused,
             damaged=view.damaged,
+            unwritten=view.unwritten,
         )
     if fallback and code == Exit.OK:
         code = Exit.STOP_FORCED
@@ -346,6 +398,7 @@ def _forced_result(
         recorded_by=recorded_by,
         refused=report.refused,
         damaged=view.damaged,
+        unwritten=view.unwritten,
     )
 
 
@@ -408,6 +461,10 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: 
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)  # ablate: record-uninterrupted
     try:
         return _record_locked(rd, report, fallback, origin)
+    except OSError as exc:
+        if exc.errno not in DISK_ERRNOS:
+            raise
+        raise Unwritable.of(exc.filename or rd.state, exc) from None
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
@@ -416,8 +473,11 @@ _INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _record_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None) -> str:
+    # The engine is dead (this stopper holds its lock): a reserve it left behind is
+    # this stopper's to give up, should the disk be full (reserve.py).
+    spare = Reserve.leftover(rd.path)  # ablate: stopper-leftover-reserve
     with _recording_lock(rd):
-        store = StateStore(rd.state)
+        store = StateStore(rd.state, spare)
         state = store.load()
         prior = _who_recorded(rd, state)
         if prior is not None:
@@ -433,7 +493,7 @@ def _record_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origi
             state.exit_code = int(Exit.STOPPED)
             state.updated = time.time()
             store.save(state)
-        with Journal(rd.journal) as journal:
+        with Journal(rd.journal, spare) as journal:
             journal.append(
                 Event.RUN_STOP,
                 origin=origin or Origin.FORCED,
@@ -476,6 +536,8 @@ def _stop_hard(
     where the caller names itself (the dashboard)."""
     started = time.monotonic()
     view = _not_a_copy(run_view.view(rd))
+    if view.elsewhere is not None:
+        raise OtherPidNamespace(view.elsewhere)
     channel = view.stop.channel if channel is None else channel
     grace = view.stop.grace if grace is None else grace
     if view.live is False:
@@ -508,6 +570,7 @@ def _stop_hard(
                 elapsed,
                 recorded_by="other",
                 damaged=view.damaged,
+                unwritten=view.unwritten,
             )
         try:
             state = StateStore(rd.state).load()
@@ -521,6 +584,7 @@ def _stop_hard(
                 f"run {view.run_id} stopped by its engine (origin {state.stop_origin}) in {elapsed:.3f}s",
                 elapsed,
                 damaged=view.damaged,
+                unwritten=view.unwritten,
             )
         if state is not None and state.status in ("completed", "failed"):
             return StopResult(
@@ -528,6 +592,7 @@ def _stop_hard(
                 f"run {view.run_id} had already {state.status}; the stop arrived late",
                 elapsed,
                 damaged=view.damaged,
+                unwritten=view.unwritten,
             )
     kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
     result = force(rd, kill_grace, fallback=True, view=view, origin=origin)
@@ -538,6 +603,16 @@ def _stop_hard(
     elif result.recorded_by == "other":
         result.message = f"another stopper stopped the run first: {result.message}"
     elif result.code == Exit.STOP_FORCED:
+        result.message = f"engine did not honor the stop within grace {grace}s; force-killed: {result.message}"
+    elif result.code == Exit.NOT_RECORDED and gone and engine is not None:
+        # The engine ended the run itself within grace (the fallback found nothing left
+        # to kill) but could not record it; neither could this stopper.
+        what = result.message.split("could not be recorded: ", 1)[-1]
+        result.message = (
+            f"run {view.run_id} stopped by its engine in {result.elapsed:.3f}s; every process is gone, "
+            f"but the stop could not be recorded: {what}"
+        )
+    elif result.code == Exit.NOT_RECORDED:
         result.message = f"engine did not honor the stop within grace {grace}s; force-killed: {result.message}"
     return result
 
@@ -593,7 +668,12 @@ def stop_graceful(rd: RunDir, *, origin: Origin = Origin.FILE) -> StopResult:
     refuse_copy(rd)
     if not rd.is_live():
         raise NoLiveRun(f"{rd.path}: no live engine")
-    request = stop_request.lodge(rd, stop_request.Mode.GRACEFUL, origin)
+    try:
+        request = stop_request.lodge(rd, stop_request.Mode.GRACEFUL, origin)
+    except Unwritable as exc:  # nothing was asked of the engine: not a stop that went unrecorded
+        raise ControlFileError(
+            f"{exc}: the graceful stop is not lodged (`runner stop` still reaches the engine by signal)"
+        ) from None
     if request.mode == stop_request.Mode.HARD:
         return StopResult(Exit.OK, f"a hard stop is already pending for run {rd.run_id}; it is not downgraded", 0.0)
     return StopResult(
@@ -632,7 +712,16 @@ def run_outcome(rd: RunDir) -> Exit:
 
 # -- every run at once ---------------------------------------------------------------
 
-_WORST_FIRST = (Exit.INTERNAL, Exit.UNKILLABLE, Exit.STOP_FORCED, Exit.DAMAGED, Exit.NO_LIVE_RUN, Exit.BAD_INPUT)
+_WORST_FIRST = (
+    Exit.INTERNAL,
+    Exit.UNKILLABLE,
+    Exit.OTHER_PID_NAMESPACE,
+    Exit.NOT_RECORDED,
+    Exit.STOP_FORCED,
+    Exit.DAMAGED,
+    Exit.NO_LIVE_RUN,
+    Exit.BAD_INPUT,
+)
 """Which code `stop --all` exits with when runs disagree: the first of these that any run
 gave (a run left alive outranks a damaged file, which outranks a run already gone)."""
 

@@ -27,7 +27,8 @@ from runner.proc.reaper import ReapReport
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
+    from typing import BinaryIO
 
     from runner.engine.registry import Entry
 
@@ -48,35 +49,69 @@ class Result:
     duration: float
     output_path: Path
     reap: ReapReport | None
+    output_error: str | None = None  # why the output could not be kept (a full disk)
 
 
 class _Capture:
-    def __init__(self, path: str | os.PathLike[str], cap_bytes: int) -> None:
+    """The call's output, kept up to `cap` bytes. A write the disk refuses (full,
+    read-only) is not the call's failure nor the engine's crash: from then on the output
+    is counted, not stored, and `error` says why (the engine journals it)."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], cap_bytes: int, told: Callable[[str, str], object] | None = None
+    ) -> None:
         self.path = Path(path)
-        # A new file, 0600 like state.json (a provider's output may hold secrets), opened
-        # relative to the run directory's descriptor: never through a link, never over a
-        # file someone put there (dirfd.create_new: Damaged, one line).
-        self.file = os.fdopen(dirfd.create_new(self.path, 0o600), "wb")
+        self.told = told  # told (file, error) at the first refused write, as it happens
         self.cap = cap_bytes
         self.kept = 0
         self.dropped = 0
+        self.error: str | None = None
+        self.file: BinaryIO | None = None
+        try:
+            # A new file, 0600 like state.json (a provider's output may hold secrets), opened
+            # relative to the run directory's descriptor: never through a link, never over a
+            # file someone put there (dirfd.create_new: Damaged, one line, not caught here).
+            self.file = os.fdopen(dirfd.create_new(self.path, 0o600), "wb")
+        except OSError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        first = self.error is None
+        self.error = self.error or f"{exc.strerror or exc}"
+        if self.file is not None:
+            try:
+                self.file.close()
+            except OSError:
+                pass  # what the buffer held is lost with the rest
+            self.file = None
+        if first and self.told is not None:
+            self.told(str(self.path), self.error)
 
     def add(self, data: bytes) -> None:
-        room = max(0, self.cap - self.kept)
-        if room:
-            self.file.write(data[:room])
-            # On disk at once: `runner logs --follow` and the foreground progress line
-            # read the file while the call runs.
-            self.file.flush()
-            self.kept += min(room, len(data))
-        self.dropped += max(0, len(data) - room)
+        take = min(max(0, self.cap - self.kept), len(data)) if self.file is not None else 0
+        if take and self.file is not None:
+            try:
+                self.file.write(data[:take])
+                # On disk at once: `runner logs --follow` and the foreground progress
+                # line read the file while the call runs.
+                self.file.flush()
+            except OSError as exc:  # ablate: capture-survives-full-disk
+                self._failed(exc)
+                take = 0
+        self.kept += take
+        self.dropped += len(data) - take
 
     def close(self) -> None:
-        if self.dropped:
-            self.file.write(
-                f"\n[runner: output capped at {self.cap} bytes; {self.dropped} more bytes dropped]\n".encode()
-            )
-        self.file.close()
+        if self.file is None:
+            return
+        try:
+            if self.dropped:
+                self.file.write(
+                    f"\n[runner: output capped at {self.cap} bytes; {self.dropped} more bytes dropped]\n".encode()
+                )
+            self.file.close()
+        except OSError as exc:
+            self._failed(exc)
 
 
 def _drain(fd: int, capture: _Capture) -> bool:
@@ -102,10 +137,11 @@ def run_child(
     output_path: str | os.PathLike[str],
     cap_bytes: int,
     cwd: str | os.PathLike[str] | None = None,
+    output_unwritten: Callable[[str, str], object] | None = None,
 ) -> Result:
     str_argv = [str(a) for a in argv]
     spawn_argv = registry.cgroup.wrap_argv(str_argv) if registry.cgroup is not None else str_argv
-    capture = _Capture(output_path, cap_bytes)
+    capture = _Capture(output_path, cap_bytes, output_unwritten)
     t0 = time.monotonic()
     popen: subprocess.Popen[bytes] | None = None
     entry: Entry | None = None
@@ -197,6 +233,7 @@ def run_child(
         duration=time.monotonic() - t0,
         output_path=Path(output_path),
         reap=reap,
+        output_error=capture.error,
     )
 
 

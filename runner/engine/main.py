@@ -10,22 +10,25 @@ exists, and by then a SIGTERM is already a clean stop.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
 
-from runner.engine.phases import Engine
+from runner import defaults
+from runner.engine.phases import Engine, say
 from runner.engine.registry import Registry
 from runner.engine.stop_controller import StopController
-from runner.errors import RunLocked, RunnerError
+from runner.errors import RunLocked, RunnerError, disk_fault
 from runner.events import Event
 from runner.exitcodes import Exit
 from runner.files.atomic import atomic_write_text
 from runner.files.journal import Journal
+from runner.files.reserve import Reserve
 from runner.files.rundir import RunDir, refuse_copy
 from runner.files.spec import load_frozen
 from runner.files.state import State, StateStore
-from runner.proc import identity, signals, sweep
+from runner.proc import identity, pidns, signals, sweep
 from runner.proc.cgroup import RunCgroup, resolve_containment
 
 
@@ -43,15 +46,22 @@ def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
     try:
         lock = rd.adopt_lock(lock_fd) if lock_fd is not None else rd.acquire_lock()
     except RunnerError as exc:
-        print(f"runner engine: {exc}", file=sys.stderr)
+        say(str(exc))
         return exc.exit_code
     try:
         return _run_locked(rd)
     except RunnerError as exc:
-        print(f"runner engine: {exc}", file=sys.stderr)
+        say(str(exc))
         return exc.exit_code
-    except Exception:
-        traceback.print_exc()
+    except Exception as exc:
+        if disk_fault(exc):
+            # Its records cannot be written (the run's processes are already ended).
+            say(f"cannot write the run's records: {exc}")
+            return Exit.NOT_RECORDED
+        try:
+            traceback.print_exc()
+        except (OSError, ValueError):
+            pass  # engine.log is on the disk that failed
         return Exit.INTERNAL
     finally:
         lock.release()
@@ -72,12 +82,27 @@ def _own_key(rd: RunDir) -> str:
     return key
 
 
+def reserve_size(state: State) -> int:
+    """RESERVE_BYTES, or more for a run whose state file is large: the last records are
+    one more state file (written beside the old one, then replacing it) and a few lines."""
+    return max(defaults.RESERVE_BYTES, 2 * len(json.dumps(state.to_dict(), indent=2)) + 64 * 1024)
+
+
 def _run_locked(rd: RunDir) -> Exit:
     key = _own_key(rd)  # before anything is written
     spec = load_frozen(rd.spec)
     store = StateStore(rd.state)
     state = store.load() if rd.state.exists() else State.new(rd.run_id, spec.items)
-    journal = Journal(rd.journal)
+    # The reserve before any write of the run: what it holds is what the last records
+    # are written in, should the disk fill up (reserve.py).
+    spare: Reserve | None = None
+    no_reserve = ""
+    try:
+        spare = Reserve.create(rd.path, reserve_size(state))  # ablate: engine-reserve
+    except OSError as exc:
+        no_reserve = f"{exc.strerror or exc}"
+    store.spare = spare
+    journal = Journal(rd.journal, spare)
     containment = resolve_containment(spec.stop.containment)
     cgroup: RunCgroup | None = None
     if containment == "cgroup":
@@ -88,7 +113,10 @@ def _run_locked(rd: RunDir) -> Exit:
     # clean-up can find them as our children and reap them at once.
     subreaper = sweep.make_subreaper()
     registry = Registry(rd.children, run_id=key, kill_grace=spec.stop.kill_grace, cgroup=cgroup)
+    registry.spare = spare
     controller = StopController(rd, registry, journal)
+    if spare is not None:
+        spare.on_give_up = controller.disk_full
     controller.install_signals()
     controller.start()
     try:
@@ -98,13 +126,24 @@ def _run_locked(rd: RunDir) -> Exit:
         journal.append(
             Event.CONTAINMENT, mode=containment, cgroup=str(cgroup.path) if cgroup else None, subreaper=subreaper
         )
+        if spare is None:
+            journal.append(Event.RESERVE_UNAVAILABLE, path=str(rd.path / "reserve"), error=no_reserve)
         me = identity.current(os.getpid())
         if me is None:  # our own live pid: /proc always has it
             raise RuntimeError(f"cannot read the engine's own identity (pid {os.getpid()})")
         # The [stop] values beside the identity: a stopper reads them here, one small JSON
         # file, instead of parsing the spec (the TOML parser's import is on its clock).
         stop = {"grace": spec.stop.grace, "kill_grace": spec.stop.kill_grace, "channel": spec.stop.channel}
-        identity.write(rd.engine_identity, me, role="engine", containment=containment, subreaper=subreaper, stop=stop)
+        # The pid namespace beside the pids: a stopper outside it translates them (pidns.py).
+        identity.write(
+            rd.engine_identity,
+            me,
+            role="engine",
+            containment=containment,
+            subreaper=subreaper,
+            stop=stop,
+            pidns=pidns.of(),
+        )
         engine = Engine(
             rd, spec, store=store, state=state, journal=journal, registry=registry, controller=controller, cgroup=cgroup
         )
@@ -117,3 +156,5 @@ def _run_locked(rd: RunDir) -> Exit:
             except OSError as exc:
                 journal.append(Event.CGROUP_REMOVE_FAILED, path=str(cgroup.path), error=str(exc))
         journal.close()
+        if spare is not None:
+            spare.close()

@@ -19,13 +19,14 @@ repair session.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 
 from runner import defaults
 from runner.engine.child import Result, run_child
-from runner.errors import Damaged, RunStopped
-from runner.events import Event, Outcome
+from runner.errors import Damaged, RunStopped, disk_fault
+from runner.events import Event, Mode, Origin, Outcome
 from runner.exitcodes import Exit
 from runner.files import captured, stop_request
 from runner.files.atomic import atomic_write_text
@@ -60,6 +61,19 @@ def outcome(result: Result) -> Outcome:
     return PASSED if result.returncode == 0 else FAILED
 
 
+def say(line: str) -> None:
+    """One line in engine.log (the engine's stderr), if the disk still takes it."""
+    try:
+        print(f"runner engine: {line}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def cause(exc: BaseException) -> str:
+    """An error on one line: what failed and, for a write, which file."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
 class Engine:
     def __init__(
         self,
@@ -89,6 +103,7 @@ class Engine:
         self._seq = 0
         self._item_index = {name: i for i, name in enumerate(spec.items)}
         self._cleaned = False
+        self._output_unwritten_said = False
 
     # -- the run ------------------------------------------------------------------
 
@@ -115,16 +130,26 @@ class Engine:
         except RunStopped as stop:
             return self._record_stop(self.ctl.as_recorded(stop))
         except Exception as exc:
+            if disk_fault(exc):
+                # A write failed for good (a read-only file system, or a full disk with
+                # the reserve gone). The clean-up above has ended everything the run
+                # started: the run is stopped, and recorded as such if the disk allows.
+                self._quietly(Event.DISK_FAULT, file=getattr(exc, "filename", None), error=cause(exc), reserve="gone")
+                return self._record_stop(RunStopped(self.ctl.origin or Origin.DISK, Mode.HARD))
             if self.ctl.stopping:
                 # An error while a hard stop unwinds: the stop is what happened (the
                 # fallback must not be blamed on the engine); the error is kept.
                 self.journal.append(Event.ENGINE_ERROR, error=traceback.format_exc(limit=20))
                 return self._record_stop(self.ctl.hard_stop())
             # A link or a stranger's file where the engine writes (dirfd.py) is damage,
-            # named on one line, not a bug of the runner.
+            # named on one line, not a bug of the runner. Either way the cause goes on one
+            # line where an operator looks: engine.log (this process's stderr) and the
+            # journal (status and the foreground's last line read it).
             damaged = isinstance(exc, Damaged)
-            error = f"damaged run directory: {exc}" if damaged else traceback.format_exc(limit=20)
-            self.journal.append(Event.ENGINE_CRASH, error=error)
+            why = f"damaged run directory: {exc}" if damaged else cause(exc)
+            say(f"crashed: {why}")
+            error = why if damaged else traceback.format_exc(limit=20)
+            self.journal.append(Event.ENGINE_CRASH, error=error, cause=why)
             self.state.status = "crashed"
             self.state.exit_code = int(Exit.DAMAGED if damaged else Exit.INTERNAL)
             self._save()
@@ -135,14 +160,30 @@ class Engine:
     def _record_stop(self, stop: RunStopped) -> Exit:
         """The engine is the only writer of `stopped` while it lives: state first, then
         the one run-stop of the attempt."""
-        self.journal.append(Event.TEARDOWN_COMPLETE, origin=stop.origin, mode=stop.mode.label)
-        self.state.stopped = True
-        self.state.status = "stopped"
-        self.state.stop_origin = stop.origin.value
-        self.state.exit_code = int(Exit.STOPPED)
-        self._save()
-        self.journal.append(Event.RUN_STOP, origin=stop.origin, mode=stop.mode.label, fallback=False, forced=False)
+        try:
+            self.journal.append(Event.TEARDOWN_COMPLETE, origin=stop.origin, mode=stop.mode.label)
+            self.state.stopped = True
+            self.state.status = "stopped"
+            self.state.stop_origin = stop.origin.value
+            self.state.exit_code = int(Exit.STOPPED)
+            self._save()
+            self.journal.append(Event.RUN_STOP, origin=stop.origin, mode=stop.mode.label, fallback=False, forced=False)
+            self.ctl.say_disk_fault()  # the reserve these records needed, if they did
+        except Exception as exc:
+            if not disk_fault(exc):
+                raise
+            # Every process of the run is gone (the clean-up ran): only the record is
+            # missing. Said on one line in engine.log; the stopper says it too.
+            run_id = self.state.run_id
+            say(f"run {run_id} stopped (every process ended), but the stop could not be recorded: {cause(exc)}")
+            return Exit.NOT_RECORDED
         return Exit.STOPPED
+
+    def _quietly(self, event: str, **fields: object) -> None:
+        try:
+            self.journal.append(event, **fields)
+        except Exception:
+            pass  # the journal may be what cannot be written
 
     # -- one item -----------------------------------------------------------------
 
@@ -273,7 +314,12 @@ class Engine:
             except OSError:
                 pass
         if failing is not None or not path.exists():
-            atomic_write_text(path, text)  # never through a link (dirfd.py)
+            try:
+                atomic_write_text(path, text)  # never through a link (dirfd.py)
+            except OSError as exc:
+                if not disk_fault(exc):
+                    raise
+                self._output_unwritten(str(path), f"{exc.strerror or exc}")
         return path
 
     def _backoff(self, seconds: float) -> None:
@@ -401,6 +447,7 @@ class Engine:
             env=self.env,
             output_path=output,
             cap_bytes=self.spec.output_cap_bytes,
+            output_unwritten=self._output_unwritten,
         )
         if result.timed_out:
             which = Event.CALL_TIMEOUT if result.timed_out == "call" else Event.IDLE_TIMEOUT
@@ -411,6 +458,14 @@ class Engine:
         # between calls, through the registry (which never takes a live call's status).
         self.registry.reap_orphans()
         return result
+
+    def _output_unwritten(self, file: str, error: str) -> None:
+        """A command's output could not be written (a full disk): said once per engine,
+        as it happens (a full disk would otherwise fill the journal with it). The call
+        goes on; its output is counted, not kept."""
+        if not self._output_unwritten_said:
+            self._output_unwritten_said = True
+            self.journal.append(Event.OUTPUT_UNWRITTEN, file=file, error=error)
 
     def _save(self) -> None:
         self.state.updated = time.time()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner import log as _log
-from runner.files import dirfd
+from runner.files import dirfd, reserve
 from runner.proc import identity, reaper, sweep
 from runner.proc.identity import Identity
 from runner.proc.reaper import ReapReport
@@ -21,6 +21,7 @@ from runner.proc.reaper import ReapReport
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
+    from runner.files.reserve import Reserve
     from runner.proc.cgroup import RunCgroup
 
 log = _log.get("runner.engine.registry")
@@ -62,6 +63,7 @@ class Registry:
         self.cgroup = cgroup
         self.stopping = False
         self.origin: str | None = None
+        self.spare: Reserve | None = None  # the engine's reserve (reserve.py)
         self.spawn_lock = threading.RLock()
         """Held from Popen until register returns, and by reap_orphans: an unregistered
         child must never be reaped by the orphan reaper (its status belongs to Popen)."""
@@ -77,12 +79,9 @@ class Registry:
             raise RuntimeError(f"child {popen.pid} vanished before it was registered")
         path = self.children_dir / f"{ident.pid}.json"
         entry = Entry(name=name, ident=ident, popen=popen, path=path)
-        identity.write(
-            path,
-            ident,
-            name=name,
-            argv=list(map(str, popen.args)) if isinstance(popen.args, (list, tuple)) else str(popen.args),
-        )
+        argv = list(map(str, popen.args)) if isinstance(popen.args, (list, tuple)) else str(popen.args)
+        # A record of the engine like its state and journal: on a full disk, the reserve.
+        reserve.retrying(lambda: identity.write(path, ident, name=name, argv=argv), self.spare, path)
         with self._lock:
             self._entries[id(entry)] = entry
             late = self.stopping

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -70,6 +71,9 @@ class StopController:
         self._inotify: int | None = None
         self._previous_handlers: dict[int, _Handler] = {}
         self._kill_failed = False
+        self._disk_fault: tuple[str, str] | None = None
+        self._disk_fault_said = False
+        self._disk_lock = threading.Lock()
         self.origin: Origin | None = None
 
     # -- set-up and tear-down ------------------------------------------------------
@@ -141,6 +145,15 @@ class StopController:
                 _log.get(__name__).exception("stop watchdog tick failed")
                 self._journal_quietly(Event.WATCHDOG_ERROR, error=traceback.format_exc(limit=5))
 
+    def disk_full(self, writing: str, error: str) -> None:
+        """The engine's reserve was given up (reserve.py): a write found the disk full.
+        The run stops while its last records still fit in what the reserve freed. Told
+        by whichever thread was writing, maybe inside a journal append: like a signal
+        handler, it only notes and wakes the watchdog."""
+        if self._disk_fault is None:
+            self._disk_fault = (writing, error)
+        self._wake()
+
     def _tick(self) -> None:
         if self._kill_failed:
             self._kill()
@@ -152,6 +165,34 @@ class StopController:
             self.request(self._signal_origin)
         else:
             self._read_control_file()
+        self._stop_for_disk()
+
+    def _stop_for_disk(self) -> None:
+        """The disk filled (the reserve is given up): stop the run, once. From the
+        watchdog, or from the main thread's next check point, whichever comes first (a
+        fast main thread would otherwise run on into the next item)."""
+        if self.say_disk_fault():
+            self.request(Origin.DISK)  # ablate: disk-full-stops-run
+
+    def say_disk_fault(self) -> bool:
+        """Journal, once, that the reserve was given up (also for the engine recording a
+        stop it is already making: its writes may be what gave the reserve up). True the
+        one time it is said."""
+        fault = self._disk_fault
+        with self._disk_lock:
+            if fault is None or self._disk_fault_said:
+                return False
+            self._disk_fault_said = True
+        self._journal_quietly(Event.DISK_FAULT, file=fault[0], error=fault[1], reserve="released")
+        try:  # engine.log, in what the reserve freed
+            print(
+                f"runner engine: {fault[1]} (writing {fault[0]}): the reserve is given up, the run stops",
+                file=sys.stderr,
+                flush=True,
+            )
+        except (OSError, ValueError):
+            pass
+        return True
 
     def _journal_quietly(self, event: str, **fields: object) -> None:
         try:
@@ -322,6 +363,8 @@ class StopController:
         return self._stopping.is_set()
 
     def checkpoint(self) -> None:
+        if self._disk_fault is not None:
+            self._stop_for_disk()
         if self._stopping.is_set():
             raise self.hard_stop()
 

@@ -9,22 +9,26 @@ and the next writer starts on a fresh line so the torn fragment never swallows a
 from __future__ import annotations
 
 import _thread
+import errno
 import fcntl
 import json
 import os
 import time
 
 from runner.errors import Damaged
-from runner.files import untrusted
+from runner.files import reserve, untrusted
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
     from typing import Any, Self
 
+    from runner.files.reserve import Reserve
+
 
 class Journal:
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], spare: Reserve | None = None) -> None:
         self.path = os.fspath(path)
+        self.spare = spare  # given up when an append finds the disk full (reserve.py)
         self._fd: int | None = None
         self._lock = _thread.allocate_lock()  # threading.Lock, without importing threading
 
@@ -44,8 +48,9 @@ class Journal:
             try:
                 if _ends_torn(self._fd):
                     line = b"\n" + line
-                _write_all(self._fd, line)
-                os.fsync(self._fd)
+                _write_all(self._fd, line, self.spare, self.path)
+                fd = self._fd
+                reserve.retrying(lambda: os.fsync(fd), self.spare, self.path)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
         return record
@@ -63,12 +68,18 @@ class Journal:
         self.close()
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    # A regular file takes the whole buffer in one write; the loop only guards the
-    # theoretical short write so that no record is silently cut.
+def _write_all(fd: int, data: bytes, spare: Reserve | None = None, path: str = "") -> None:
+    # A regular file takes the whole buffer in one write; the loop guards the short
+    # write (a disk that fills mid-record) so that no record is silently cut: once the
+    # reserve is given up, the rest of the record is written after what was.
     view = memoryview(data)
     while view:
-        n = os.write(fd, view)
+        try:
+            n = os.write(fd, view)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC and spare is not None and spare.give_up(path, exc.strerror or ""):
+                continue
+            raise reserve.named(exc, path) from None
         view = view[n:]
 
 

@@ -18,13 +18,15 @@ import time
 from collections.abc import Callable, Iterable
 
 from runner.errors import Damaged
-from runner.files import dirfd, untrusted
+from runner.files import dirfd, reserve, untrusted
 from runner.files.atomic import atomic_write_json
 from runner.values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
     from typing import Any, NoReturn
+
+    from runner.files.reserve import Reserve
 
 ITEM_STATUSES = ("pending", "done", "failed", "stopped")
 RUN_STATUSES = ("running", "completed", "failed", "stopped", "crashed")
@@ -193,8 +195,9 @@ def _keep_recorded_stop(state: State, recorded: tuple[str | None] | None) -> Non
 
 
 class StateStore:
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], spare: Reserve | None = None) -> None:
         self.path = path
+        self.spare = spare  # given up when a save finds the disk full (reserve.py)
         self._saved_stop: tuple[int, str | None] | None = None  # (attempt, origin) of a stop this store itself saved
 
     def load(self) -> State:
@@ -236,7 +239,8 @@ class StateStore:
         # The stopped guard: a save never un-stops an attempt.
         _keep_recorded_stop(state, self._recorded_stop(state.attempt))  # ablate: stopped-guard
         state.updated = time.time()
-        atomic_write_json(self.path, state.to_dict())
+        data = state.to_dict()
+        reserve.retrying(lambda: atomic_write_json(self.path, data), self.spare, self.path)
         if state.stopped:
             self._saved_stop = (state.attempt, state.stop_origin)
 

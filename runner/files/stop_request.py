@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from runner.errors import ControlFileError, Damaged
+from runner.errors import DISK_ERRNOS, ControlFileError, Damaged, Unwritable
 from runner.events import Mode as Mode
 from runner.events import Origin as Origin
 from runner.files import dirfd, untrusted
@@ -144,6 +144,8 @@ def lodge(run_dir: RunDir, mode: Mode | str, origin: Origin | str) -> StopReques
             try:
                 atomic_write_json(run_dir.stop_request, winner.to_dict())
             except OSError as e:
+                if e.errno in DISK_ERRNOS:  # the file system refused: not the request's fault
+                    raise Unwritable.of(run_dir.stop_request, e) from None
                 raise ControlFileError(f"{run_dir.stop_request}: cannot write ({e.strerror or e})") from None
     return winner
 

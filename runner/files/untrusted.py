@@ -22,7 +22,7 @@ import os
 import re
 import stat
 
-from runner.errors import Damaged
+from runner.errors import DISK_ERRNOS, Damaged, Unwritable
 from runner.files import dirfd
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
@@ -103,6 +103,8 @@ def _open_regular(
             raise Damaged(shown, "not a regular file") from None
         if exc.errno == errno.ENOTDIR:
             raise Damaged(shown, "a parent is not a directory") from None
+        if exc.errno in DISK_ERRNOS:  # the file system refused a write: not damage
+            raise Unwritable.of(shown, exc, "open") from None
         raise Damaged(shown, f"cannot open ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)

@@ -102,6 +102,7 @@ class Fold:
     pause_held: bool = False
     graceful_stop: bool = False
     ended: str | None = None  # completed, failed, stopped, crashed
+    cause: str | None = None  # why the engine ended the run itself: a crash, a disk fault
 
     def __post_init__(self) -> None:
         if self.spec is not None and not self.items:
@@ -125,6 +126,7 @@ class Fold:
             attempt = rec.get("attempt")
             self.attempt = attempt if isinstance(attempt, int) else self.attempt
             self.run_t0, self.ended, self.pause_held, self.graceful_stop = t, None, False, False
+            self.cause = None
         elif event == Event.CONTAINMENT:
             self.containment = {k: rec.get(k) for k in CONTAINMENT_KEYS}
         elif event == Event.PHASE_START:
@@ -180,6 +182,9 @@ class Fold:
         elif event == Event.ENGINE_CRASH:
             self._close(t, "crashed", out)
             self.ended = "crashed"
+            self.cause = str(rec.get("cause") or "") or self.cause
+        elif event == Event.DISK_FAULT:
+            self.cause = f"{rec.get('error') or 'disk fault'} (writing {rec.get('file') or 'a file of the run'})"
         return out
 
     def _close(self, t: float, forced: str | None, out: list[Phase]) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from runner.errors import Damaged
+from runner.exitcodes import Exit
 from runner.files import captured, stop_request
 from runner.files.follow import JournalTail
 from runner.files.state import StateStore
@@ -128,12 +129,18 @@ class Progress:
             state = None
         rows = overview.item_rows(self.fold, state, live=False, now=time.time())
         status = state.status if state is not None else "unknown"
+        if code == Exit.NOT_RECORDED:  # state.json still says what it said before
+            status = "stopped (every process ended), but the stop could not be recorded (a full or read-only disk)"
         try:
             run_id = self.rd.run_id
         except Damaged:
             run_id = None
         try:
-            print("\n".join(render.summary(run_id, status, code, rows)), file=self.show.summary, flush=True)
+            print(
+                "\n".join(render.summary(run_id, status, code, rows, self.fold.cause)),
+                file=self.show.summary,
+                flush=True,
+            )
         except (OSError, ValueError):
             pass
 

@@ -58,12 +58,15 @@ def item_table(rows: Sequence[ItemRow], *, outcome: str = "status") -> list[str]
     )
 
 
-def summary(run_id: str | None, status: str, code: int, rows: Sequence[ItemRow]) -> list[str]:
-    """The end of a foreground run: one row per item, then the run's own line."""
+def summary(run_id: str | None, status: str, code: int, rows: Sequence[ItemRow], cause: str | None = None) -> list[str]:
+    """The end of a foreground run: one row per item, then the run's own line (with the
+    cause, when the engine ended the run itself: a crash, a disk fault)."""
     failed = sum(1 for r in rows if r["status"] == "failed")
     tail = f"run {clean(run_id)}: {clean(status)}"
     if failed:
         tail += f", {failed} of {len(rows)} item{'s' if len(rows) != 1 else ''} failed"
+    if cause:
+        tail += f": {clean(cause, 400)}"
     return [*item_table(rows, outcome="outcome"), tail + f" (exit {code})"]
 
 
@@ -75,6 +78,8 @@ def status_view(info: RunStatus) -> list[str]:
         status, engine = f"copy of a run {status} when copied", "read-only"
     elif status == "running" and info["live"] is False:
         status += " (but its engine died: `runner resume` continues it)"
+    if info["cause"]:
+        status += f": {clean(info['cause'], 400)}"
     lines = [
         f"run {clean(info['run_id'])}: {status} (attempt {info['attempt'] or '-'}, {engine})",
         f"  dir: {clean(info['run_dir'], 1000)}",
