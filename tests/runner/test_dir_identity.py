@@ -258,8 +258,10 @@ PLANTED = {
 # What each command says on a planted directory that does not claim A's directory
 # identity (the record missing, or its own): it is a run of its own, which has no live
 # engine, and damaged files (the cgroup file names A's cgroup; the record is missing).
+# A plain stop of a run whose engine is dead records the end its records lack (the
+# planted state says running): exit 0, having signalled nothing of A's (issue 18.3).
 PLANTED_CODES = {
-    "stop": {Exit.NO_LIVE_RUN},
+    "stop": {Exit.NO_LIVE_RUN, Exit.OK, Exit.DAMAGED},
     "stop-now": {Exit.DAMAGED, Exit.OK},
     "stop-graceful": {Exit.NO_LIVE_RUN},
     "resume": {Exit.DAMAGED, Exit.OK},
