@@ -126,6 +126,9 @@ def interrupted_stopper(work: Path, n: int, sig: int, rng: random.Random, *, kil
                 text=True,
             )
             time.sleep(at)
+            # A SIGTERM in the interpreter's own start-up, before the runner's first
+            # instruction catches it, kills the stopper before it did anything: counted.
+            trial["before_first_instruction"] = sig == signal.SIGTERM and not stop_signals_blocked(stopper.pid)
             try:
                 stopper.send_signal(sig)
             except ProcessLookupError:
@@ -163,6 +166,8 @@ def tally(trials: list[dict], codes_key: tuple[str, ...] = ("first", "code")) ->
         if code is not None and code not in DOCUMENTED:
             problems.append(f"{t['trial']}: undocumented exit {code}: {t.get('err')}")
         first = t.get("first")
+        if first == -signal.SIGTERM and t.get("before_first_instruction"):
+            continue  # killed in the interpreter's start-up, having done nothing
         if first is not None and first not in DOCUMENTED and first != -signal.SIGKILL:
             problems.append(f"{t['trial']}: stopper exited {first}: {t.get('first_err')}")
     return {

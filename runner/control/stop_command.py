@@ -44,6 +44,8 @@ from runner.values import Value
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from runner.control.run_view import RunView
     from runner.files.rundir import EngineLock
     from runner.proc.identity import Identity
@@ -458,7 +460,7 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: 
     # Neither half of the record is left to an interruption: SIGINT, SIGTERM and SIGHUP
     # wait until both are written (a SIGKILL between them leaves state.json stopped and
     # the journal without run-stop, which the next stopper completes, below).
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)  # ablate: record-uninterrupted
+    held = _hold_interrupts()  # ablate: record-uninterrupted
     try:
         return _record_locked(rd, report, fallback, origin)
     except OSError as exc:
@@ -466,10 +468,38 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: 
             raise
         raise Unwritable.of(exc.filename or rd.state, exc) from None
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        _release_interrupts(held)
 
 
 _INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _hold_interrupts() -> tuple[list[int], dict[int, Any]] | None:
+    """Handlers that note an interrupt instead of acting on it, until released. Python
+    runs every signal handler in the main thread, whichever thread the kernel hands the
+    signal to, so a signal mask (per thread) would not hold it in a process with threads
+    (the dashboard's, a test runner's). In another thread (signal.signal refuses there)
+    nothing is needed: no interrupt is ever raised in it."""
+    noted: list[int] = []
+    old: dict[int, Any] = {}
+    try:
+        for signum in _INTERRUPTS:
+            old[signum] = signal.signal(signum, lambda s, f: noted.append(s))
+    except ValueError:
+        return None
+    return noted, old
+
+
+def _release_interrupts(held: tuple[list[int], dict[int, Any]] | None) -> None:
+    """The handlers back, then each interrupt that came meanwhile, delivered to them."""
+    if held is None:
+        return
+    noted, old = held
+    for signum, handler in old.items():
+        if handler is not None:
+            signal.signal(signum, handler)
+    for signum in dict.fromkeys(noted):
+        signal.raise_signal(signum)
 
 
 def _record_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None) -> str:
