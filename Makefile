@@ -35,13 +35,15 @@ browser:
 		  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; }; } || \
 		echo "make: no chromium could be installed: the dashboard's browser tests will skip" >&2
 
-# Lint, format and types: ruff (lint and format check) and mypy (strict on runner/; see
-# [tool.mypy] in pyproject.toml). CI runs this before the tests.
+# Lint, format, types and architecture: ruff (lint and format check), mypy (strict on
+# runner/; see [tool.mypy] in pyproject.toml) and import-linter (runner/'s allowed import
+# directions, [tool.importlinter]). CI runs this before the tests.
 LINTED := runner pytest_stoplatency mutation tests bench docs examples
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 # The whole suite, the stop-latency tests included, in parallel.
 test: $(STAMP) bytecode browser
