@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
 SMALL_CAP = 64 * 1024
 """Identity files, run-id, cgroup, stop requests: a few hundred bytes when sound."""
-STATE_CAP = 16 * 1024 * 1024
-"""state.json: grows with the number of items."""
+STATE_CAP = 64 * 1024 * 1024
+"""state.json: grows with the number of items (a full state, and at most about as much
+again of transitions appended after it: state.py)."""
 JOURNAL_CAP = 256 * 1024 * 1024
 """journal.jsonl: grows with the run; read whole by the stopper and resume."""
 MAX_DEPTH = 32

@@ -1,0 +1,227 @@
+"""Costs against the size of a run (issue 20): items per second as the number of items
+grows, and the commands that read a run (stop, stop --now, status, list, logs) on a run
+whose journal is large, beside the same commands on a fresh run.
+
+- **items**: a spec of N items whose provider is `true`, run detached; the rate is taken
+  from the journal the engine wrote (items done after the first, over the time between the
+  first `item-done` and the last), over at most `window` seconds, after which the run is
+  stopped. The engine's peak memory is its VmHWM, read every 0.2 s while it runs.
+- **journal**: two live runs (provider `sleep`), one left fresh and one whose journal is
+  padded, in its current attempt, with `hook-result` records (as the engine writes them)
+  up to `size` bytes. On each: `runner status --json`, `runner list`, `runner logs`,
+  `runner stop`, then `runner stop` again once it has stopped (the already-stopped path
+  reads the journal for its run-stop); a second pair of runs takes `runner stop --now`.
+  Each command's wall time and peak memory (ru_maxrss of that child alone, os.wait4).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from runner.files.journal import read as read_journal
+from runner.files.rundir import RunDir
+
+from . import runs
+
+ITEM_COUNTS = (100, 2_000, 20_000)
+WINDOW = 20.0
+"""Most seconds one items run is given (20,000 items of `true` would take minutes)."""
+JOURNAL_SIZE = 1 << 30
+PAD_BLOCK = 8 << 20
+
+
+def _engine_pid(rd: RunDir, deadline: float) -> int | None:
+    while time.monotonic() < deadline:
+        try:
+            pid = json.loads(rd.engine_identity.read_text())["pid"]
+            if isinstance(pid, int):
+                return pid
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.01)
+    return None
+
+
+def _hwm_kib(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def items_sample(n: int, work: Path, window: float) -> dict[str, Any]:
+    spec = work / f"items-{n}.toml"
+    names = ", ".join(f'"i{i:05d}"' for i in range(n))
+    spec.write_text(f'items = [{names}]\n\n[provider]\ncommand = ["true"]\n')
+    rd = runs.start(spec, work / f"items-{n}")
+    peak = 0
+    try:
+        pid = _engine_pid(rd, time.monotonic() + 60)
+        deadline = time.monotonic() + window
+        while rd.is_live() and time.monotonic() < deadline:
+            if pid is not None:
+                peak = max(peak, _hwm_kib(pid) or 0)
+            time.sleep(0.2)
+        if pid is not None:
+            peak = max(peak, _hwm_kib(pid) or 0)
+        completed = not rd.is_live()
+    finally:
+        runs.finish(rd, timeout=0.0)
+    done = [r["t"] for r in read_journal(rd.journal) if r["event"] == "item-done"]
+    rate = (len(done) - 1) / (done[-1] - done[0]) if len(done) > 1 and done[-1] > done[0] else None
+    return {
+        "items": n,
+        "done": len(done),
+        "completed": completed,
+        "items_per_second": round(rate, 2) if rate else None,
+        "engine_peak_mb": round(peak / 1024, 1) if peak else None,
+    }
+
+
+def timed(argv: list[str], cwd: Path | None = None) -> dict[str, Any]:
+    """One command: its wall time, its own peak memory (ru_maxrss of this child) and its
+    exit code."""
+    with tempfile.TemporaryFile() as out:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.monotonic() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    return {
+        "seconds": round(seconds, 4),
+        "max_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "rc": proc.returncode,
+        "last_line": text.strip().splitlines()[-1][:200] if text.strip() else "",
+    }
+
+
+def pad(journal: Path, size: int) -> int:
+    """Append `hook-result` records to the journal (whole lines, as the engine appends
+    them) until it holds `size` bytes. Returns its size."""
+    rec = {"event": "hook-result", "t": time.time(), "hook": "post_session", "index": 0, "item": "a"}
+    line = (json.dumps({**rec, "outcome": "passed", "rc": 0}) + "\n").encode()
+    block = line * (PAD_BLOCK // len(line))
+    fd = os.open(journal, os.O_WRONLY | os.O_APPEND)
+    try:
+        have = os.fstat(fd).st_size
+        while have < size:
+            chunk = block if size - have >= len(block) else line * ((size - have) // len(line) + 1)
+            os.write(fd, chunk)
+            have += len(chunk)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return have
+
+
+def _live_run(work: Path, name: str) -> RunDir:
+    spec = runs.write_spec(work / f"{name}.toml", ["sleep", "600"], 1.0)
+    rd = runs.start(spec, work / "runs" / name)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(rd.children.glob("*")):
+        time.sleep(0.02)  # the provider is up: the run is in its session
+    return rd
+
+
+def journal_side(work: Path, name: str, size: int) -> dict[str, Any]:
+    run = runs.RUNNER
+    out: dict[str, Any] = {"name": name}
+    a = _live_run(work, f"{name}-a")
+    b = _live_run(work, f"{name}-b")
+    try:
+        if size:
+            out["journal_bytes"] = pad(a.journal, size)
+            pad(b.journal, size)
+        else:
+            out["journal_bytes"] = a.journal.stat().st_size
+        out["status"] = timed([*run, "status", "--json", "--run-dir", str(a.path)])
+        out["list"] = timed([*run, "list", "--runs-dir", str(work / "runs")])
+        out["logs"] = timed([*run, "logs", "--run-dir", str(a.path)])
+        out["stop"] = timed([*run, "stop", "--run-dir", str(a.path)])
+        out["stop_stopped"] = timed([*run, "stop", "--run-dir", str(a.path)])
+        out["stop_now"] = timed([*run, "stop", "--now", "--run-dir", str(b.path)])
+    finally:
+        for rd in (a, b):
+            runs.finish(rd)
+    return out
+
+
+COMMANDS = ("stop", "stop_now", "stop_stopped", "status", "list", "logs")
+
+
+def run(
+    counts: tuple[int, ...] = ITEM_COUNTS,
+    window: float = WINDOW,
+    journal_size: int = JOURNAL_SIZE,
+    parts: tuple[str, ...] = ("items", "journal"),
+) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="size-bench-"))
+    out: dict[str, Any] = {}
+    try:
+        if "items" in parts:
+            out["items"] = {"window": window, "rows": [items_sample(n, work, window) for n in counts]}
+        if "journal" in parts:
+            out["journal"] = {
+                "size": journal_size,
+                "fresh": journal_side(work, "fresh", 0),
+                "large": journal_side(work, "large", journal_size),
+            }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def items_table(part: dict[str, Any]) -> str:
+    lines = ["| items | done in window | items/s | engine peak MB |", "|---|---|---|---|"]
+    for r in part["rows"]:
+        lines.append(f"| {r['items']:,} | {r['done']:,} | {r['items_per_second']} | {r['engine_peak_mb']} |")
+    return "\n".join(lines)
+
+
+def journal_table(part: dict[str, Any]) -> str:
+    fresh, large = part["fresh"], part["large"]
+    head = f"| command | fresh run | journal of {large['journal_bytes'] / (1 << 20):,.0f} MiB |"
+    lines = [head, "|---|---|---|"]
+    for c in COMMANDS:
+        f, g = fresh[c], large[c]
+        lines.append(
+            f"| {c} | {f['seconds'] * 1000:.0f} ms, {f['max_rss_mb']} MB, rc {f['rc']}"
+            f" | {g['seconds'] * 1000:.0f} ms, {g['max_rss_mb']} MB, rc {g['rc']} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m bench.sizes")
+    ap.add_argument("--counts", default=",".join(map(str, ITEM_COUNTS)))
+    ap.add_argument("--window", type=float, default=WINDOW)
+    ap.add_argument("--journal-mib", type=int, default=JOURNAL_SIZE >> 20)
+    ap.add_argument("--parts", default="items,journal")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    doc = run(
+        tuple(int(x) for x in a.counts.split(",")), a.window, a.journal_mib << 20, tuple(a.parts.split(","))
+    )
+    if "items" in doc:
+        print(items_table(doc["items"]))
+    if "journal" in doc:
+        print(journal_table(doc["journal"]))
+    if a.json:
+        a.json.write_text(json.dumps(doc, indent=1) + "\n")
+    sys.exit(0)
