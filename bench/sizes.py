@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +31,7 @@ from runner.files.rundir import RunDir
 
 from . import runs
 
+ROOT = Path(__file__).resolve().parent.parent
 ITEM_COUNTS = (100, 2_000, 20_000)
 WINDOW = 20.0
 """Most seconds one items run is given (20,000 items of `true` would take minutes)."""
@@ -108,7 +110,7 @@ def timed(argv: list[str], cwd: Path | None = None) -> dict[str, Any]:
     }
 
 
-def pad(journal: Path, size: int) -> int:
+def pad(journal: str | Path, size: int) -> int:
     """Append `hook-result` records to the journal (whole lines, as the engine appends
     them) until it holds `size` bytes. Returns its size."""
     rec = {"event": "hook-result", "t": time.time(), "hook": "post_session", "index": 0, "item": "a"}
@@ -143,8 +145,12 @@ def journal_side(work: Path, name: str, size: int) -> dict[str, Any]:
     b = _live_run(work, f"{name}-b")
     try:
         if size:
-            out["journal_bytes"] = pad(a.journal, size)
-            pad(b.journal, size)
+            # In a child: the bench's own memory stays small, and with it what each
+            # command's ru_maxrss counts from before its exec.
+            code = "import sys; from bench.sizes import pad; pad(sys.argv[1], int(sys.argv[2]))"
+            for rd in (a, b):
+                subprocess.run([sys.executable, "-c", code, str(rd.journal), str(size)], check=True, cwd=ROOT)
+            out["journal_bytes"] = a.journal.stat().st_size
         else:
             out["journal_bytes"] = a.journal.stat().st_size
         out["status"] = timed([*run, "status", "--json", "--run-dir", str(a.path)])
@@ -206,7 +212,6 @@ def journal_table(part: dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     import argparse
-    import sys
 
     ap = argparse.ArgumentParser(prog="python -m bench.sizes")
     ap.add_argument("--counts", default=",".join(map(str, ITEM_COUNTS)))
@@ -215,9 +220,7 @@ if __name__ == "__main__":
     ap.add_argument("--parts", default="items,journal")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    doc = run(
-        tuple(int(x) for x in a.counts.split(",")), a.window, a.journal_mib << 20, tuple(a.parts.split(","))
-    )
+    doc = run(tuple(int(x) for x in a.counts.split(",")), a.window, a.journal_mib << 20, tuple(a.parts.split(",")))
     if "items" in doc:
         print(items_table(doc["items"]))
     if "journal" in doc:

@@ -73,6 +73,7 @@ class RunStatus(TypedDict):
     paused: bool
     pause_held: bool
     containment: dict[str, Any] | None
+    journal_skipped: int
 
 
 def run(
@@ -332,4 +333,5 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
         "paused": stop_request.pause_file(rd),
         "pause_held": running and fold.pause_held,
         "containment": containment,
+        "journal_skipped": fold.skipped,
     }

@@ -23,7 +23,7 @@ from runner.errors import ControlFileError, Crashed, Damaged, NoLiveRun, RunLock
 from runner.events import Event, Mode, Origin
 from runner.exitcodes import Exit
 from runner.files import stop_request, untrusted
-from runner.files.journal import Journal, read_attempt
+from runner.files.journal import Journal, stop_recorded
 from runner.files.rundir import RunDir
 from runner.files.state import State, StateStore
 from runner.proc import identity, reaper, signals, sweep
@@ -168,9 +168,9 @@ class _StopLock:
 def _who_recorded(rd: RunDir, state: State) -> str | None:
     """ "engine" or "other" (another stopper) when this attempt's stop is already
     recorded: stopped in state.json and its run-stop journaled."""
-    # The current attempt's records only (journal.read_attempt, read from the journal's
-    # end): the previous attempt's `run-stop` never counts for this one.
-    if state.stopped and any(r.get("event") == Event.RUN_STOP for r in read_attempt(rd.journal)):
+    # The current attempt's records only, and a bounded tail of them (journal.stop_recorded,
+    # read from the journal's end): the previous attempt's `run-stop` never counts for this one.
+    if state.stopped and stop_recorded(rd.journal):
         return "engine" if state.stop_origin != Origin.FORCED else "other"
     return None
 

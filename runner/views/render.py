@@ -78,6 +78,10 @@ def status_view(info: RunStatus) -> list[str]:
         f"  dir: {clean(info['run_dir'], 1000)}",
         "  containment: " + containment(info["containment"]),
     ]
+    if info["journal_skipped"]:
+        lines.append(
+            f"  journal: its first {info['journal_skipped']:,} bytes not read (only the phase times they held)"
+        )
     if info["live"] and info["current_item"] is not None:
         names = [r["item"] for r in info["items"]]
         where = f" ({names.index(info['current_item']) + 1}/{len(names)})" if info["current_item"] in names else ""
