@@ -320,7 +320,7 @@ class StateStore:
         # The stopped guard: a save never un-stops an attempt.
         _keep_recorded_stop(state, self._recorded_stop(state.attempt, mine))  # ablate: stopped-guard
         state.updated = time.time()
-        if touched is None or not mine or not self._append(state, touched):
+        if touched is None or not mine or not self._append(state, touched):  # ablate: state-append
             self._save_full(state)
         self._last_item = state.current_item
         if state.stopped:
@@ -347,7 +347,7 @@ class StateStore:
         step = {name: getattr(state, name) for name in State.FIELDS}
         step["items"] = {name: item.to_dict() for name, item in changed.items()}
         data = _line(step)
-        if self._written[1] + len(data) > 2 * self._full_size + COMPACT_SLACK:
+        if self._written[1] + len(data) > 2 * self._full_size + COMPACT_SLACK:  # ablate: state-compaction
             return False
         fd = _open_append(os.fspath(self.path))
         try:
