@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ITEM_COUNTS = (100, 2_000, 20_000)
 WINDOW = 20.0
 """Most seconds one items run is given (20,000 items of `true` would take minutes)."""
-JOURNAL_SIZE = 1 << 30
+JOURNAL_SIZES = (250 << 20, 1 << 30)
+"""The issue's 250 MB (below the journal's cap, where a stop read it all) and 1 GiB."""
 PAD_BLOCK = 8 << 20
 
 
@@ -171,7 +172,7 @@ COMMANDS = ("stop", "stop_now", "stop_stopped", "status", "list", "logs")
 def run(
     counts: tuple[int, ...] = ITEM_COUNTS,
     window: float = WINDOW,
-    journal_size: int = JOURNAL_SIZE,
+    journal_sizes: tuple[int, ...] = JOURNAL_SIZES,
     parts: tuple[str, ...] = ("items", "journal"),
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="size-bench-"))
@@ -181,9 +182,8 @@ def run(
             out["items"] = {"window": window, "rows": [items_sample(n, work, window) for n in counts]}
         if "journal" in parts:
             out["journal"] = {
-                "size": journal_size,
                 "fresh": journal_side(work, "fresh", 0),
-                "large": journal_side(work, "large", journal_size),
+                "large": [journal_side(work, f"large{i}", size) for i, size in enumerate(journal_sizes)],
             }
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -198,15 +198,12 @@ def items_table(part: dict[str, Any]) -> str:
 
 
 def journal_table(part: dict[str, Any]) -> str:
-    fresh, large = part["fresh"], part["large"]
-    head = f"| command | fresh run | journal of {large['journal_bytes'] / (1 << 20):,.0f} MiB |"
-    lines = [head, "|---|---|---|"]
+    sides = [part["fresh"], *part["large"]]
+    head = ["fresh run"] + [f"journal of {s['journal_bytes'] / (1 << 20):,.0f} MiB" for s in part["large"]]
+    lines = ["| command | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
     for c in COMMANDS:
-        f, g = fresh[c], large[c]
-        lines.append(
-            f"| {c} | {f['seconds'] * 1000:.0f} ms, {f['max_rss_mb']} MB, rc {f['rc']}"
-            f" | {g['seconds'] * 1000:.0f} ms, {g['max_rss_mb']} MB, rc {g['rc']} |"
-        )
+        cells = [f"{s[c]['seconds'] * 1000:.0f} ms, {s[c]['max_rss_mb']} MB, rc {s[c]['rc']}" for s in sides]
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -216,11 +213,16 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(prog="python -m bench.sizes")
     ap.add_argument("--counts", default=",".join(map(str, ITEM_COUNTS)))
     ap.add_argument("--window", type=float, default=WINDOW)
-    ap.add_argument("--journal-mib", type=int, default=JOURNAL_SIZE >> 20)
+    ap.add_argument("--journal-mib", default=",".join(str(s >> 20) for s in JOURNAL_SIZES))
     ap.add_argument("--parts", default="items,journal")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    doc = run(tuple(int(x) for x in a.counts.split(",")), a.window, a.journal_mib << 20, tuple(a.parts.split(",")))
+    doc = run(
+        tuple(int(x) for x in a.counts.split(",")),
+        a.window,
+        tuple(int(x) << 20 for x in a.journal_mib.split(",")),
+        tuple(a.parts.split(",")),
+    )
     if "items" in doc:
         print(items_table(doc["items"]))
     if "journal" in doc:

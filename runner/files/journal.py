@@ -14,6 +14,7 @@ import json
 import os
 import time
 
+from runner import defaults
 from runner.errors import Damaged
 from runner.files import untrusted
 
@@ -104,12 +105,6 @@ engine's `run-start`)."""
 
 _TAIL_CHUNK = 64 * 1024
 
-STOP_TAIL = 1024 * 1024
-"""Most bytes of the journal's end a stopper reads for the attempt's `run-stop`. The
-run-stop is the last record the engine writes (just after `stopped` in the state), so
-it is in the last records whatever the journal's size; only what a stopper appends
-after it follows it."""
-
 
 def read_attempt(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The records of the current attempt, in order: from the last `run-start` or
@@ -125,12 +120,13 @@ def read_attempt(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return found[::-1]
 
 
-def stop_recorded(path: str | os.PathLike[str], budget: int = STOP_TAIL) -> bool:
+def stop_recorded(path: str | os.PathLike[str], budget: int = defaults.STOP_JOURNAL_TAIL_BYTES) -> bool:
     """Whether the current attempt's `run-stop` is journaled: read back from the end, to
     the attempt's opening record, and never more than `budget` bytes, so that a stopper
     reads the same at a 1 GB journal as at a fresh one and a journal past its cap never
-    hides a recorded stop. Beyond the budget, not found: a stopper then records the stop
-    again rather than miss it."""
+    hides a recorded stop. The run-stop is the engine's last record (just after `stopped`
+    in the state), so only what a stopper appends after it can push it out of the budget;
+    beyond the budget, not found: a stopper then records the stop again rather than miss it."""
     for record in _backwards(path, budget):
         if record["event"] == "run-stop":
             return True

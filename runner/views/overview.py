@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from runner import defaults
 from runner.errors import Damaged
 from runner.events import Event, Outcome
 from runner.files import stop_request
@@ -252,17 +253,13 @@ def _number(value: object, default: float) -> float:
     return default
 
 
-FOLD_TAIL = 1024 * 1024
-"""Most bytes of the journal's end that `runner status` folds: what a fresh run's status
-costs, whatever the journal's size (issue 20: a 250 MB journal took 26 s and 2.1 GB).
-The run's own fields come from the state; a journal longer than this loses only the
-phase times and failures of what it says before its last FOLD_TAIL bytes (`skipped`)."""
-
-
-def fold_journal(rd: RunDir, spec: Spec | None, damaged: list[str], budget: int = FOLD_TAIL) -> Fold:
+def fold_journal(
+    rd: RunDir, spec: Spec | None, damaged: list[str], budget: int = defaults.STATUS_JOURNAL_TAIL_BYTES
+) -> Fold:
     """The journal folded, or its last `budget` bytes when it is longer (from the first
-    whole record there; `Fold.skipped`: the bytes left unread). A damaged journal is named
-    in `damaged` and folds empty."""
+    whole record there; `Fold.skipped`: the bytes left unread), so that a status costs
+    what a fresh run's does whatever the journal's size (issue 20: a 250 MB journal took
+    26 s and 2.1 GB). A damaged journal is named in `damaged` and folds empty."""
     fold = Fold(spec)
     fold.skipped = max(0, st_size(rd.journal) - budget)  # ablate: status-tail
     tail = JournalTail(rd.journal, start=fold.skipped)

@@ -7,6 +7,7 @@ import types
 
 import pytest
 
+from runner import defaults
 from runner.exitcodes import Exit
 from runner.files import journal, untrusted
 from runner.files.follow import CHUNK
@@ -43,12 +44,12 @@ def _long_attempt(path, mib):
 
 def test_stop_recorded_reads_a_bounded_tail(tmp_path, counted_reads):
     """Path: journal.stop_recorded, the stopper's read of the attempt's run-stop: at most
-    STOP_TAIL bytes from the end, even when the run-stop is not there (32 MiB of records).
+    STOP_JOURNAL_TAIL_BYTES from the end, even when the run-stop is not there (32 MiB of records).
     Ablation `journal-tail-bound` (read back to the attempt's start): 32 MiB read: red."""
     path = tmp_path / "journal.jsonl"
     _long_attempt(path, 32)
     assert journal.stop_recorded(path) is False
-    assert counted_reads["bytes"] <= journal.STOP_TAIL
+    assert counted_reads["bytes"] <= defaults.STOP_JOURNAL_TAIL_BYTES
     with Journal(path) as j:
         j.append("run-stop", origin="signal")
         j.append("stop-requested", by="stop")  # a stopper's record after it
@@ -72,7 +73,7 @@ def test_stop_recorded_never_counts_the_previous_attempts_run_stop(tmp_path):
 
 
 def test_status_folds_a_bounded_tail(tmp_path, counted_reads):
-    """Path: overview.fold_journal folds the journal's last FOLD_TAIL bytes, from the first
+    """Path: overview.fold_journal folds the journal's last STATUS_JOURNAL_TAIL_BYTES, from the first
     whole record there, and says how many it skipped; what is at the end is folded.
     Ablation `status-tail` (fold from the start): 32 MiB read: red."""
     path = tmp_path / "journal.jsonl"
@@ -83,8 +84,8 @@ def test_status_folds_a_bounded_tail(tmp_path, counted_reads):
         j.append("run-stop", origin="signal")
     damaged: list[str] = []
     fold = overview.fold_journal(types.SimpleNamespace(journal=path), None, damaged)
-    assert counted_reads["bytes"] <= overview.FOLD_TAIL + CHUNK
-    assert fold.skipped == path.stat().st_size - overview.FOLD_TAIL > 0
+    assert counted_reads["bytes"] <= defaults.STATUS_JOURNAL_TAIL_BYTES + CHUNK
+    assert fold.skipped == path.stat().st_size - defaults.STATUS_JOURNAL_TAIL_BYTES > 0
     assert (fold.outcomes, fold.ended, damaged) == ({"a": "done"}, "stopped", [])
 
 
