@@ -161,3 +161,15 @@ def test_appending_writer_sigkilled_at_any_moment_leaves_a_consistent_state(tmp_
         assert st.provider_calls == sum(i.calls for i in st.items.values())
         seen.add(st.provider_calls)
     assert len(seen) > 1  # the writer got somewhere between the kills
+
+
+def test_an_indented_state_json_of_an_older_runner_still_loads(tmp_path):
+    """Path: state.parse reads a state.json written whole and indented (before the file
+    was JSON lines), so a run started by an older runner can be stopped and resumed."""
+    import json
+
+    st = State.new("r", ["a", "b"])
+    st.items["a"].status, st.provider_calls = "done", 2
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(st.to_dict(), indent=2, sort_keys=True) + "\n")
+    assert StateStore(path).load() == st
