@@ -63,18 +63,43 @@ def _hwm_kib(pid: int) -> int | None:
     return None
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """The process's own CPU time (user + system, not its children's)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_per_item(samples: list[tuple[float, float]], done: list[float]) -> float | None:
+    """Engine CPU seconds per item between the first and the last sample that items
+    were done in between (robust to the machine's load, unlike items per second)."""
+    inside = [s for s in samples if done and done[0] <= s[0] <= done[-1]]
+    if len(inside) < 2:
+        return None
+    (t0, c0), (t1, c1) = inside[0], inside[-1]
+    count = sum(1 for t in done if t0 < t <= t1)
+    return (c1 - c0) / count if count else None
+
+
 def items_sample(n: int, work: Path, window: float) -> dict[str, Any]:
-    spec = work / f"items-{n}.toml"
+    spec = work / f"items-{n}-{len(list(work.glob('items-*.toml')))}.toml"
     names = ", ".join(f'"i{i:05d}"' for i in range(n))
     spec.write_text(f'items = [{names}]\n\n[provider]\ncommand = ["true"]\n')
-    rd = runs.start(spec, work / f"items-{n}")
+    rd = runs.start(spec, work / spec.stem)
     peak = 0
+    cpu: list[tuple[float, float]] = []
     try:
         pid = _engine_pid(rd, time.monotonic() + 60)
         deadline = time.monotonic() + window
         while rd.is_live() and time.monotonic() < deadline:
             if pid is not None:
                 peak = max(peak, _hwm_kib(pid) or 0)
+                used = _cpu_seconds(pid)
+                if used is not None:
+                    cpu.append((time.time(), used))
             time.sleep(0.2)
         if pid is not None:
             peak = max(peak, _hwm_kib(pid) or 0)
@@ -89,6 +114,7 @@ def items_sample(n: int, work: Path, window: float) -> dict[str, Any]:
         "completed": completed,
         "items_per_second": round(rate, 2) if rate else None,
         "engine_peak_mb": round(peak / 1024, 1) if peak else None,
+        "engine_cpu_ms_per_item": round(per * 1000, 2) if (per := _cpu_per_item(cpu, done)) else None,
     }
 
 
@@ -191,9 +217,12 @@ def run(
 
 
 def items_table(part: dict[str, Any]) -> str:
-    lines = ["| items | done in window | items/s | engine peak MB |", "|---|---|---|---|"]
+    lines = ["| items | done in window | items/s | engine CPU ms/item | engine peak MB |", "|---|---|---|---|---|"]
     for r in part["rows"]:
-        lines.append(f"| {r['items']:,} | {r['done']:,} | {r['items_per_second']} | {r['engine_peak_mb']} |")
+        lines.append(
+            f"| {r['items']:,} | {r['done']:,} | {r['items_per_second']} | {r['engine_cpu_ms_per_item']}"
+            f" | {r['engine_peak_mb']} |"
+        )
     return "\n".join(lines)
 
 
