@@ -415,17 +415,23 @@ class Context:
         if not items:
             out.append(self._bench_absent("Items"))
         else:
-            rows = ["| items | done in the window | items per second | engine peak memory |", "|---|---|---|---|"]
+            rows = [
+                "| items | done in the window | items per second | engine CPU per item | engine peak memory |",
+                "|---|---|---|---|---|",
+            ]
             for r in items["rows"]:
                 rate = f"{r['items_per_second']:g}" if r.get("items_per_second") else "-"
+                cpu = f"{r['engine_cpu_ms_per_item']:g} ms" if r.get("engine_cpu_ms_per_item") else "-"
                 peak = f"{r['engine_peak_mb']:g} MB" if r.get("engine_peak_mb") else "-"
                 done = f"{r['done']:,}" + (" (all)" if r.get("completed") else "")
-                rows.append(f"| {r['items']:,} | {done} | {rate} | {peak} |")
+                rows.append(f"| {r['items']:,} | {done} | {rate} | {cpu} | {peak} |")
             out.append(
                 f"**Items.** {self._part_tag(items)}. A spec of N items whose provider is `true`, run "
-                f"detached for at most {_seconds(items['window'])}; items per second from the journal (items "
-                "done after the first, over the time from the first `item-done` to the last); the engine's "
-                "peak memory is its VmHWM.\n\n" + "\n".join(rows)
+                f"detached for at most {_seconds(items['window'])}, each count twice in alternating order "
+                "(the row: the sample of the higher rate); items per second from the journal (items done "
+                "after the first, over the time from the first `item-done` to the last); the engine's own CPU "
+                "time per item over the same span (what a loaded machine changes least); the engine's peak "
+                "memory is its VmHWM.\n\n" + "\n".join(rows)
             )
         if not journal:
             out.append(self._bench_absent("Journal size"))
@@ -449,7 +455,9 @@ class Context:
             out.append(
                 f"**Journal size.** {self._part_tag(journal)}. Live runs (provider `sleep`); the large ones' "
                 "journals padded, in the current attempt, with `hook-result` records. Each command: wall time, "
-                "peak memory (its `ru_maxrss`, which counts from its fork), exit code.\n\n" + "\n".join(rows)
+                "peak memory (its `ru_maxrss`, forked from a small process of the benchmark's, whose own few MB it "
+                "counts), exit code; the median of three for the commands that leave the run as it was. Exit 6 "
+                "(NO_LIVE_RUN): the second `runner stop` finds the run already stopped.\n\n" + "\n".join(rows)
             )
         return "\n\n".join(out)
 
