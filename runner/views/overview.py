@@ -294,7 +294,9 @@ class FoldCache:
                 key = (-1, -1)
             kept = self._folds.get(rd.path)
             if kept is None or kept[0] != key or st_size(rd.journal) < kept[1].offset:
-                kept = (key, JournalTail(rd.journal), Fold(spec))
+                # A first fold reads what `runner status` reads: the journal's end.
+                fresh = Fold(spec, skipped=max(0, st_size(rd.journal) - defaults.STATUS_JOURNAL_TAIL_BYTES))
+                kept = (key, JournalTail(rd.journal, start=fresh.skipped), fresh)
             _, tail, fold = kept
             try:
                 while records := tail.poll():

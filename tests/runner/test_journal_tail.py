@@ -121,3 +121,21 @@ def test_stop_and_status_on_a_journal_past_its_cap(runs):
     assert info["journal_skipped"] > untrusted.JOURNAL_CAP
     again = runs.runner("stop", "--run-dir", rd.path)
     assert "cap" not in again.stdout + again.stderr
+
+
+def test_the_dashboards_fold_cache_starts_at_the_same_tail(tmp_path, counted_reads):
+    """Path: overview.FoldCache (the dashboard's status) begins a run's fold where
+    fold_journal does, at the journal's last STATUS_JOURNAL_TAIL_BYTES, then reads only
+    what is appended."""
+    path = tmp_path / "journal.jsonl"
+    _long_attempt(path, 32)
+    rd = types.SimpleNamespace(journal=path, path=tmp_path)
+    cache = overview.FoldCache()
+    fold = cache.fold(rd, None, [])
+    assert counted_reads["bytes"] <= defaults.STATUS_JOURNAL_TAIL_BYTES + CHUNK
+    assert fold.skipped > 0
+    with Journal(path) as j:
+        j.append("item-done", item="a")
+    counted_reads["bytes"] = 0
+    assert cache.fold(rd, None, []).outcomes == {"a": "done"}
+    assert counted_reads["bytes"] < 4096
