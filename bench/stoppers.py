@@ -1,10 +1,11 @@
 """`make bench`: the runner's stop beside the other stoppers, at scale and under load.
 
     python -m bench.stoppers [--n 5] [--sizes 1,10,100,1000] [--scale-n 3] [--load-runs 50]
+                             [--parts stoppers,scale,load,items,journal] [--merge]
                              [--json docs/bench.json] [--check] [--ci]
 
-Three parts, in one run, each printed as a table and written to the JSON with every raw
-sample (machine, date, commit, n):
+Five parts (the first three by default; `make bench` runs all five), in one run, each
+printed as a table and written to the JSON with every raw sample (machine, date, commit, n):
 
 - **stoppers** (bench/matrix.py): the same victim trees (bench/trees.py: the plugin's
   victim programs, each tree marked in its argv) under each stopper (bench/contenders.py),
@@ -64,7 +65,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--load-runs", type=int, help="runs stopped at once (default 50; --ci: 5)")
     ap.add_argument("--stoppers", type=_ids, help="only these stopper ids (comma-separated)")
     ap.add_argument("--victims", type=_ids, help="only these victim ids (comma-separated)")
-    ap.add_argument("--parts", type=_ids, default=list(PARTS), help=",".join(PARTS))
+    ap.add_argument(
+        "--parts", type=_ids, default=list(PARTS[:3]), help=f"{','.join(PARTS)} (default {','.join(PARTS[:3])})"
+    )
     ap.add_argument(
         "--item-counts", type=lambda s: [int(x) for x in _ids(s)], help="items part (default 100,2000,20000)"
     )
