@@ -286,15 +286,24 @@ class StateStore:
             return None
         return self.load()
 
-    def _on_disk_is_mine(self) -> bool:
-        """Whether state.json is still what this store last wrote (nobody wrote since)."""
+    def _open_mine(self) -> int | None:
+        """A descriptor to append to state.json, if it is still what this store last wrote
+        (its inode and size): checked on the descriptor itself, so that an append never
+        lands in a file that another writer put in its place."""
         if self._written is None:
-            return False
+            return None
         try:
-            st = os.lstat(self.path)
+            fd = _open_append(os.fspath(self.path))
+        except (Damaged, OSError):
+            return None  # a link, a FIFO, a missing directory: the full save says why
+        try:
+            st = os.fstat(fd)
         except OSError:
-            return False
-        return (st.st_ino, st.st_size) == self._written
+            st = None
+        if st is not None and (st.st_ino, st.st_size) == self._written:
+            return fd
+        os.close(fd)
+        return None
 
     def _recorded_stop(self, attempt: int, mine: bool = False) -> tuple[str | None] | None:
         """(origin,) if a stop is recorded for `attempt`, on disk or by this store's last save.
@@ -321,12 +330,16 @@ class StateStore:
         The read-then-write below is not atomic against another writer; it does not need to
         be, because of the single-writer rule (a stopper writes only once the engine is dead).
         """
-        mine = touched is not None and self._on_disk_is_mine()
-        # The stopped guard: a save never un-stops an attempt.
-        _keep_recorded_stop(state, self._recorded_stop(state.attempt, mine))  # ablate: stopped-guard
-        state.updated = time.time()
-        if touched is None or not mine or not self._append(state, touched):  # ablate: state-append
-            self._save_full(state)
+        fd = self._open_mine() if touched is not None else None
+        try:
+            # The stopped guard: a save never un-stops an attempt.
+            _keep_recorded_stop(state, self._recorded_stop(state.attempt, fd is not None))  # ablate: stopped-guard
+            state.updated = time.time()
+            if touched is None or fd is None or not self._append(fd, state, touched):  # ablate: state-append
+                self._save_full(state)
+        finally:
+            if fd is not None:
+                os.close(fd)
         self._last_item = state.current_item
         if state.stopped:
             self._saved_stop = (state.attempt, state.stop_origin)
@@ -339,9 +352,9 @@ class StateStore:
         self._full_size = len(data)
         self._written = self._stat()
 
-    def _append(self, state: State, touched: Iterable[str | None]) -> bool:
+    def _append(self, fd: int, state: State, touched: Iterable[str | None]) -> bool:
         """Append one transition; False when a full save is due instead (compaction)."""
-        if self._written is None:  # _on_disk_is_mine said it was not; never here
+        if self._written is None:  # _open_mine said it was not; never here
             return False
         values = ItemState._values
         changed: dict[str, ItemState] = {}
@@ -354,15 +367,11 @@ class StateStore:
         data = _line(step)
         if self._written[1] + len(data) > 2 * self._full_size + COMPACT_SLACK:  # ablate: state-compaction
             return False
-        fd = _open_append(os.fspath(self.path))
-        try:
-            if _ends_torn(fd):
-                data = b"\n" + data
-            _write_all(fd, data)
-            os.fsync(fd)
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
+        if _ends_torn(fd):
+            data = b"\n" + data
+        _write_all(fd, data)
+        os.fsync(fd)
+        st = os.fstat(fd)
         for name, item in changed.items():
             self._items[name] = values(item)
         self._written = (st.st_ino, st.st_size)

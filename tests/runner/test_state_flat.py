@@ -181,3 +181,24 @@ def test_an_indented_state_json_of_an_older_runner_still_loads(tmp_path):
     path = tmp_path / "state.json"
     path.write_text(json.dumps(st.to_dict(), indent=2, sort_keys=True) + "\n")
     assert StateStore(path).load() == st
+
+
+def test_an_append_never_follows_a_link_planted_between_saves(tmp_path):
+    """Path: StateStore._open_mine opens state.json for the append without following a
+    link (the journal's _open_append) and checks the descriptor is the file this store
+    wrote: a link planted in its place is replaced by a full save, its target untouched."""
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"not the runner's\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    store = StateStore(run / "state.json")
+    st = State.new("r", ["a"])
+    store.save(st)
+    st.current_item = "a"
+    store.save(st, touched=("a",))
+    os.unlink(store.path)
+    os.symlink(outside, store.path)
+    st.items["a"].status = "done"
+    store.save(st, touched=("a",))
+    assert outside.read_bytes() == b"not the runner's\n"
+    assert not os.path.islink(store.path) and StateStore(store.path).load() == st
