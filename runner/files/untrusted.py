@@ -34,7 +34,10 @@ STATE_CAP = 64 * 1024 * 1024
 """state.json: grows with the number of items (a full state, and at most about as much
 again of transitions appended after it: state.py)."""
 JOURNAL_CAP = 256 * 1024 * 1024
-"""journal.jsonl: grows with the run; read whole by the stopper and resume."""
+"""journal.jsonl: grows with the run; the cap of a whole read (journal.read, read_attempt:
+tests and tools). The runner's own commands read a bounded tail of it and have no cap:
+a stopper its end for the run-stop, a status its last MiB (journal.stop_recorded,
+overview.fold_journal)."""
 MAX_DEPTH = 32
 """The runner's own JSON nests at most 3 deep; 32 leaves room and refuses bombs."""
 
