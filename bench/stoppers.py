@@ -1,10 +1,11 @@
 """`make bench`: the runner's stop beside the other stoppers, at scale and under load.
 
     python -m bench.stoppers [--n 5] [--sizes 1,10,100,1000] [--scale-n 3] [--load-runs 50]
+                             [--parts stoppers,scale,load,items,journal] [--merge]
                              [--json docs/bench.json] [--check] [--ci]
 
-Three parts, in one run, each printed as a table and written to the JSON with every raw
-sample (machine, date, commit, n):
+Five parts (the first three by default; `make bench` runs all five), in one run, each
+printed as a table and written to the JSON with every raw sample (machine, date, commit, n):
 
 - **stoppers** (bench/matrix.py): the same victim trees (bench/trees.py: the plugin's
   victim programs, each tree marked in its argv) under each stopper (bench/contenders.py),
@@ -15,6 +16,9 @@ sample (machine, date, commit, n):
 - **scale** (bench/scale.py): `runner stop --now` against a raw `killpg(SIGKILL)` of the
   same tree of 1 to 1,000 processes.
 - **load** (bench/load.py): many runs stopped at once.
+- **items** and **journal** (bench/sizes.py): items per second and the engine's memory
+  as the number of items grows; stop, status, list and logs on a run whose journal is
+  large, beside a fresh run.
 
 --ci is the reduced run CI keeps working: n=1, `timeout -k` and the two runner stops,
 small scale, 5 runs at once. --check exits 1 when a cell of the runner's own stops left
@@ -38,12 +42,15 @@ from typing import Any
 
 from runner import defaults
 
-from . import contenders, load, matrix, runs, scale, trees
+from . import contenders, load, matrix, runs, scale, sizes, trees
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_GRACE = defaults.KILL_GRACE
 """One kill grace for every stopper: the runner's default, written into each run's spec
 (`[stop] kill_grace`) and given to every other stopper as its grace."""
+
+
+PARTS = ("stoppers", "scale", "load", "items", "journal")
 
 
 def _ids(text: str) -> list[str]:
@@ -58,15 +65,36 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--load-runs", type=int, help="runs stopped at once (default 50; --ci: 5)")
     ap.add_argument("--stoppers", type=_ids, help="only these stopper ids (comma-separated)")
     ap.add_argument("--victims", type=_ids, help="only these victim ids (comma-separated)")
-    ap.add_argument("--parts", type=_ids, default=["stoppers", "scale", "load"], help="stoppers,scale,load")
+    ap.add_argument(
+        "--parts", type=_ids, default=list(PARTS[:3]), help=f"{','.join(PARTS)} (default {','.join(PARTS[:3])})"
+    )
+    ap.add_argument(
+        "--item-counts", type=lambda s: [int(x) for x in _ids(s)], help="items part (default 100,2000,20000)"
+    )
+    ap.add_argument("--items-window", type=float, help=f"most seconds per items run (default {sizes.WINDOW:g})")
+    ap.add_argument("--journal-mib", type=lambda s: [int(x) for x in _ids(s)], help="journal part (default 250,1024)")
+    ap.add_argument("--merge", action="store_true", help="keep the parts of the existing --json that are not run now")
     ap.add_argument("--kill-grace", type=float, default=KILL_GRACE)
     ap.add_argument("--ci", action="store_true", help="the reduced run: n=1, three stoppers, small scale and load")
     ap.add_argument("--json", type=Path, help="write every sample here")
     ap.add_argument("--check", action="store_true", help="exit 1 when a runner cell left an orphan or did not stop")
     args = ap.parse_args(argv)
     # Defaults, then what --ci reduces; a number given on the command line wins over both.
-    defaults = (1, [1, 10], 1, 5) if args.ci else (5, [1, 10, 100, 1000], 3, 50)
-    for name, value in zip(("n", "sizes", "scale_n", "load_runs"), defaults, strict=True):
+    defaults = (
+        (1, [1, 10], 1, 5, [100, 1000], 5.0, [32])
+        if args.ci
+        else (
+            5,
+            [1, 10, 100, 1000],
+            3,
+            50,
+            list(sizes.ITEM_COUNTS),
+            sizes.WINDOW,
+            [s >> 20 for s in sizes.JOURNAL_SIZES],
+        )
+    )
+    names = ("n", "sizes", "scale_n", "load_runs", "item_counts", "items_window", "journal_mib")
+    for name, value in zip(names, defaults, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, value)
     if args.ci and not args.stoppers:
@@ -76,7 +104,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for name, given, known in (
         ("--stoppers", args.stoppers, known_stoppers),
         ("--victims", args.victims, known_victims),
-        ("--parts", args.parts, ["stoppers", "scale", "load"]),
+        ("--parts", args.parts, list(PARTS)),
     ):
         bad = [x for x in given or [] if x not in known]
         if bad:
@@ -88,9 +116,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def machine() -> dict[str, Any]:
+def _loadavg() -> list[float]:
     with open("/proc/loadavg") as f:
-        load_avg = [float(x) for x in f.read().split()[:3]]
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def machine() -> dict[str, Any]:
+    load_avg = _loadavg()
     return {
         "hostname": platform.node(),
         "kernel": platform.release(),
@@ -148,6 +180,11 @@ def problems(doc: dict[str, Any]) -> list[str]:
     for m in (doc.get("load") or {}).get("modes", []):
         if "skipped" not in m and (m["stopped"] < m["runs"] or m["orphans"]):
             out.append(f"load `runner {m['mode']}`: stopped {m['stopped']}/{m['runs']}, orphans {m['orphans']}")
+    journal_part = doc.get("journal") or {}
+    for side in [journal_part["fresh"], *journal_part["large"]] if journal_part else []:
+        for c in ("stop", "stop_now", "status"):
+            if side[c]["rc"] != 0:
+                out.append(f"journal {side['journal_bytes']} bytes: `runner {c}` exited {side[c]['rc']}")
     return out
 
 
@@ -185,6 +222,20 @@ def main(argv: list[str] | None = None) -> int:
             doc["load"]["seconds"] = round(time.monotonic() - t, 1)
             print("\nUnder load:")
             print(load.table(doc["load"]) + "\n")
+        chosen_sizes = tuple(p for p in ("items", "journal") if p in args.parts)
+        if chosen_sizes:
+            # Each with its own stamp: --merge may keep them beside parts of another run.
+            stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}
+            for p in chosen_sizes:
+                t = time.monotonic()
+                measured = sizes.run(
+                    tuple(args.item_counts), args.items_window, tuple(m << 20 for m in args.journal_mib), (p,)
+                )
+                doc[p] = {**measured[p], **stamp, "seconds": round(time.monotonic() - t, 1)}
+            if "items" in doc:
+                print("\nItems:\n" + sizes.items_table(doc["items"]) + "\n")
+            if "journal" in doc:
+                print("\nJournal size:\n" + sizes.journal_table(doc["journal"]) + "\n")
     finally:
         left = trees.sweep(work / "trees")
         if left:
@@ -195,8 +246,17 @@ def main(argv: list[str] | None = None) -> int:
     found = problems(doc)
     for p in found:
         print(f"bench: problem: {p}", file=sys.stderr)
-    parts = ", ".join(f"{p} {doc[p]['seconds']} s" for p in ("stoppers", "scale", "load") if p in doc)
+    parts = ", ".join(f"{p} {doc[p]['seconds']} s" for p in PARTS if p in doc)
     print(f"bench: {doc['seconds']} s ({parts})")
+    if args.json and args.merge and args.json.exists():
+        kept = json.loads(args.json.read_text())
+        for p in PARTS:
+            if p not in doc and p in kept:
+                doc[p] = kept[p]
+                doc.setdefault("merged", []).append(p)
+        if doc.get("merged"):  # the run's own stamp stays that of the parts it kept
+            for key in ("date", "git_commit", "machine", "kill_grace", "runner_command", "ci"):
+                doc[key] = kept.get(key, doc[key])
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.json.with_name(args.json.name + ".tmp")

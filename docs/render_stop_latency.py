@@ -447,6 +447,68 @@ class Context:
             return self._bench_absent("At scale and under load")
         return f"{self._bench_tag()}.\n\n" + self._bench_scale() + "\n\n" + self._bench_load()
 
+    def _part_tag(self, part: dict) -> str:
+        b = self.bench or {}
+        mach = b.get("machine", {})
+        load = part.get("loadavg_at_start")
+        load = f", load average {load[0]:g} at start" if load else ""
+        return (
+            f"MEASURED by `make bench` (`{self.bench_name}`, {part.get('date', '?')}; {mach.get('hostname', '?')}, "
+            f"{mach.get('cpus', '?')} CPUs{load}; commit `{part.get('git_commit') or 'unknown'}`)"
+        )
+
+    def bench_sizes(self) -> str:
+        items, journal = self._bench_part("items"), self._bench_part("journal")
+        out = []
+        if not items:
+            out.append(self._bench_absent("Items"))
+        else:
+            rows = [
+                "| items | done in the window | items per second | engine CPU per item | engine peak memory |",
+                "|---|---|---|---|---|",
+            ]
+            for r in items["rows"]:
+                rate = f"{r['items_per_second']:g}" if r.get("items_per_second") else "-"
+                cpu = f"{r['engine_cpu_ms_per_item']:g} ms" if r.get("engine_cpu_ms_per_item") else "-"
+                peak = f"{r['engine_peak_mb']:g} MB" if r.get("engine_peak_mb") else "-"
+                done = f"{r['done']:,}" + (" (all)" if r.get("completed") else "")
+                rows.append(f"| {r['items']:,} | {done} | {rate} | {cpu} | {peak} |")
+            out.append(
+                f"**Items.** {self._part_tag(items)}. A spec of N items whose provider is `true`, run "
+                f"detached for at most {_seconds(items['window'])}, each count twice in alternating order "
+                "(the row: the sample of the higher rate); items per second from the journal (items done "
+                "after the first, over the time from the first `item-done` to the last); the engine's own CPU "
+                "time per item over the same span (what a loaded machine changes least); the engine's peak "
+                "memory is its VmHWM.\n\n" + "\n".join(rows)
+            )
+        if not journal:
+            out.append(self._bench_absent("Journal size"))
+        else:
+            sides = [journal["fresh"], *journal["large"]]
+            head = ["fresh run"] + [f"journal of {s['journal_bytes'] / (1 << 20):,.0f} MiB" for s in journal["large"]]
+            rows = ["| command | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+            labels = {
+                "stop": "`runner stop` (live run)",
+                "stop_now": "`runner stop --now` (live run)",
+                "stop_stopped": "`runner stop` again (stopped run)",
+                "status": "`runner status --json`",
+                "list": "`runner list`",
+                "logs": "`runner logs`",
+            }
+            for key, label in labels.items():
+                cells = [
+                    f"{_measured(s[key]['seconds'])}, {s[key]['max_rss_mb']:g} MB, exit {s[key]['rc']}" for s in sides
+                ]
+                rows.append(f"| {label} | " + " | ".join(cells) + " |")
+            out.append(
+                f"**Journal size.** {self._part_tag(journal)}. Live runs (provider `sleep`); the large ones' "
+                "journals padded, in the current attempt, with `hook-result` records. Each command: wall time, "
+                "peak memory (its `ru_maxrss`, forked from a small process of the benchmark's, whose own few MB it "
+                "counts), exit code; the median of three for the commands that leave the run as it was. Exit 6 "
+                "(NO_LIVE_RUN): the second `runner stop` finds the run already stopped.\n\n" + "\n".join(rows)
+            )
+        return "\n\n".join(out)
+
     def limits(self) -> str:
         names = [
             "MAX_DURATION",
@@ -498,6 +560,7 @@ def render(template: str, ctx: Context) -> str:
             "limits",
             "bench_stoppers",
             "bench_scale_load",
+            "bench_sizes",
         ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")

@@ -108,6 +108,12 @@ SPEC_MAX_DEPTH = 32
 MAX_ARG_BYTES = 128 * 1024 - 1
 """Longest single argument of a command after substitution (Linux's MAX_ARG_STRLEN is
 32 pages, 128 KiB, with its NUL); longer ones fail exec with E2BIG."""
+STOP_JOURNAL_TAIL_BYTES = 1024 * 1024
+"""Most bytes of the journal's end a stopper reads for the attempt's `run-stop` (it is the
+engine's last record, so it is in the last ones whatever the journal's size)."""
+STATUS_JOURNAL_TAIL_BYTES = 1024 * 1024
+"""Most bytes of the journal's end `runner status` folds: a fresh run's cost, whatever the
+journal's size; a longer journal loses the phase times and failures of what is before."""
 FILE_POLL = 0.01
 """How often a command re-tries a lock held by another command (a stopper recording, a
 stopper forcing)."""

@@ -76,6 +76,7 @@ class RunStatus(TypedDict):
     containment: dict[str, Any] | None
     copy: str | None
     cause: str | None
+    journal_skipped: int
 
 
 def run(
@@ -429,4 +430,5 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
         "containment": containment,
         "copy": view.copy,
         "cause": fold.cause,
+        "journal_skipped": fold.skipped,
     }

@@ -20,7 +20,7 @@ import time
 from runner import defaults
 from runner.errors import Damaged, NoLiveRun, RunnerError, disk_fault
 from runner.exitcodes import Exit
-from runner.files import untrusted
+from runner.files import state, untrusted
 from runner.files.rundir import RUN_ID_SHAPE, RunDir, copy_line
 from runner.proc import identity, pidns, signals, sweep
 from runner.proc.cgroup import RunCgroup, run_cgroup_path
@@ -180,7 +180,7 @@ def _run_id(view: RunView) -> str | None:
     except Damaged as exc:
         view.note(exc)
     try:
-        data = untrusted.read_json(rd.state, untrusted.STATE_CAP)
+        data = state.parse(untrusted.read_bytes(rd.state, untrusted.STATE_CAP), rd.state)
         value = data.get("run_id") if isinstance(data, dict) else None
         if isinstance(value, str) and RUN_ID_SHAPE.fullmatch(value):
             return value

@@ -33,7 +33,7 @@ from runner.errors import (
 from runner.events import Event, Mode, Origin
 from runner.exitcodes import Exit
 from runner.files import stop_request, untrusted
-from runner.files.journal import Journal, read_attempt
+from runner.files.journal import Journal, read_attempt, stop_recorded
 from runner.files.reserve import Reserve
 from runner.files.rundir import RunDir, copy_line, refuse_copy
 from runner.files.state import State, StateStore
@@ -215,9 +215,9 @@ class _StopLock:
 def _who_recorded(rd: RunDir, state: State) -> str | None:
     """ "engine" or "other" (another stopper) when this attempt's stop is already
     recorded: stopped in state.json and its run-stop journaled."""
-    # The current attempt's records only (journal.read_attempt, read from the journal's
-    # end): the previous attempt's `run-stop` never counts for this one.
-    if state.stopped and any(r.get("event") == Event.RUN_STOP for r in read_attempt(rd.journal)):
+    # The current attempt's records only, and a bounded tail of them (journal.stop_recorded,
+    # read from the journal's end): the previous attempt's `run-stop` never counts for this one.
+    if state.stopped and stop_recorded(rd.journal):
         return "engine" if state.stop_origin != Origin.FORCED else "other"
     return None
 
@@ -416,7 +416,8 @@ def _engine_gone(rd: RunDir, view: RunView) -> bool:
 def unproven_children(rd: RunDir) -> list[str]:
     """What this attempt's engine journaled as its unproven children ("pid N (name)")."""
     try:
-        records = read_attempt(rd.journal)
+        # The engine's last records: a bounded read, as every stopper's (journal.py).
+        records = read_attempt(rd.journal, defaults.STOP_JOURNAL_TAIL_BYTES)
     except (Damaged, OSError):
         return []
     out: list[str] = []
@@ -652,7 +653,7 @@ def complete_record(rd: RunDir, journal: Journal, state: State) -> bool:
     run-stop): journal the run-stop it lacks, marked `completed`, so that state.json and
     the journal agree before anything else happens to the run (`runner resume` calls
     this before it opens a new attempt). True if one was written."""
-    if not state.stopped or any(r.get("event") == Event.RUN_STOP for r in read_attempt(rd.journal)):
+    if not state.stopped or stop_recorded(rd.journal):
         return False
     origin = state.stop_origin or Origin.UNKNOWN.value
     journal.append(

@@ -469,4 +469,6 @@ class Engine:
 
     def _save(self) -> None:
         self.state.updated = time.time()
-        self.store.save(self.state)
+        # Items change only as the current item runs: a save appends that item alone,
+        # a cost that does not grow with the number of items (state.py).
+        self.store.save(self.state, touched=(self.state.current_item,))

@@ -52,9 +52,12 @@ class JournalTail:
     newline is there (the engine appends a record with one write; a reader may see half
     of it); a line that is not a record (torn by a crash) is skipped, as journal.read does."""
 
-    def __init__(self, path: str | os.PathLike[str], chunk: int = CHUNK) -> None:
+    def __init__(self, path: str | os.PathLike[str], chunk: int = CHUNK, start: int = 0) -> None:
+        """`start`: the byte to begin at; a line that begins before it is skipped whole."""
         self._tail = Tail(path, chunk)
         self._partial = b""
+        self._skip_line = start > 0
+        self._tail.offset = max(0, start - 1)  # from the byte before: a line starting at `start` is kept
 
     @property
     def offset(self) -> int:
@@ -65,6 +68,9 @@ class JournalTail:
         data = self._partial + self._tail.poll()
         lines = data.split(b"\n")
         self._partial = lines.pop()
+        if self._skip_line and lines:
+            self._skip_line = False
+            del lines[:1]
         if len(self._partial) > MAX_RECORD:
             self._partial = b""
         out: list[dict[str, Any]] = []

@@ -15,11 +15,13 @@ import json
 import os
 import time
 
+from runner import defaults
 from runner.errors import Damaged
 from runner.files import reserve, untrusted
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any, Self
 
     from runner.files.reserve import Reserve
@@ -115,24 +117,51 @@ engine's `run-start`)."""
 _TAIL_CHUNK = 64 * 1024
 
 
-def read_attempt(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def read_attempt(path: str | os.PathLike[str], budget: int | None = None) -> list[dict[str, Any]]:
     """The records of the current attempt, in order: from the last `run-start` or
     `resume` (included) to the end. Read from the end of the file backwards, so that a
     stopper's cost does not grow with the run's history (a long run's journal holds
-    hundreds of thousands of records; `read` would parse them all at every stop). The
-    same tolerance as `read`: a torn or too-deep line is skipped."""
+    hundreds of thousands of records; `read` would parse them all at every stop); with
+    `budget`, never more than that many bytes from the end (the attempt's last records).
+    The same tolerance as `read`: a torn or too-deep line is skipped."""
+    found: list[dict[str, Any]] = []
+    for record in _backwards(path, budget):
+        found.append(record)
+        if record["event"] in ATTEMPT_STARTS:
+            break
+    return found[::-1]
+
+
+def stop_recorded(path: str | os.PathLike[str], budget: int = defaults.STOP_JOURNAL_TAIL_BYTES) -> bool:
+    """Whether the current attempt's `run-stop` is journaled: read back from the end, to
+    the attempt's opening record, and never more than `budget` bytes, so that a stopper
+    reads the same at a 1 GB journal as at a fresh one and a journal past its cap never
+    hides a recorded stop. The run-stop is the engine's last record (just after `stopped`
+    in the state), so only what a stopper appends after it can push it out of the budget;
+    beyond the budget, not found: a stopper then records the stop again rather than miss it."""
+    for record in _backwards(path, budget):
+        if record["event"] == "run-stop":
+            return True
+        if record["event"] in ATTEMPT_STARTS:
+            return False
+    return False
+
+
+def _backwards(path: str | os.PathLike[str], budget: int | None) -> Iterator[dict[str, Any]]:
+    """The records from the end of the journal backwards; at most `budget` bytes read
+    from its end (None: all of it, under its cap)."""
     try:
         fd = untrusted.open_regular(path)
     except FileNotFoundError:
-        return []
+        return
     try:
         pos = os.fstat(fd).st_size
-        if pos > untrusted.JOURNAL_CAP:
+        if budget is None and pos > untrusted.JOURNAL_CAP:
             raise Damaged(path, f"larger than its cap of {untrusted.JOURNAL_CAP} bytes")
-        found: list[dict[str, Any]] = []
+        floor = 0 if budget is None else max(0, pos - budget)  # ablate: journal-tail-bound
         head = b""  # the first, maybe partial, line of what was read so far
-        while pos > 0:
-            n = min(_TAIL_CHUNK, pos)
+        while pos > floor:
+            n = min(_TAIL_CHUNK, pos - floor)
             pos -= n
             try:
                 lines = (os.pread(fd, n, pos) + head).split(b"\n")
@@ -141,12 +170,8 @@ def read_attempt(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             head = lines.pop(0) if pos > 0 else b""
             for raw in reversed(lines):
                 record = _record(raw, path)
-                if record is None:
-                    continue
-                found.append(record)
-                if record["event"] in ATTEMPT_STARTS:
-                    return found[::-1]
-        return found[::-1]
+                if record is not None:
+                    yield record
     finally:
         os.close(fd)
 

@@ -31,10 +31,14 @@ if TYPE_CHECKING:
 
 SMALL_CAP = 64 * 1024
 """Identity files, run-id, cgroup, stop requests: a few hundred bytes when sound."""
-STATE_CAP = 16 * 1024 * 1024
-"""state.json: grows with the number of items."""
+STATE_CAP = 64 * 1024 * 1024
+"""state.json: grows with the number of items (a full state, and at most about as much
+again of transitions appended after it: state.py)."""
 JOURNAL_CAP = 256 * 1024 * 1024
-"""journal.jsonl: grows with the run; read whole by the stopper and resume."""
+"""journal.jsonl: grows with the run; the cap of a whole read (journal.read, read_attempt:
+tests and tools). The runner's own commands read a bounded tail of it and have no cap:
+a stopper its end for the run-stop, a status its last MiB (journal.stop_recorded,
+overview.fold_journal)."""
 MAX_DEPTH = 32
 """The runner's own JSON nests at most 3 deep; 32 leaves room and refuses bombs."""
 
@@ -169,7 +173,9 @@ def depth(raw: bytes) -> int:
 
 def parse_json(raw: bytes, source: str | os.PathLike[str], max_depth: int = MAX_DEPTH) -> Any:
     """JSON from bytes read off disk: depth-checked, strict UTF-8, one-line errors."""
-    if depth(raw) > max_depth:
+    # No text nests deeper than it has opening brackets: counting them (in C) spares
+    # the regex for every journal line a status folds, where it was most of the cost.
+    if raw.count(b"[") + raw.count(b"{") > max_depth and depth(raw) > max_depth:
         raise Damaged(source, f"JSON nested deeper than {max_depth} levels")
     try:
         return json.loads(raw.decode("utf-8"))

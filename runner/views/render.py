@@ -87,6 +87,10 @@ def status_view(info: RunStatus) -> list[str]:
     ]
     if info["copy"] is not None:
         lines.append(f"  COPY: {clean(info['copy'], 1000)}")
+    if info["journal_skipped"]:
+        lines.append(
+            f"  journal: its first {info['journal_skipped']:,} bytes not read (only the phase times they held)"
+        )
     if info["live"] and info["current_item"] is not None:
         names = [r["item"] for r in info["items"]]
         where = f" ({names.index(info['current_item']) + 1}/{len(names)})" if info["current_item"] in names else ""

@@ -278,3 +278,26 @@ def test_renders_a_json_the_bench_itself_wrote(render_mod, tmp_path):
     assert "| 2 | median " in scale_load
     assert "| `runner stop` (one command per run) | 2/2 |" in scale_load
     assert "| `runner stop --now` (one command per run) | 2/2 |" in scale_load
+
+
+def test_renders_the_size_parts_the_bench_itself_wrote(render_mod, tmp_path):
+    """Path: the benchmark's real writer of the items and journal parts (bench/sizes.py
+    through `python -m bench.stoppers --parts items,journal`, reduced: 5 items, a 2 MiB
+    journal) feeds the renderer: both tables MEASURED, every stop and status exited 0
+    (the command's own --check)."""
+    out = tmp_path / "bench.json"
+    args = ["--parts", "items,journal", "--item-counts", "5", "--items-window", "5", "--journal-mib", "2"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.stoppers", *args, "--json", str(out), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = render_mod.render_files(TEMPLATE, None, None, None, out)
+    sizes = _section(doc, "Costs against the size of a run")
+    assert "**Items.** MEASURED" in sizes and "| 5 | 5 (all) |" in sizes
+    assert "**Journal size.** MEASURED" in sizes and "journal of 2 MiB" in sizes
+    row = next(line for line in sizes.splitlines() if line.startswith("| `runner status --json` |"))
+    assert row.count("exit 0") == 2, row
