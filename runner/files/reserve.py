@@ -20,6 +20,8 @@ import os
 import stat
 
 from runner import defaults
+from runner.errors import Damaged
+from runner.files import dirfd
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
@@ -49,24 +51,31 @@ class Reserve:
         this run is replaced (unlinked by name: a link there is removed, never followed).
         OSError (ENOSPC: the disk is already full) is the caller's."""
         path = os.path.join(directory, NAME)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o600)
+        # Relative to the run directory's descriptor, as every write of the runner's
+        # (dirfd.py): a moved or replaced path is never followed.
+        dfd, name = dirfd.parent(path)
         try:
             try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as exc:
-                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                    raise
-                _fill(fd, size)  # a file system without fallocate: real blocks all the same
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(path)
-            raise
+                os.unlink(name, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(name, flags, 0o600, dir_fd=dfd)
+            try:
+                dirfd.own(dfd, fd)
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as exc:
+                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
+                    _fill(fd, size)  # a file system without fallocate: real blocks all the same
+                os.fsync(fd)
+            except BaseException:
+                os.close(fd)
+                os.unlink(name, dir_fd=dfd)
+                raise
+        finally:
+            os.close(dfd)
         return cls(path, fd)
 
     @classmethod
@@ -90,11 +99,15 @@ class Reserve:
             os.close(self._fd)
             self._fd = None
         try:
-            st = os.lstat(self.path)
-            if stat.S_ISREG(st.st_mode):  # a dead engine's: only a regular file is ours to free
-                freed = freed or st.st_size > 0
-                os.unlink(self.path)
-        except OSError:
+            dfd, name = dirfd.parent(self.path)
+            try:
+                st = os.lstat(name, dir_fd=dfd)
+                if stat.S_ISREG(st.st_mode):  # a dead engine's: only a regular file is ours to free
+                    freed = freed or st.st_size > 0
+                    os.unlink(name, dir_fd=dfd)
+            finally:
+                os.close(dfd)
+        except (OSError, Damaged):
             pass
         self.given_up = (writing, error)
         if freed and self.on_give_up is not None:
