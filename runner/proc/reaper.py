@@ -516,19 +516,18 @@ def kill_until_nothing_new(
     untagged: set[tuple[int, int]],
     bound: float = defaults.KILL_ROUNDS_BOUND,
 ) -> set[int]:
-    """KILL rounds without a cgroup: every watched process still alive gets its SIGKILL
-    (through its pidfd), then one pass over /proc finds what is new since the last one:
-    members of the run's signalled groups, processes that carry the run's tag (`run_id`;
-    None: no tag sweep). Each round's scan begins after every process known so far was
-    SIGKILLed, and a SIGKILLed process forks no more: a round that finds nothing new
-    has found everything the tag or the groups can show. Bounded by `bound` seconds
-    (what is still found then is left to the caller's report). Returns the pids newly
-    found and killed."""
+    """KILL rounds without a cgroup, after the routes' own KILL round: one pass over /proc
+    finds what is new since the last one (members of the run's signalled groups,
+    processes that carry the run's tag: `run_id`; None: no tag sweep) and SIGKILLs it.
+    Each round's scan begins after every process known so far was SIGKILLed, and a
+    SIGKILLed process forks no more: a round that finds nothing new has found everything
+    the tag or the groups can show. Nothing already watched is signalled again here, so
+    each route stays the one that kills what it found (a route that failed shows as a
+    survivor, never covered up). Bounded by `bound` seconds (what is still found then is
+    left to the caller's report). Returns the pids newly found and killed."""
     hit: set[int] = set()
     until = time.monotonic() + bound
     while True:
-        for pid in watch.alive():
-            watch.send(pid, signal.SIGKILL)
         if time.monotonic() >= until:
             return hit
         scan = identity.Scan()
@@ -544,12 +543,11 @@ def kill_until_nothing_new(
 
 def _wait_slow_deaths(watch: Watch, survivors: list[int], bound: float = defaults.KILL_ROUNDS_BOUND) -> list[int]:
     """Survivors of the confirm wait that the kernel does not show in uninterruptible
-    sleep have their SIGKILL (again) and are certain to die: on a starved machine they
-    are merely slow, and are waited for (up to `bound`), never named unkillable."""
+    sleep, with their SIGKILL pending, are certain to die: on a starved machine they are
+    merely slow, and are waited for (up to `bound`), never named unkillable. Nothing is
+    sent here: a survivor no route SIGKILLed stays one, and is reported."""
     if all(uninterruptible(pid) for pid in survivors):
         return survivors
-    for pid in survivors:
-        watch.send(pid, signal.SIGKILL)
     watch.wait(time.monotonic() + bound)
     return watch.alive()
 
