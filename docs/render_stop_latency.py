@@ -266,7 +266,12 @@ class Context:
             f"| {many['stoppers']} concurrent stoppers (hard, `--now`, graceful) on one run | exit codes "
             f"{many['codes']}; problems {len(many['problems'])} |",
         ]
-        return src + ":\n\n" + "\n".join(rows) + self._faults(s.get("faults"))
+        return (
+            src
+            + ":\n\n"
+            + "\n".join(rows)
+            + self._faults(s.get("faults"), (s.get("disk_and_pidns_faults") or {}).get("faults"))
+        )
 
     _FAULTS = (
         ("stopper_sigkill", "a stopper (`--now` or plain) SIGKILLed at a random moment, then a plain `runner stop`"),
@@ -276,10 +281,12 @@ class Context:
         ("early_sigterm_pid1", "SIGTERM to `runner run` as PID 1 of a pid namespace at 0.02 to 1 s after its start"),
     )
 
-    def _faults(self, faults: dict | None) -> str:
-        """The stop under faults (bench/faults.py): one row per fault, when the soak ran them."""
-        if not faults:
+    def _faults(self, faults: dict | None, disk: dict | None = None) -> str:
+        """The stop under faults (bench/faults.py, bench/soak_disk.py): one row per fault,
+        when the soak ran them."""
+        if not faults and not disk:
             return ""
+        faults = faults or {}
         rows = [
             "",
             "",
@@ -314,6 +321,23 @@ class Context:
                 f"| {what}{note} | {f['trials']} | {f['runs_left_running']} | {f['processes_left']} "
                 f"| {f['exit0_with_something_left']} | {f['stops_not_recorded']} | {f['codes']} |"
             )
+        for what, f in sorted((disk or {}).items()):
+            if "trials" not in f or "codes" not in f:
+                continue
+            codes = sorted(int(c) for c in f["codes"])
+            if "read-only" in what:
+                what += " (exit NOT_RECORDED: its one line says the stop could not be recorded, and why)"
+            rows.append(
+                f"| {what} | {f['trials']} | {f['runs_left_running']} | {f['processes_left']} "
+                f"| {f['exit0_with_something_left']} | {f['stops_not_recorded']} | {codes} |"
+            )
+        resumed = (disk or {}).get("resume after space freed")
+        if resumed:
+            rows += [
+                "",
+                f"After the disk was full at the stop, space freed: {resumed['completed']} of "
+                f"{resumed['trials']} runs resumed and completed.",
+            ]
         return "\n".join(rows)
 
     # -- the benchmark (docs/bench.json, `make bench`) --------------------------------
