@@ -10,8 +10,9 @@ new program by its argument and environment addresses (/proc/<pid>/stat fields 4
 and randomised).
 
 What it runs can be read only from pytest's side: multiprocessing keeps each child it
-started, with its target. Read without importing anything (an import may set off a
-garbage collection in the middle of the leak check).
+started, with its name and class (a subclass's run() names the code; a plain Process's
+target is dropped once it starts). Read without importing anything (an import may set off
+a garbage collection in the middle of the leak check).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 
 
 def describe(pid: int, comm: str) -> str:
-    """'fork of pytest, no exec: <what it runs>' (the Python target where it can be read)."""
+    """'(fork of pytest, no exec) <what it runs>', as far as pytest can tell."""
     return f"(fork of pytest, no exec) {_target(pid) or comm}"
 
 
@@ -30,10 +31,10 @@ def _target(pid: int) -> str | None:
         popen = getattr(child, "_popen", None)
         if getattr(popen, "pid", None) != pid:
             continue
-        target = getattr(child, "_target", None)
-        if target is None:  # a Process subclass that overrides run()
-            cls = type(child)
-            return f"multiprocessing {child.name}: {cls.__module__}.{cls.__qualname__}.run"
-        name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
-        return f"multiprocessing {child.name}: {getattr(target, '__module__', '?')}.{name}"
+        # Process.start() drops its target (bpo-30775): what is left is its name, and the run()
+        # of a Process subclass.
+        cls = type(child)
+        if cls.run is getattr(mp_process, "BaseProcess", object).run:
+            return f"multiprocessing {child.name}"
+        return f"multiprocessing {child.name}: {cls.__module__}.{cls.__qualname__}.run"
     return None

@@ -345,9 +345,7 @@ def test_env_scrubber():
     subprocess.run(["env", "-i", "setsid", "-f", "sleep", "{marks["scrubber"]}"], check=True)
 """
     )
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks-subreaper"
-    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks-subreaper")
     alive = _sleepers(marks)
     assert not alive, f"survivors: {alive}"
     result.stdout.fnmatch_lines([plugin.SUBREAPER_LINE, f"*escaped: no run tag: *{marks['scrubber']}*"])
@@ -371,7 +369,11 @@ def test_ini_key_and_module_marker(pytester, marks):
     assert set(alive) == {"disabled"}
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(
-        ["*ERROR at teardown of test_on*", "stoplatency: 1 leaked process(es) from 1 scope(s)*", "  test_on.py::test_on: *"]
+        [
+            "*ERROR at teardown of test_on*",
+            "stoplatency: 1 leaked process(es) from 1 scope(s)*",
+            "  test_on.py::test_on: *",
+        ]
     )
     # --stop-latency-json carries the same leak object as --process-leaks-json.
     leaks = json.loads((pytester.path / "sl.json").read_text())["process_leaks"]
