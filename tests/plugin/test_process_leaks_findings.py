@@ -13,7 +13,7 @@ import time
 import pytest
 from plugin_helpers import kill_identified, sleep_marks, sleepers
 
-from pytest_stoplatency import _leaks, plugin
+from pytest_stoplatency import _leakplugin, _leaks, plugin
 from pytest_stoplatency._guardian import ENV_DISABLE as ENV_NO_GUARDIAN
 from pytest_stoplatency._guardian import ENV_LOG as ENV_GUARDIAN_LOG
 
@@ -212,6 +212,23 @@ def test_a_guardian_killed_by_a_test_is_started_again_and_the_summary_says_so(py
     result.stdout.fnmatch_lines(
         ["stoplatency: the session guardian died during the session and was started again (1 time(s))"]
     )
+
+
+REGISTERED = """
+def test_registered(pytestconfig):
+    assert (pytestconfig.pluginmanager.get_plugin({name!r}) is not None) is {want}
+"""
+
+
+@pytest.mark.parametrize("flag", [(), ("--process-leaks",), ("--process-leaks-subreaper",)])
+def test_the_checks_plugin_object_is_registered_only_when_the_check_is_on(pytester, flag):
+    """Path: plugin.pytest_configure registers the check's own plugin object (_leakplugin) only
+    under one of its flags: without them no hook of the check runs, and the header says nothing of
+    it."""
+    pytester.makepyfile(REGISTERED.format(name=_leakplugin.NAME, want=bool(flag)))
+    result = _run(pytester, "-p", "no:xdist", *flag)
+    result.assert_outcomes(passed=1)
+    assert (plugin.NO_CGROUP_LINE in result.stdout.str()) == bool(flag)
 
 
 # -- 2. nothing missed when a finaliser runs during the check -------------------------------
