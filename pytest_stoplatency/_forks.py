@@ -34,7 +34,8 @@ def _target(pid: int) -> str | None:
         # Process.start() drops its target (bpo-30775): what is left is its name, and the run()
         # of a Process subclass.
         cls = type(child)
-        if cls.run is getattr(mp_process, "BaseProcess", object).run:
+        base = getattr(mp_process, "BaseProcess", None)
+        if base is None or cls.run is base.run:
             return f"multiprocessing {child.name}"
         return f"multiprocessing {child.name}: {cls.__module__}.{cls.__qualname__}.run"
     return None

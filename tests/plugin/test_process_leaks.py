@@ -287,6 +287,17 @@ def test_multiprocessing_spawn():
 def test_double_fork_that_exits():
     subprocess.run(["sh", "-c", "(sleep 0.05 &)"], check=True)
     time.sleep(0.3)
+
+@pytest.mark.skip(reason="not counted as checked")
+def test_skipped():
+    pass
+
+def test_skips_itself():
+    pytest.skip("not counted as checked either")
+
+@pytest.mark.xfail(strict=True, reason="it ran: counted")
+def test_xfails():
+    assert False
 """
 
 
@@ -294,15 +305,16 @@ def test_double_fork_that_exits():
 def test_clean_suite_reports_no_leak(pytester, xdist):
     """Path: no false positives: a clean suite (waited subprocesses, a session server stopped at
     its teardown, a victim (and with it the session guardian), asyncio and multiprocessing
-    children, a double fork that exits, xdist's workers) reports no leak."""
+    children, a double fork that exits, xdist's workers) reports no leak. The count of tests
+    checked leaves out the two skipped ones (an xfail ran: it counts)."""
     pytester.makepyfile(CLEAN_SUITE)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", *xdist, "--process-leaks", "--process-leaks-json", "leaks.json", timeout=120
     )
     doc = json.loads((pytester.path / "leaks.json").read_text())
-    assert doc["leaks"] == [] and doc["checked"] == 10, doc
-    result.assert_outcomes(passed=10)
-    result.stdout.fnmatch_lines(["stoplatency: no process leaks (10 test(s) checked)"])
+    assert doc["leaks"] == [] and doc["checked"] == 11, doc
+    result.assert_outcomes(passed=10, skipped=2, xfailed=1)
+    result.stdout.fnmatch_lines(["stoplatency: no process leaks (11 test(s) checked)"])
 
 
 def test_tag_alone_finds_a_double_fork_that_left_the_tree(pytester, marks):
