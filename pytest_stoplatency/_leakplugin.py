@@ -102,7 +102,7 @@ class ProcessLeaks:
                 lines.append(f"{_plugin.CGROUP_LINE} {parent}")
             else:
                 lines.append(f"{_plugin.NO_CGROUP_LINE} {_plugin.CGROUP_UNAVAILABLE}")
-        else:
+        elif not self.subreaper:
             lines.append(_plugin.NO_CGROUP_LINE)
         return lines
 
@@ -142,8 +142,9 @@ class ProcessLeaks:
             return (yield)
         finally:
             # First, before anything allocates: no collection, so no finaliser, until the
-            # snapshot of what the test left is taken.
+            # snapshot of what the test left is taken (the check releases this hold then).
             self.tracker.hold_gc()
+            held = True
             try:
                 # What starts from now on is not this test's (a thread or a finaliser of it).
                 gap = self.tracker.open_gap(item.nodeid)
@@ -152,9 +153,11 @@ class ProcessLeaks:
                 leaks = []
                 if scope_enabled(item):
                     self.checked += not item.stash.get(_SKIPPED, False)
-                    leaks = self.tracker.check(scope)
+                    held = False
+                    leaks = self.tracker.check(scope, held=True)
             finally:
-                self.tracker.release_gc()
+                if held:
+                    self.tracker.release_gc()
             leaks += self.pending
             self.pending.clear()
             self._report(item.nodeid, leaks)
@@ -209,15 +212,16 @@ class ProcessLeaks:
         teardown["lo"] = _leaks.last_pid()
 
     def _fixture_torn_down(self, scope: _leaks.Scope, teardown: dict) -> None:
-        self.tracker.hold_gc()
+        self.tracker.hold_gc()  # released by the check, once its snapshot is taken
         try:
             if "lo" in teardown:
                 scope.windows.append((teardown["lo"], _leaks.last_pid()))
                 self.tracker.enter_path(teardown["was"])
                 _set_tag(teardown["previous"])
-            self.pending.extend(self.tracker.check(scope, full=True))
-        finally:
+        except BaseException:
             self.tracker.release_gc()
+            raise
+        self.pending.extend(self.tracker.check(scope, full=True, held=True))
 
     # -- the session --------------------------------------------------------------
 
@@ -233,11 +237,7 @@ class ProcessLeaks:
     def pytest_sessionfinish(self, session):
         # trylast: after pytest's own teardown of what an interrupted session left set up.
         if self.ran_tests:
-            self.tracker.hold_gc()
-            try:
-                leaks = self.pending + self.tracker.check_session()
-            finally:
-                self.tracker.release_gc()
+            leaks = self.pending + self.tracker.check_session()
             self.pending.clear()
             for leak in leaks:
                 leak.update(nodeid=None, worker=self.worker)
@@ -267,11 +267,7 @@ class ProcessLeaks:
             os.environ[_leaks.TAG_ENV] = self.outer_tag
 
     def _at_exit(self) -> None:
-        self.tracker.hold_gc()
-        try:
-            leaks = self.tracker.check_session()
-        finally:
-            self.tracker.release_gc()
+        leaks = self.tracker.check_session()
         if not leaks:
             return
         for leak in leaks:

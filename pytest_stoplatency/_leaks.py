@@ -373,32 +373,33 @@ class Tracker:
 
     # -- checking -----------------------------------------------------------------
 
-    def check(self, scope: Scope, *, full: bool = False) -> list[dict]:
+    def check(self, scope: Scope, *, full: bool = False, held: bool = False) -> list[dict]:
         """Find, report and kill one scope's survivors (a test's, or a wider fixture's
-        after its teardown)."""
-        return self._check([scope], full=full, past=False)
+        after its teardown). held: the caller holds the collector off (hold_gc) since its
+        first line, and the check releases that hold once its snapshot is taken."""
+        return self._check([scope], full=full, past=False, held=held)
 
-    def check_session(self) -> list[dict]:
+    def check_session(self, *, held: bool = False) -> list[dict]:
         """At the session's end (and again at exit): what started between tests or after
         the last one, what carries the tag of a scope already checked, and the fixtures
         never torn down (an interrupted session)."""
         scopes = [*self.gaps, *([self.gap] if self.gap is not None else []), *self.fixtures.values()]
         if not scopes:  # still look for the tags of the scopes already checked
             scopes = [Scope(f"{self.prefix}none", "", KIND_SESSION, self._born, None, running=False)]
-        leaks = self._check(scopes, full=True, past=True)
+        leaks = self._check(scopes, full=True, past=True, held=held)
         for gap in self.gaps:
             self._past[gap.tag] = (gap.kind, gap.label)
         self.gaps.clear()
         return leaks
 
-    def _check(self, scopes: list[Scope], *, full: bool, past: bool) -> list[dict]:
-        for scope in scopes:
-            if scope.kind == KIND_FIXTURE:
-                self.fixtures.pop(scope.tag, None)
+    def _check(self, scopes: list[Scope], *, full: bool, past: bool, held: bool) -> list[dict]:
         # The snapshot: what is alive now is what the scopes left, and no finaliser may
         # change that before it is taken. The caller may already hold the collector (a
         # test's teardown does, from its first line).
         self.hold_gc()
+        for scope in scopes:
+            if scope.kind == KIND_FIXTURE:
+                self.fixtures.pop(scope.tag, None)
         try:
             hi = last_pid()
             window: _Window | None = None
@@ -412,6 +413,8 @@ class Tracker:
             first = {(f.proc.pid, f.proc.ticks): self._leak_or_dying(f) for f in found}
         finally:
             self.release_gc()
+            if held:
+                self.release_gc()  # the caller's: a finaliser may run from here on
         leaks: dict[_Key, dict] = {}
         killed: list[_Key] = []
         for _ in range(ROUNDS):

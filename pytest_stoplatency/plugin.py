@@ -46,7 +46,8 @@ NO_CGROUP_LINE = (
     "stoplatency: --process-leaks runs without a cgroup: a process that drops its environment (env -i) "
     "and leaves pytest's process tree (a double fork, a daemon's child) is not seen; add "
     "--process-leaks-cgroup to see it (needs a writable cgroup v2 with cgroup.kill, Linux 5.14+: as root, "
-    "or in a delegated cgroup, e.g. systemd-run --user --scope -p Delegate=yes pytest ...)"
+    "or in a delegated cgroup, e.g. systemd-run --user --scope -p Delegate=yes pytest ...), or "
+    "--process-leaks-subreaper (pytest then adopts orphans: a side effect)"
 )
 CGROUP_UNAVAILABLE = "(--process-leaks-cgroup: no writable cgroup v2 with cgroup.kill here)"
 CGROUP_LINE = "stoplatency: --process-leaks-cgroup: each test runs in a cgroup of its own under"
