@@ -267,7 +267,11 @@ class ProcessLeaks:
             os.environ[_leaks.TAG_ENV] = self.outer_tag
 
     def _at_exit(self) -> None:
-        leaks = self.tracker.check_session()
+        try:
+            leaks = self.tracker.check_session()
+        except Exception as exc:  # one line, not a traceback at interpreter exit
+            sys.stderr.write(f"stoplatency: the process-leak check at exit failed: {exc!r}\n")
+            return
         if not leaks:
             return
         for leak in leaks:

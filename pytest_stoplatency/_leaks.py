@@ -384,8 +384,8 @@ class Tracker:
         the last one, what carries the tag of a scope already checked, and the fixtures
         never torn down (an interrupted session)."""
         scopes = [*self.gaps, *([self.gap] if self.gap is not None else []), *self.fixtures.values()]
-        if not scopes:  # still look for the tags of the scopes already checked
-            scopes = [Scope(f"{self.prefix}none", "", KIND_SESSION, self._born, None, running=False)]
+        # And the tags of the scopes already checked, on anything started since the session began.
+        scopes.append(Scope(f"{self.prefix}none", "", KIND_SESSION, self._born, None, running=False))
         leaks = self._check(scopes, full=True, past=True, held=held)
         for gap in self.gaps:
             self._past[gap.tag] = (gap.kind, gap.label)
