@@ -114,7 +114,6 @@ class ProcessLeaks:
         # ends it with os._exit) are the guardian's to kill when this process dies.
         _guardian.ensure_started()
         self.ran_tests = True
-        self.tracker.close_gap()
         scope = self.tracker.open(item.nodeid, checked=scope_enabled(item))
         item.stash[_SCOPE] = scope
         # The tag goes into os.environ for the test's whole duration: everything the test

@@ -202,7 +202,10 @@ class Tracker:
         # processes, which its test (process_leaks(enabled=False)) keeps on purpose.
         prefix = self.prefix if checked else f"off.{self.prefix}"
         n = next(_ids)
-        scope = Scope(f"{prefix}{n}", label, kind, now_ticks(), last_pid(), running=kind == KIND_TEST)
+        lo = last_pid()
+        if kind == KIND_TEST:
+            self.close_gap(lo)  # a test opens: the gap before it ends (the same read)
+        scope = Scope(f"{prefix}{n}", label, kind, now_ticks(), lo, running=kind == KIND_TEST)
         if checked and self._want_cgroups:
             if self.cgroups is None:
                 self.cgroups = _cgroup.Session.create()
@@ -215,17 +218,16 @@ class Tracker:
 
     def open_gap(self, after: str) -> Scope:
         """The gap after test `after` returned, until the next test opens (or the process exits)."""
-        self.close_gap()
+        self.close_gap(last_pid())
         label = f"started after {after} returned; possibly a thread or a finaliser of that test"
         self.gap = Scope(f"{self.prefix}{next(_ids)}", label, KIND_SESSION, now_ticks(), last_pid())
         return self.gap
 
-    def close_gap(self) -> None:
+    def close_gap(self, hi: int | None) -> None:
         gap, self.gap = self.gap, None
         if gap is None:
             return
         gap.running = False
-        hi = last_pid()
         if gap.lo is None or hi != gap.lo:  # no pid handed out meanwhile: nothing can have started
             gap.windows.append((gap.lo, hi))
             self.gaps.append(gap)
