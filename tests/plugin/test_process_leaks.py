@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import pytest
+from plugin_helpers import all_marked
 from plugin_helpers import kill_identified as _kill
 from plugin_helpers import sleep_marks as _marks
 from plugin_helpers import sleepers as _sleepers
@@ -47,7 +48,7 @@ def marks():
     """Names -> unique sleep durations; whatever of them outlives the test is killed."""
     m = _marks(*MARK_NAMES)
     yield m
-    _kill(_sleepers(m).values())
+    _kill(all_marked(m))
 
 
 LEAKY_SUITE = """

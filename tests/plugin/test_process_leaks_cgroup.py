@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from plugin_helpers import kill_identified, sleep_marks, sleepers
+from plugin_helpers import all_marked, kill_identified, sleep_marks, sleepers
 from test_process_leaks import CLEAN_SUITE, MARK_NAMES, run_acceptance
 
 from pytest_stoplatency import _cgroup, _leaks, plugin
@@ -33,7 +33,7 @@ def _no_guardian(monkeypatch):
 def marks():
     m = sleep_marks("sentinel", "scrubber", "fixture", "child", "dead")
     yield m
-    kill_identified(sleepers(m).values())
+    kill_identified(all_marked(m))
 
 
 SUITE = """
@@ -249,7 +249,7 @@ def test_pytests_own_helpers_started_in_a_test_are_moved_out_not_killed(pytester
 def acceptance_marks():
     m = sleep_marks(*MARK_NAMES)
     yield m
-    kill_identified(sleepers(m).values())
+    kill_identified(all_marked(m))
 
 
 def test_acceptance_suite_finds_the_same_under_the_cgroup_route(pytester, acceptance_marks):

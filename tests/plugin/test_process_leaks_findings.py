@@ -11,7 +11,7 @@ import os
 import time
 
 import pytest
-from plugin_helpers import kill_identified, sleep_marks, sleepers
+from plugin_helpers import all_marked, kill_identified, sleep_marks, sleepers
 
 from pytest_stoplatency import _leakplugin, _leaks, plugin
 from pytest_stoplatency._guardian import ENV_DISABLE as ENV_NO_GUARDIAN
@@ -37,7 +37,7 @@ MARK_NAMES = (
 def marks():
     m = sleep_marks(*MARK_NAMES)
     yield m
-    kill_identified(sleepers(m).values())
+    kill_identified(all_marked(m))
 
 
 @pytest.fixture(autouse=True)
