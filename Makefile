@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv bytecode browser test measure mutate docs docs-check bench bench-ci lint soak soak-short screenshot examples
+.PHONY: venv bytecode browser test measure mutate docs docs-check bench bench-ci lint soak soak-short screenshot examples leak-demo
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
@@ -79,9 +79,9 @@ mutate: $(STAMP) bytecode
 
 # docs/stop-latency.md from its template, docs/measure.json, docs/mutate.json and
 # runner/defaults.py; docs/plugin.md from its template, the plugin's code, docs/measure.json,
-# docs/process-leaks-bench.json and examples/; examples/kubernetes/job.yaml from its template
-# and `runner bound --container`. docs-check fails (with a diff) when a
-# committed file is stale.
+# docs/process-leaks-bench.json, docs/process-leaks-demo.json and examples/;
+# examples/kubernetes/job.yaml from its template and `runner bound --container`. docs-check
+# fails (with a diff) when a committed file is stale.
 docs: $(STAMP)
 	$(PY) docs/render_stop_latency.py
 	$(PY) docs/render_plugin.py
@@ -91,6 +91,12 @@ docs-check: $(STAMP)
 	$(PY) docs/render_stop_latency.py --check
 	$(PY) docs/render_plugin.py --check
 	$(PY) examples/kubernetes/render_job.py --check
+
+# docs/process-leaks-demo.json: a real `pytest --process-leaks` run of docs/leak_demo/, whose
+# report opens docs/plugin.md (pasted from the run, never typed); then the document.
+leak-demo: $(STAMP)
+	$(PY) docs/leak_demo.py --out docs/process-leaks-demo.json
+	$(PY) docs/render_plugin.py
 
 # docs/dashboard.png (shown in README.md): the dashboard over three real runs, taken by
 # chromium. Never drawn by hand.

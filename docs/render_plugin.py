@@ -11,6 +11,7 @@ No number or option text is typed into the template. Each comes from:
     {{kind:NAME}}          a victim kind's heading; every kind of victim.KINDS must have one, once
     {{measured:LABEL}}     a stop-latency label of docs/measure.json (`make measure`), MEASURED
     {{leak_cost}}          the --process-leaks cost, docs/process-leaks-bench.json (`make bench`), MEASURED
+    {{leak_demo}}          a real --process-leaks report, docs/process-leaks-demo.json (`make leak-demo`), MEASURED
     {{examples}}           examples/: each file's first docstring line and its strict xfails' reasons
     {{routes}}             the escape routes, in the order they are decided
 """
@@ -49,9 +50,18 @@ def _module(name: str):
 
 
 class Context:
-    def __init__(self, measure: dict | None, bench: dict | None, bench_name: str, examples_dir: Path):
+    def __init__(
+        self,
+        measure: dict | None,
+        bench: dict | None,
+        bench_name: str,
+        examples_dir: Path,
+        demo: dict | None = None,
+        demo_name: str = "docs/process-leaks-demo.json",
+    ):
         self.stop = StopLatencyContext(measure, None)
         self.bench, self.bench_name, self.examples_dir = bench, bench_name, examples_dir
+        self.demo, self.demo_name = demo, demo_name
         self.kinds_seen: list[str] = []
 
     def help(self, name: str) -> str:
@@ -125,6 +135,18 @@ class Context:
             f"{where}):\n\n" + "\n".join(rows)
         )
 
+    def leak_demo(self) -> str:
+        """The report of a real run, as its terminal showed it (docs/leak_demo.py)."""
+        d = self.demo
+        if not d:
+            return f"*Not run: `{self.demo_name}` is absent (run `make leak-demo`).*"
+        m = d.get("machine", {})
+        return (
+            "```\n$ " + d["command"] + "\n...\n" + "\n".join(d["report"]) + "\n```\n\n"
+            f"MEASURED: pasted by `docs/leak_demo.py` (`{self.demo_name}`, {d.get('time', '?')}; "
+            f"Linux {m.get('kernel', '?')}, Python {m.get('python', '?')}; exit status {d.get('exit_status', '?')})."
+        )
+
     def examples(self) -> str:
         rows = ["| example | the behaviour (strict xfail) | the fix beside it |", "|---|---|---|"]
         files = sorted(self.examples_dir.glob("test_*.py"))
@@ -167,7 +189,7 @@ def render(template: str, ctx: Context) -> str:
         kind, arg = m.group(1), m.group(2)
         if arg is not None and kind in ("help", "const", "default", "kind", "measured"):
             return getattr(ctx, kind)(arg.strip())
-        if arg is None and kind in ("leak_cost", "examples", "routes"):
+        if arg is None and kind in ("leak_cost", "leak_demo", "examples", "routes"):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")
 
@@ -184,11 +206,19 @@ def main(argv=None) -> int:
     ap.add_argument("--measure", type=Path, default=HERE / "measure.json")
     ap.add_argument("--bench", type=Path, default=HERE / "process-leaks-bench.json")
     ap.add_argument("--examples", type=Path, default=ROOT / "examples")
+    ap.add_argument("--demo", type=Path, default=HERE / "process-leaks-demo.json")
     ap.add_argument("--out", type=Path, default=HERE / "plugin.md")
     ap.add_argument("--check", action="store_true", help="fail with a diff if --out differs from a fresh render")
     args = ap.parse_args(argv)
     try:
-        ctx = Context(_load(args.measure), _load(args.bench), f"docs/{args.bench.name}", args.examples)
+        ctx = Context(
+            _load(args.measure),
+            _load(args.bench),
+            f"docs/{args.bench.name}",
+            args.examples,
+            _load(args.demo),
+            f"docs/{args.demo.name}",
+        )
         text = render(args.template.read_text(encoding="utf-8"), ctx)
     except (RenderError, ValueError, KeyError) as exc:
         print(f"render_plugin: {exc}", file=sys.stderr)

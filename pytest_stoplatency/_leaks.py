@@ -1,8 +1,10 @@
 """Leak detection for any test: the processes a scope started and left alive.
 
-A scope is a test (setup, call and teardown of its function-scoped fixtures) or a fixture
-of wider scope (its own setup; it is checked when it is torn down). Which processes are
-a scope's, without touching anybody else's:
+A scope is a test (setup, call and teardown of its function-scoped fixtures), a fixture
+of wider scope (its own set-up and teardown; it is checked when it is torn down), or a
+gap: the time between one test's end and the next test's start, and after the last test
+(session level: what a test's thread, finaliser or atexit handler starts after the test
+returned). Which processes are a scope's, without touching anybody else's:
 
 - NEW: its pid was handed out after the scope opened (the namespace's ns_last_pid, read
   at open and at check: only that pid window is read from /proc, so a test that starts
@@ -12,22 +14,29 @@ a scope's, without touching anybody else's:
 - TAG: the scope's tag (TAG_ENV=<pytest pid>.<pytest start ticks>.<n>) is in its
   environment, or, for a process that dropped its environment, in its nearest tagged
   ancestor's. Another scope's tag, another worker's or another pytest session's (their
-  prefix differs) makes it theirs: never touched.
+  prefix differs) makes it theirs: never touched. The tag is process-wide (os.environ):
+  a thread of an earlier test that starts a process while another test runs gives it
+  that test's tag.
 - TREE: a process with no tag anywhere up its ancestry is the scope's only when it
-  descends from this pytest process (which is a child subreaper, _subreaper.py, so a
-  double-forked process comes back to it instead of leaving the tree) and its pid was
-  handed out during the scope's own activity (a wider fixture records the pid windows
-  of its set-up).
+  descends from this pytest process and its pid was handed out during the scope's own
+  activity (a wider fixture records the pid windows of its set-up and teardown). With
+  --process-leaks-subreaper pytest is a child subreaper (_subreaper.py), so a double-
+  forked process comes back to it instead of leaving the tree.
 - CGROUP (--process-leaks-cgroup, where cgroup v2 is writable): it sits in the scope's
   own cgroup, which pytest was in while the scope ran (_cgroup.py). The one route that
   sees a process which dropped its environment and left the tree.
 
-The survivors are killed by pidfd after an identity check (_procs.signal_identified),
-round after round, and the zombies pytest adopted are reaped.
+The candidates are taken in one snapshot with the garbage collector held off: a
+finaliser (pexpect's, which kills its child) that a collection runs in the middle of the
+check would otherwise hide a process that was alive when the check began. Then the
+survivors are killed by pidfd after an identity check (_procs.signal_identified), round
+after round. Zombies are left to whoever waits for them (a Popen, pexpect, multiprocessing)
+unless pytest is a subreaper, whose adopted orphans nobody else will reap.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import select
@@ -37,24 +46,29 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _cgroup, _procs, _subreaper
+from . import _cgroup, _forks, _procs, _subreaper
 
 TAG_ENV = "STOPLATENCY_LEAK_TAG"
 _TAG_KEY = TAG_ENV.encode() + b"="
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-ROUTE_ENV_DROPPED = "environment dropped"
+ROUTE_LEFT_TREE = "no run tag, left the tree (found by cgroup)"
 ROUTE_REPARENTED = "re-parented"
+ROUTE_NO_TAG = "no run tag"
 ROUTE_OWN_SESSION = "own session"
 ROUTE_CHILD = "still a child"
-ROUTE_LEFT_TREE = "environment dropped, left the tree (found by cgroup)"
-ROUTES = (ROUTE_LEFT_TREE, ROUTE_ENV_DROPPED, ROUTE_REPARENTED, ROUTE_OWN_SESSION, ROUTE_CHILD)
+ROUTES = (ROUTE_LEFT_TREE, ROUTE_REPARENTED, ROUTE_NO_TAG, ROUTE_OWN_SESSION, ROUTE_CHILD)
+
+KIND_TEST = "test"
+KIND_FIXTURE = "fixture"
+KIND_SESSION = "session"  # started between tests, after the last one, or after its scope's check
 
 ROUNDS = 3  # a forker may fork between our scan and our kill
 SETTLE = 2.0  # how long the killed get to be gone, per round
 _MAX_DEPTH = 64  # ancestry walk: deeper than any real tree, short of a loop
 
 _Window = tuple[int | None, int | None]
+_Key = tuple[int, int]
 
 # Module-level, not per tracker: an in-process pytester session runs a second tracker in
 # the same process (same owner prefix), and its tags must not repeat the outer one's.
@@ -123,66 +137,100 @@ class Proc:
     state: str
     ppid: int
     sid: int
+    image: tuple[bytes, ...]  # arg_start, arg_end, env_start, env_end: shared by a fork that never exec'd
 
 
 def _proc(pid: int) -> Proc | None:
     f = _procs._stat(pid)
     if f is None:
         return None
-    return Proc(pid, int(f[19]), f[0].decode(), int(f[1]), int(f[3]))
+    return Proc(pid, int(f[19]), f[0].decode(), int(f[1]), int(f[3]), tuple(f[45:49]))
 
 
-@dataclass
+@dataclass(slots=True)
 class Scope:
     tag: str
-    label: str  # a test's node id, or "fixture 'name' (session scope)"
-    is_fixture: bool
+    label: str  # a test's node id, "fixture 'name' (session scope, conftest.py)", or a gap's
+    kind: str  # KIND_TEST, KIND_FIXTURE or KIND_SESSION
     floor: int  # start ticks: nothing older is this scope's
     lo: int | None  # ns_last_pid when it opened
-    windows: list[_Window] = field(default_factory=list)  # a fixture's own activity
+    running: bool = True  # a test until its check, a gap until the next test: (lo, now] is its window
+    windows: list[_Window] = field(default_factory=list)  # closed windows of its own activity
     cgroup: Path | None = None  # its cgroup, with --process-leaks-cgroup (_cgroup.py)
 
     def untagged_is_mine(self, pid: int, hi: int | None) -> bool:
-        if self.is_fixture:
-            return any(_in_window(pid, w) for w in self.windows)
-        return _in_window(pid, (self.lo, hi))
+        if any(_in_window(pid, w) for w in self.windows):
+            return True
+        return self.running and _in_window(pid, (self.lo, hi))
 
 
 @dataclass
 class Found:
     proc: Proc
     route: str
+    scope: Scope
+    fork: bool  # a fork of pytest that never exec'd
 
 
 class Tracker:
     """One per pytest process that runs tests (each xdist worker has its own)."""
 
-    def __init__(self, helpers=lambda: (), *, cgroups: bool = False):
+    def __init__(self, helpers=lambda: (), *, cgroups: bool = False, reap: bool = False):
         self.me = os.getpid()
         self._want_cgroups = cgroups
         self.cgroups: _cgroup.Session | None = None  # created with the first checked scope
-        me_ticks = _procs.start_ticks(self.me)
-        self.prefix = f"{self.me}.{me_ticks}."
+        me = _proc(self.me)
+        assert me is not None  # this very process
+        self.prefix = f"{self.me}.{me.ticks}."
+        self._born = now_ticks()
         self.sid = os.getsid(0)
+        self._image = me.image if len(me.image) == 4 else None
+        self.reap = reap  # pytest is a subreaper: its adopted zombies are its own to reap
         self.fixtures: dict[str, Scope] = {}  # open fixture scopes, by tag
+        self.gap: Scope | None = None  # the gap since the last test ended
+        self.gaps: list[Scope] = []  # closed gaps in which some pid was handed out
+        self._past: dict[str, tuple[str, str]] = {}  # checked scopes: tag -> (kind, label)
+        self._reported: set[_Key] = set()
         self._helpers = helpers  # pids of the plugin's own long-lived helpers (the guardian)
-        self._tracked_now: set[int] | None = None
+        self._gc_holds = 0
+        self._gc_was = False
 
-    def open(self, label: str, *, is_fixture: bool = False, checked: bool = True) -> Scope:
+    # -- scopes -------------------------------------------------------------------
+
+    def open(self, label: str, *, kind: str = KIND_TEST, checked: bool = True) -> Scope:
         # An unchecked scope's tag does not name its owner: no sweep ever takes its
         # processes, which its test (process_leaks(enabled=False)) keeps on purpose.
         prefix = self.prefix if checked else f"off.{self.prefix}"
         n = next(_ids)
-        scope = Scope(f"{prefix}{n}", label, is_fixture, now_ticks(), last_pid())
+        lo = last_pid()
+        if kind == KIND_TEST:
+            self.close_gap(lo)  # a test opens: the gap before it ends (the same read)
+        scope = Scope(f"{prefix}{n}", label, kind, now_ticks(), lo, running=kind == KIND_TEST)
         if checked and self._want_cgroups:
             if self.cgroups is None:
                 self.cgroups = _cgroup.Session.create()
                 self._want_cgroups = self.cgroups is not None  # asked once
             if self.cgroups is not None:
                 scope.cgroup = self.cgroups.scope_dir(str(n))
-        if is_fixture:
+        if kind == KIND_FIXTURE:
             self.fixtures[scope.tag] = scope
         return scope
+
+    def open_gap(self, after: str) -> Scope:
+        """The gap after test `after` returned, until the next test opens (or the process exits)."""
+        self.close_gap(last_pid())
+        label = f"started after {after} returned; possibly a thread or a finaliser of that test"
+        self.gap = Scope(f"{self.prefix}{next(_ids)}", label, KIND_SESSION, now_ticks(), last_pid())
+        return self.gap
+
+    def close_gap(self, hi: int | None) -> None:
+        gap, self.gap = self.gap, None
+        if gap is None:
+            return
+        gap.running = False
+        if gap.lo is None or hi != gap.lo:  # no pid handed out meanwhile: nothing can have started
+            gap.windows.append((gap.lo, hi))
+            self.gaps.append(gap)
 
     def enter(self, scope: Scope | None) -> Path | None:
         """Move pytest into the scope's cgroup (None: back home), so that what it starts
@@ -206,27 +254,54 @@ class Tracker:
             self.cgroups.close()
             self.cgroups = None
 
-    # -- finding ----------------------------------------------------------------
+    # -- the garbage collector ----------------------------------------------------
+
+    def hold_gc(self) -> None:
+        """No automatic collection (so no finaliser) until release_gc(): while a snapshot of
+        what is alive is taken. Nests."""
+        if self._gc_holds == 0:
+            self._gc_was = gc.isenabled()
+            gc.disable()  # ablate: leak-gc-snapshot
+        self._gc_holds += 1
+
+    def release_gc(self) -> None:
+        self._gc_holds -= 1
+        if self._gc_holds == 0 and self._gc_was:
+            gc.enable()
+
+    # -- finding ------------------------------------------------------------------
 
     def _tag(self, pid: int, cache: dict[int, str | None]) -> str | None:
         if pid not in cache:
             cache[pid] = _procs.env_value(pid, _TAG_KEY)
         return cache[pid]
 
-    def find(self, scope: Scope, *, full: bool = False) -> tuple[list[Found], list[int]]:
-        """(the scope's living processes, zombie children of pytest seen on the way)."""
-        hi = last_pid()
-        if not full and scope.lo is not None and hi == scope.lo:
-            return [], []  # no pid handed out since the scope opened: nothing can be new
+    def _past_scope(self, tag: str) -> Scope | None:
+        """A checked scope's tag on a process still alive: it started after that check (a
+        thread or a finaliser of the scope, or it forked from one we killed)."""
+        past = self._past.get(tag)
+        if past is None:
+            return None
+        kind, label = past
+        if kind != KIND_SESSION:
+            by = f"test {label}" if kind == KIND_TEST else label
+            label = f"started by {by} after its check; possibly a thread or a finaliser of it"
+        return Scope(tag, label, KIND_SESSION, 0, None, running=False)
+
+    def find(self, scopes: list[Scope], *, window: _Window | None, past: bool = False) -> tuple[list[Found], list[int]]:
+        """(the scopes' living processes, zombie children of pytest seen on the way)."""
+        hi = window[1] if window is not None else last_pid()
+        by_tag = {s.tag: s for s in scopes}
+        floor = min(s.floor for s in scopes)
         helpers = set(self._helpers())
         found: list[Found] = []
         zombies: list[int] = []
         tags: dict[int, str | None] = {}
-        for pid in _pids(None if full else (scope.lo, hi)):
+        for pid in _pids(window):
             if pid == self.me or pid in helpers:
                 continue
             p = _proc(pid)
-            if p is None or p.ticks < scope.floor:
+            if p is None or p.ticks < floor:
                 continue
             if p.state in ("Z", "X", "x"):
                 if p.ppid == self.me:
@@ -234,16 +309,23 @@ class Tracker:
                 continue
             own = self._tag(pid, tags)
             tag, in_tree = self._ancestry(p, own, tags)
-            if tag is None:
-                if not in_tree or not scope.untagged_is_mine(pid, hi) or self._in_open_fixture(pid, scope):
+            if tag is not None:
+                scope = by_tag.get(tag) or (self._past_scope(tag) if past else None)
+                if scope is None or p.ticks < scope.floor:
+                    continue  # another scope's, another worker's or another session's
+            else:
+                if not in_tree:
                     continue  # outside the tree with no tag: not visible without a cgroup
-            elif tag != scope.tag:
-                continue  # another scope's, another worker's or another session's
-            found.append(Found(p, self._route(p, own, in_tree)))
-        if scope.cgroup is not None:
+                scope = self._untagged_owner(p, scopes, hi)
+                if scope is None:
+                    continue
+            found.append(self._found(p, own, tag, in_tree, scope))
+        seen = {f.proc.pid for f in found}
+        for scope in scopes:
+            if scope.cgroup is None:
+                continue
             # Everything in the scope's cgroup started while pytest was in it: the scope's,
             # wherever its environment, session or parent went.
-            seen = {f.proc.pid for f in found}
             for pid in _cgroup.members(scope.cgroup):  # ablate: leak-cgroup
                 if pid == self.me or pid in helpers or pid in seen:
                     continue
@@ -251,28 +333,25 @@ class Tracker:
                 if p is None or p.state in ("Z", "X", "x"):
                     continue
                 own = self._tag(pid, tags)
-                _, in_tree = self._ancestry(p, own, tags)
-                found.append(Found(p, ROUTE_LEFT_TREE if own is None and not in_tree else self._route(p, own, in_tree)))
+                tag, in_tree = self._ancestry(p, own, tags)
+                found.append(self._found(p, own, tag, in_tree, scope))
         return found, zombies
 
-    def _route(self, p: Proc, own: str | None, in_tree: bool) -> str:
-        if own is None:
-            return ROUTE_ENV_DROPPED
+    def _untagged_owner(self, p: Proc, scopes: list[Scope], hi: int | None) -> Scope | None:
+        for scope in scopes:
+            if p.ticks >= scope.floor and scope.untagged_is_mine(p.pid, hi):
+                return None if self._in_open_fixture(p.pid, scope) else scope
+        return None
+
+    def _found(self, p: Proc, own: str | None, tag: str | None, in_tree: bool, scope: Scope) -> Found:
+        fork = own is None and self._image is not None and p.image == self._image
         if not in_tree:
-            return ROUTE_REPARENTED
-        if p.ppid == self.me:
-            return ROUTE_REPARENTED if p.pid not in self._tracked() else self._session_route(p)
-        return self._session_route(p)
-
-    def _tracked(self) -> set[int]:
-        """The children some object here will wait for: one gc walk per check, and only
-        when a suspect is pytest's own child."""
-        if self._tracked_now is None:
-            self._tracked_now = _subreaper.tracked_children()
-        return self._tracked_now
-
-    def _session_route(self, p: Proc) -> str:
-        return ROUTE_OWN_SESSION if p.sid != self.sid else ROUTE_CHILD
+            route = ROUTE_REPARENTED if tag is not None else ROUTE_LEFT_TREE
+        elif own is None and not fork:
+            route = ROUTE_NO_TAG  # its own environment lacks the tag (copied before it was set, or scrubbed)
+        else:
+            route = ROUTE_OWN_SESSION if p.sid != self.sid else ROUTE_CHILD
+        return Found(p, route, scope, fork)
 
     def _ancestry(self, p: Proc, own: str | None, tags: dict[int, str | None]) -> tuple[str | None, bool]:
         """(the tag that decides whose it is, whether it descends from this pytest process)."""
@@ -294,16 +373,52 @@ class Tracker:
     def _in_open_fixture(self, pid: int, scope: Scope) -> bool:
         return any(f is not scope and f.untagged_is_mine(pid, None) for f in self.fixtures.values())
 
-    # -- checking ---------------------------------------------------------------
+    # -- checking -----------------------------------------------------------------
 
-    def check(self, scope: Scope, *, full: bool = False) -> list[dict]:
-        """Find, report and kill the scope's survivors; reap what pytest adopted."""
-        if scope.is_fixture:
-            self.fixtures.pop(scope.tag, None)
-        self._tracked_now = None
-        found, zombies = self.find(scope, full=full)
-        leaks: dict[tuple[int, int], dict] = {}
-        killed: list[tuple[int, int]] = []
+    def check(self, scope: Scope, *, full: bool = False, held: bool = False) -> list[dict]:
+        """Find, report and kill one scope's survivors (a test's, or a wider fixture's
+        after its teardown). held: the caller holds the collector off (hold_gc) since its
+        first line, and the check releases that hold once its snapshot is taken."""
+        return self._check([scope], full=full, past=False, held=held)
+
+    def check_session(self, *, held: bool = False) -> list[dict]:
+        """At the session's end (and again at exit): what started between tests or after
+        the last one, what carries the tag of a scope already checked, and the fixtures
+        never torn down (an interrupted session)."""
+        scopes = [*self.gaps, *([self.gap] if self.gap is not None else []), *self.fixtures.values()]
+        # And the tags of the scopes already checked, on anything started since the session began.
+        scopes.append(Scope(f"{self.prefix}none", "", KIND_SESSION, self._born, None, running=False))
+        leaks = self._check(scopes, full=True, past=True, held=held)
+        for gap in self.gaps:
+            self._past[gap.tag] = (gap.kind, gap.label)
+        self.gaps.clear()
+        return leaks
+
+    def _check(self, scopes: list[Scope], *, full: bool, past: bool, held: bool) -> list[dict]:
+        # The snapshot: what is alive now is what the scopes left, and no finaliser may
+        # change that before it is taken. The caller may already hold the collector (a
+        # test's teardown does, from its first line).
+        self.hold_gc()
+        for scope in scopes:
+            if scope.kind == KIND_FIXTURE:
+                self.fixtures.pop(scope.tag, None)
+        try:
+            hi = last_pid()
+            window: _Window | None = None
+            if not full:
+                (scope,) = scopes
+                if scope.lo is not None and hi == scope.lo:
+                    self._retire(scopes, hi)
+                    return []  # no pid handed out since the scope opened: nothing can be new
+                window = (scope.lo, hi)
+            found, zombies = self.find(scopes, window=window, past=past)
+            first = {(f.proc.pid, f.proc.ticks): self._leak_or_dying(f) for f in found}
+        finally:
+            self.release_gc()
+            if held:
+                self.release_gc()  # the caller's: a finaliser may run from here on
+        leaks: dict[_Key, dict] = {}
+        killed: list[_Key] = []
         for _ in range(ROUNDS):
             new = [f for f in found if (f.proc.pid, f.proc.ticks) not in leaks]
             if not new:
@@ -311,26 +426,54 @@ class Tracker:
             for f in new:
                 key = (f.proc.pid, f.proc.ticks)
                 killed.append(key)
-                # Already on its way out (SIGKILL pending, or in do_exit: its cmdline reads
-                # empty): someone stopped it, and it is only waited for. Looked at twice,
-                # as _cleanup.kill_lineage does: between dequeuing SIGKILL and setting
-                # PF_EXITING the kernel shows neither.
-                if _procs.dying(*key) or _procs.dying(*key):
-                    leaks[key] = {}
-                    continue
-                leaks[key] = self._describe(f, scope)
-                _procs.signal_identified(f.proc.pid, f.proc.ticks, signal.SIGKILL)  # ablate: leak-kill
-            found, more = self.find(scope, full=True)
+                leaks[key] = first.pop(key) if key in first else self._leak_or_dying(f)
+                if leaks[key]:
+                    _procs.signal_identified(f.proc.pid, f.proc.ticks, signal.SIGKILL)  # ablate: leak-kill
+            found, more = self.find(scopes, window=None, past=past)
             zombies += more
-        if scope.cgroup is not None and self.cgroups is not None:
-            self._kill_cgroup(scope.cgroup)
+        self._retire(scopes, last_pid())
+        for scope in scopes:
+            if scope.cgroup is not None and self.cgroups is not None:
+                self._kill_cgroup(scope.cgroup)
         alive = wait_dead(killed, SETTLE)
         for key, leak in leaks.items():
             leak["killed"] = key not in alive
-        ours = [pid for pid, _ in killed] + zombies
-        if ours:
-            _subreaper.reap(ours, self._tracked())
-        return [leak for leak in leaks.values() if "pid" in leak]
+        if self.reap and (killed or zombies):
+            _subreaper.reap([pid for pid, _ in killed] + zombies, _subreaper.tracked_children())
+        out = [leak for key, leak in leaks.items() if "pid" in leak and key not in self._reported]
+        self._reported.update((x["pid"], x["start_ticks"]) for x in out)
+        return out
+
+    def _retire(self, scopes: list[Scope], hi: int | None) -> None:
+        """A checked test or fixture: what carries its tag from now on started after its check."""
+        for scope in scopes:
+            if scope.kind == KIND_TEST and scope.running:
+                scope.running = False
+                scope.windows.append((scope.lo, hi))
+            if scope.kind != KIND_SESSION and not scope.tag.startswith("off."):
+                self._past[scope.tag] = (scope.kind, scope.label)
+
+    def _leak_or_dying(self, f: Found) -> dict:
+        """Its report, or {} when it is already on its way out (SIGKILL pending, or in
+        do_exit: its cmdline reads empty): someone stopped it, and it is only waited for.
+        Looked at twice, as _cleanup.kill_lineage does: between dequeuing SIGKILL and
+        setting PF_EXITING the kernel shows neither."""
+        key = (f.proc.pid, f.proc.ticks)
+        if _procs.dying(*key) or _procs.dying(*key):
+            return {}
+        if f.fork:
+            what = _forks.describe(f.proc.pid, _comm(f.proc.pid))
+        else:
+            what = _procs.cmdline(f.proc.pid)
+        return {
+            "pid": f.proc.pid,
+            "start_ticks": f.proc.ticks,
+            "cmdline": what,
+            "age": round(max(now_ticks() - f.proc.ticks, 0) / CLK_TCK, 2),
+            "route": f.route,
+            "scope": f.scope.label,
+            "kind": f.scope.kind,
+        }
 
     def _kill_cgroup(self, path: Path) -> None:
         """The backstop for what forked after the last round: cgroup.kill, once pytest's own
@@ -343,24 +486,24 @@ class Tracker:
             _cgroup.kill(path, SETTLE)
         _cgroup.remove_tree(path)
 
-    def _describe(self, f: Found, scope: Scope) -> dict:
-        return {
-            "pid": f.proc.pid,
-            "start_ticks": f.proc.ticks,
-            "cmdline": _procs.cmdline(f.proc.pid),
-            "age": round(max(now_ticks() - f.proc.ticks, 0) / CLK_TCK, 2),
-            "route": f.route,
-            "scope": scope.label,
-        }
-
     def reap_adopted(self) -> int:
-        """Every zombie child nobody here will wait for (at session end)."""
+        """Every zombie child nobody here will wait for (at session end; subreaper only)."""
+        if not self.reap:
+            return 0
         zombies = []
         for pid in _pids(None):
             p = _proc(pid)
             if p is not None and p.ppid == self.me and p.state == "Z":
                 zombies.append(pid)
         return _subreaper.reap(zombies, _subreaper.tracked_children()) if zombies else 0
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return "?"
 
 
 def wait_dead(procs: list[tuple[int, int]], timeout: float) -> set[tuple[int, int]]:

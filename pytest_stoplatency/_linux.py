@@ -8,29 +8,22 @@ outlived their owner (_cleanup.sweep_needed).
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from . import _cgroup, _cleanup, _guardian, _leakreport, _leaks, _records, _report, _subreaper, _token
+from . import _cleanup, _guardian, _records, _report, _token
 from ._handle import PreparedVictim, Victim
 from ._recorder import Recorder
-from .plugin import (
-    CGROUP_LINE,
-    CGROUP_UNAVAILABLE,
-    LEAK_HEADER,
-    NO_CGROUP_LINE,
-    PROCESS_LEAKS_HEADER,
-    SKIP_REASON,
-    enabled,
-    leaks_cgroup,
-    leaks_enabled,
-)
+from .plugin import LEAK_HEADER, SKIP_REASON, enabled, leaks_enabled
 
 PLUGIN_NAME = "stoplatency-linux"
+
+
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
 
 
 @dataclass
@@ -39,26 +32,10 @@ class _State:
     samples: list = field(default_factory=list)
     missing_workers: list = field(default_factory=list)
     swept: int = 0
-    tracker: _leaks.Tracker | None = None
-    leaks: list = field(default_factory=list)  # leak records (every worker's, on the controller)
-    leak_checked: int = 0  # tests checked for leaks
-    pending: list = field(default_factory=list)  # fixture leaks found during a teardown
+    guardian_notes: list = field(default_factory=list)  # every worker's, on the controller
 
 
 _STATE = pytest.StashKey[_State]()
-
-
-def _helper_pids():
-    """Long-lived helpers of the pytest process itself, never a test's leak: this process's
-    session guardian, and multiprocessing's resource tracker and fork server (started on
-    first use by whichever test, they serve the interpreter until it exits)."""
-    proc = _guardian._process
-    pids = [proc.pid] if proc is not None and _guardian._started_for == os.getpid() else []
-    return pids + _leaks.interpreter_helpers()
-
-
-def _is_worker(config) -> bool:
-    return hasattr(config, "workerinput")
 
 
 def pytest_configure(config):
@@ -69,21 +46,9 @@ def pytest_configure(config):
         # may have to end (its tagged ones, its session cgroup) should it die: created
         # before any test runs, removed at a clean end (_cleanup.drop_own_records).
         _records.owner_dir(_token.me())
-        # Every process that runs tests (each xdist worker; a controller adopts a dead
-        # worker's orphans and reaps them at its end).
-        _subreaper.enable()
-        config.stash[_STATE].tracker = _leaks.Tracker(helpers=_helper_pids, cgroups=leaks_cgroup(config))
+        from . import _leakplugin  # the check's own plugin object: nothing of it runs otherwise
 
-
-def pytest_report_header(config):
-    if not leaks_enabled(config):
-        return None
-    if leaks_cgroup(config):
-        parent = _cgroup.parent_dir()
-        if parent is not None and _cgroup.probe():
-            return [f"{CGROUP_LINE} {parent}"]
-        return [f"{NO_CGROUP_LINE} {CGROUP_UNAVAILABLE}"]
-    return [NO_CGROUP_LINE]
+        config.pluginmanager.register(_leakplugin.ProcessLeaks(config), _leakplugin.NAME)
 
 
 def pytest_sessionstart(session):
@@ -111,107 +76,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("stop_latency"):
             item.add_marker(skip)
-
-
-def _leak_scope_enabled(item) -> bool:
-    marker = item.get_closest_marker("process_leaks")
-    return marker is None or bool(marker.kwargs.get("enabled", marker.args[0] if marker.args else True))
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_setup(item):
-    st = item.config.stash[_STATE]
-    if st.tracker is not None:
-        # The tag goes into os.environ for the test's whole duration: everything the test
-        # (or code under test) starts inherits it.
-        # Processes of a test that pytest never tears down (pytest-timeout's thread method
-        # ends it with os._exit) are the guardian's to kill when this process dies.
-        _guardian.ensure_started()
-        scope = st.tracker.open(item.nodeid, checked=_leak_scope_enabled(item))
-        item.stash[_LEAK_SCOPE] = (scope, os.environ.get(_leaks.TAG_ENV))
-        os.environ[_leaks.TAG_ENV] = scope.tag  # ablate: leak-tag
-        # With --process-leaks-cgroup, pytest itself runs the test from inside the test's
-        # cgroup (a process starts in its parent's): out again at the end of the teardown.
-        st.tracker.enter(scope if scope.cgroup is not None else None)
-    return (yield)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_fixture_setup(fixturedef, request):
-    st = request.config.stash[_STATE]
-    if st.tracker is None or fixturedef.scope == "function":
-        return (yield)
-    # A wider fixture is its own scope: what it starts carries its tag and is checked
-    # when it is torn down, not after the test that happened to set it up.
-    scope = st.tracker.open(f"fixture {fixturedef.argname!r} ({fixturedef.scope} scope)", is_fixture=True)
-    _FIXTURE_SCOPES[id(fixturedef)] = scope
-    previous = os.environ.get(_leaks.TAG_ENV)
-    os.environ[_leaks.TAG_ENV] = scope.tag
-    was = st.tracker.enter(scope)  # its own cgroup too, then back to the test's
-    lo = _leaks.last_pid()
-    try:
-        return (yield)
-    finally:
-        scope.windows.append((lo, _leaks.last_pid()))
-        st.tracker.enter_path(was)
-        _restore_tag(previous)
-
-
-def pytest_fixture_post_finalizer(fixturedef, request):
-    scope = _FIXTURE_SCOPES.pop(id(fixturedef), None)
-    st = request.config.stash[_STATE]
-    if scope is not None and st.tracker is not None:
-        st.pending.extend(st.tracker.check(scope, full=True))
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_teardown(item, nextitem):
-    st = item.config.stash[_STATE]
-    if st.tracker is None or _LEAK_SCOPE not in item.stash:
-        return (yield)
-    scope, previous = item.stash[_LEAK_SCOPE]
-    try:
-        return (yield)
-    finally:
-        _restore_tag(previous)
-        st.tracker.enter(None)
-        leaks = []
-        if _leak_scope_enabled(item):
-            st.leak_checked += 1
-            leaks = st.tracker.check(scope)
-        leaks += st.pending
-        st.pending.clear()
-        _fail_on_leaks(st, item.nodeid, leaks)
-
-
-def _fail_on_leaks(st, nodeid, leaks):
-    if not leaks:
-        return
-    for leak in leaks:
-        leak["nodeid"] = nodeid
-        leak["worker"] = st.worker
-    st.leaks.extend(leaks)
-    by_scope: dict[str, list] = {}
-    for leak in leaks:
-        by_scope.setdefault(leak["scope"], []).append(leak)
-    msg = "\n".join(
-        f"{PROCESS_LEAKS_HEADER}: {label} left {len(group)} process(es) alive after its teardown; killed:\n"
-        + _leaks.format_leaks(group)
-        for label, group in by_scope.items()
-    )
-    pytest.fail(msg, pytrace=False)
-
-
-def _restore_tag(previous):
-    if previous is None:
-        os.environ.pop(_leaks.TAG_ENV, None)
-    else:
-        os.environ[_leaks.TAG_ENV] = previous
-
-
-_LEAK_SCOPE = pytest.StashKey[tuple]()
-# Open wider-fixture scopes by FixtureDef identity (a FixtureDef has no stash).
-_FIXTURE_SCOPES: dict[int, _leaks.Scope] = {}
 
 
 class VictimFactory:
@@ -295,28 +159,19 @@ def pytest_testnodedown(node, error):
         st.missing_workers.append(node.gateway.id)
     else:
         st.samples.extend(data["samples"])
-        st.leaks.extend(data.get("leaks", []))
-        st.leak_checked += data.get("leak_checked", 0)
+        st.guardian_notes.extend(data.get("guardian_notes", []))
 
 
+# trylast: after the process-leak check's session end (its section goes into the JSON).
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session):
     config = session.config
     st = config.stash[_STATE]
-    if st.tracker is not None:
-        # Wider fixtures torn down outside any test's teardown (an interrupted session).
-        for scope in list(st.tracker.fixtures.values()):
-            st.pending.extend(st.tracker.check(scope, full=True))
-        for leak in st.pending:
-            leak.update(nodeid=None, worker=st.worker)
-        st.leaks.extend(st.pending)
-        st.pending.clear()
-        st.tracker.close()
-        st.tracker.reap_adopted()
+    st.guardian_notes.extend(f"{st.worker}: {n}" if st.worker else n for n in _guardian.notes())
     if _is_worker(config):
         config.workeroutput[_report.WORKEROUTPUT_KEY] = {  # JSON-safe only
             "samples": list(st.samples),
-            "leaks": list(st.leaks),
-            "leak_checked": st.leak_checked,
+            "guardian_notes": list(st.guardian_notes),
         }
         _cleanup.drop_own_records()
         return
@@ -329,11 +184,9 @@ def pytest_sessionfinish(session):
             st.samples, missing_workers=st.missing_workers, swept=st.swept, rootdir=Path(config.rootpath)
         )
         if leaks_enabled(config):
-            doc["process_leaks"] = _leakreport.section(st.leaks, checked=st.leak_checked)
-        _report.write_json(Path(config.invocation_params.dir) / path, doc)
-    path = config.getoption("process_leaks_json")
-    if path:
-        doc = _leakreport.document(st.leaks, checked=st.leak_checked, rootdir=Path(config.rootpath))
+            from . import _leakplugin
+
+            doc["process_leaks"] = _leakplugin.section_for(config)
         _report.write_json(Path(config.invocation_params.dir) / path, doc)
 
 
@@ -341,12 +194,8 @@ def pytest_terminal_summary(terminalreporter, config):
     if _is_worker(config):
         return
     st = config.stash[_STATE]
-    if leaks_enabled(config):
-        terminalreporter.write_sep("=", "process leaks")
-        for line in _leakreport.summary_lines(st.leaks, checked=st.leak_checked):
-            terminalreporter.write_line(line)
-        if config.getoption("process_leaks_json"):
-            terminalreporter.write_line(f"stoplatency: wrote {config.getoption('process_leaks_json')}")
+    for note in st.guardian_notes:
+        terminalreporter.write_line(f"stoplatency: {note}")
     if not (st.samples or enabled(config) or st.swept or st.missing_workers):
         return
     tr = terminalreporter

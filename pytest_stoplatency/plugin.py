@@ -26,8 +26,10 @@ SKIP_REASON = "stop-latency test: enable with --stop-latency (or stop_latency = 
 LEAK_HEADER = "stoplatency: test leaked victim processes"
 
 HELP_LEAKS = (
-    "fail each test that leaves a process it started alive after its teardown (children, setsid "
-    "escapees, double forks, processes that dropped their environment), and kill those processes"
+    "report each test that leaves a process it started alive after its teardown, as an error at that "
+    "teardown (children, setsid escapees, double forks, processes without the run tag; a wider fixture's "
+    "after its own teardown; what starts between tests or after the last one at session level), and kill "
+    "those processes"
 )
 HELP_LEAKS_INI = "check every test for leaked processes, as --process-leaks does"
 HELP_LEAKS_JSON = "write the process leaks (leaking tests, each process and its escape route) to PATH as JSON"
@@ -43,11 +45,30 @@ HELP_LEAKS_CGROUP = (
 )
 HELP_LEAKS_CGROUP_INI = "run each test in a cgroup of its own, as --process-leaks-cgroup does"
 NO_CGROUP_LINE = (
-    "stoplatency: --process-leaks runs without a cgroup: a process that drops its environment and "
-    "leaves pytest's process tree (handed to a daemon outside it) cannot be seen"
+    "stoplatency: --process-leaks runs without a cgroup: a process that drops its environment (env -i) "
+    "and leaves pytest's process tree (a double fork, a daemon's child) is not seen; add "
+    "--process-leaks-cgroup to see it (needs a writable cgroup v2 with cgroup.kill, Linux 5.14+: as root, "
+    "or in a delegated cgroup, e.g. systemd-run --user --scope -p Delegate=yes pytest ...), or "
+    "--process-leaks-subreaper (pytest then adopts orphans: a side effect)"
 )
 CGROUP_UNAVAILABLE = "(--process-leaks-cgroup: no writable cgroup v2 with cgroup.kill here)"
 CGROUP_LINE = "stoplatency: --process-leaks-cgroup: each test runs in a cgroup of its own under"
+HELP_LEAKS_SUBREAPER = (
+    "as --process-leaks, and make pytest a child subreaper, so that a double-forked process that "
+    "dropped its environment stays in pytest's tree and is found; changes the process tree the code "
+    "under test sees: an orphan of a test's process is re-parented to pytest, not init"
+)
+HELP_LEAKS_SUBREAPER_INI = "make pytest a child subreaper for the leak check, as --process-leaks-subreaper does"
+SUBREAPER_LINE = (
+    "stoplatency: --process-leaks-subreaper: pytest is a child subreaper: an orphan of a test's process is "
+    "re-parented to pytest, not init (its getppid() is pytest's pid; psutil.Process().children() lists it)"
+)
+SUBREAPER_UNAVAILABLE = "stoplatency: --process-leaks-subreaper: the kernel refused PR_SET_CHILD_SUBREAPER here"
+AT_EXIT_LINE = (
+    "stoplatency: process leaks found at exit (started while pytest shut down, after the session's "
+    "check; the exit status was already decided):"
+)
+THREADS_LINE = "stoplatency: threads still running, whose processes are checked again at exit"
 INACTIVE_HEADER = "stoplatency: inactive:"
 NEEDS_LINUX = "pytest-stoplatency needs Linux (/proc, pidfds, cgroup v2); this is sys.platform"
 LEAKS_OFF_LINUX = "{what}: no process-leak check can run here: {reason}"
@@ -75,6 +96,14 @@ def pytest_addoption(parser):
         "--process-leaks-cgroup", action="store_true", default=None, dest="process_leaks_cgroup", help=HELP_LEAKS_CGROUP
     )
     parser.addini("process_leaks_cgroup", HELP_LEAKS_CGROUP_INI, type="bool", default=False)
+    g.addoption(
+        "--process-leaks-subreaper",
+        action="store_true",
+        default=None,
+        dest="process_leaks_subreaper",
+        help=HELP_LEAKS_SUBREAPER,
+    )
+    parser.addini("process_leaks_subreaper", HELP_LEAKS_SUBREAPER_INI, type="bool", default=False)
 
 
 def enabled(config) -> bool:
@@ -87,8 +116,13 @@ def leaks_cgroup(config) -> bool:
     return bool(opt) if opt is not None else bool(config.getini("process_leaks_cgroup"))
 
 
+def leaks_subreaper(config) -> bool:
+    opt = config.getoption("process_leaks_subreaper")
+    return bool(opt) if opt is not None else bool(config.getini("process_leaks_subreaper"))
+
+
 def leaks_enabled(config) -> bool:
-    if leaks_cgroup(config):
+    if leaks_cgroup(config) or leaks_subreaper(config):
         return True
     opt = config.getoption("process_leaks")
     return bool(opt) if opt is not None else bool(config.getini("process_leaks"))
@@ -99,11 +133,12 @@ def _leak_check_asked(config) -> str | None:
     for opt, flag in (
         ("process_leaks", "--process-leaks"),
         ("process_leaks_cgroup", "--process-leaks-cgroup"),
+        ("process_leaks_subreaper", "--process-leaks-subreaper"),
         ("process_leaks_json", "--process-leaks-json"),
     ):
         if config.getoption(opt):
             return flag
-    for key in ("process_leaks", "process_leaks_cgroup"):
+    for key in ("process_leaks", "process_leaks_cgroup", "process_leaks_subreaper"):
         if config.getini(key):
             return f"{key} = true (ini file)"
     return None

@@ -1,6 +1,7 @@
 """docs/plugin.md is rendered from the code, docs/measure.json and the leak benchmark, never by hand."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,34 @@ def test_the_cgroup_route_gets_its_own_columns(mod):
     assert "| quiet | 200 x 3 | 0.500 ms | 0.550 ms | 0.050 ms | 0.040 ms | 0.900 ms | 0.400 ms | 0.300 ms |" in doc
     assert "with and without a cgroup" in doc and "`paced` ones sleeping 0.05 s" in doc
     assert plugin.HELP_LEAKS_CGROUP in doc
+
+
+def test_the_opening_report_is_pasted_from_a_real_run(mod, tmp_path):
+    """Path: docs/leak_demo.py runs docs/leak_demo/test_app.py under --process-leaks (a real pytest,
+    a real plugin) and keeps what the terminal showed; the guide opens with exactly those lines.
+    The report shows each culprit with its route: a child never waited for, a shell's background
+    job (re-parented), and a session fixture's server (own session), found at the teardown of
+    the last test."""
+    out = tmp_path / "demo.json"
+    r = subprocess.run([sys.executable, str(ROOT / "docs" / "leak_demo.py"), "--out", str(out)], capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()
+    demo = json.loads(out.read_text())
+    assert demo["exit_status"] == 1 and demo["command"] == "pytest --process-leaks test_app.py"
+    report = "\n".join(demo["report"])
+    for line in (
+        f"{plugin.PROCESS_LEAKS_HEADER}: test_app.py::test_forgets_its_child left 1 process(es)",
+        "escaped: still a child: sleep 600",
+        "escaped: re-parented: sleep 600",
+        "escaped: own session: sleep 600",
+        "  fixture 'server' (session scope, test_app.py): 1 process(es) (own session), "
+        "found at the teardown of test_app.py::test_clean",
+        "4 passed, 3 errors",
+    ):
+        assert line in report, report
+    doc = mod.render(TEMPLATE.read_text(), mod.Context(None, BENCH, "b.json", ROOT / "examples", demo, "d.json"))
+    assert report in doc and "MEASURED: pasted by `docs/leak_demo.py` (`d.json`" in doc
+
+
+def test_without_the_leak_demo_it_says_not_run(mod):
+    doc = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
+    assert "*Not run: `docs/process-leaks-demo.json` is absent (run `make leak-demo`).*" in doc

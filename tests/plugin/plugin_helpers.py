@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import re
 import signal
 import time
 
@@ -54,6 +55,20 @@ def sleepers(marks) -> dict[str, tuple[int, int]]:
             ticks = _procs.start_ticks(int(entry))
             if ticks is not None and _procs.is_alive(int(entry), ticks):
                 out[name] = (int(entry), ticks)
+    return out
+
+
+def all_marked(marks) -> list[tuple[int, int]]:
+    """Every living process whose command line names one of this run's marks, however many
+    there are of one name (a module fixture set up by two xdist workers) and before or after
+    its exec (`setsid -f sleep N`, a subshell): what a test kills at its end."""
+    pattern = re.compile(r"(?<!\d)(" + "|".join(map(re.escape, marks.values())) + r")(?!\d)")
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid() and pattern.search(_procs.cmdline(int(entry))):
+            ticks = _procs.start_ticks(int(entry))
+            if ticks is not None and _procs.is_alive(int(entry), ticks):
+                out.append((int(entry), ticks))
     return out
 
 

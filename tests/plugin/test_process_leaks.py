@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import pytest
+from plugin_helpers import all_marked
 from plugin_helpers import kill_identified as _kill
 from plugin_helpers import sleep_marks as _marks
 from plugin_helpers import sleepers as _sleepers
@@ -47,7 +48,7 @@ def marks():
     """Names -> unique sleep durations; whatever of them outlives the test is killed."""
     m = _marks(*MARK_NAMES)
     yield m
-    _kill(_sleepers(m).values())
+    _kill(all_marked(m))
 
 
 LEAKY_SUITE = """
@@ -145,23 +146,67 @@ def test_clean_after(scrubbed_module_server):
 """
 
 
-def test_acceptance_each_leak_reported_with_its_route_killed_and_nothing_else_touched(pytester, marks):
+# What each flag finds of the acceptance suite: {name: (route, scope)}, and what it cannot
+# see (the processes that drop their environment and fork away from their parent).
+_FIXTURE = "fixture 'leaky_server' (session scope, test_leaky.py)"
+_MODULE = "fixture 'scrubbed_module_server' (module scope, test_module.py)"
+ACCEPTANCE = {
+    # The default: no side effect on the tree; `env -i setsid -f` is out of reach (the note says so).
+    "--process-leaks": (
+        {
+            "child": ("still a child", "test_leaky.py::test_child"),
+            "double_fork": ("re-parented", "test_leaky.py::test_double_fork"),
+            "session": ("still a child", _FIXTURE),
+        },
+        {"scrubber", "module"},
+    ),
+    # pytest as subreaper: the double fork comes back to pytest (a child of pytest again: the
+    # kernel keeps no record of its first parent), the scrubbed ones stay in its tree.
+    "--process-leaks-subreaper": (
+        {
+            "child": ("still a child", "test_leaky.py::test_child"),
+            "double_fork": ("still a child", "test_leaky.py::test_double_fork"),
+            "scrubber": ("no run tag", "test_leaky.py::test_env_scrubber"),
+            "session": ("still a child", _FIXTURE),
+            "module": ("no run tag", _MODULE),
+        },
+        set(),
+    ),
+    # A cgroup per scope: the scrubbed ones left the tree, and are found in the scope's cgroup.
+    "--process-leaks-cgroup": (
+        {
+            "child": ("still a child", "test_leaky.py::test_child"),
+            "double_fork": ("re-parented", "test_leaky.py::test_double_fork"),
+            "scrubber": ("no run tag, left the tree (found by cgroup)", "test_leaky.py::test_env_scrubber"),
+            "session": ("still a child", _FIXTURE),
+            "module": ("no run tag, left the tree (found by cgroup)", _MODULE),
+        },
+        set(),
+    ),
+}
+
+
+@pytest.mark.parametrize("flag", ["--process-leaks", "--process-leaks-subreaper"])
+def test_acceptance_each_leak_reported_with_its_route_killed_and_nothing_else_touched(pytester, marks, flag):
     """Path: --process-leaks under -n 2 on hidden leaking tests (a child, a setsid grandchild, a
     double fork, an env scrubber (env -i + setsid -f), a session fixture's and a module fixture's
-    leak): each is reported once, with its escape route, against the right scope, and killed; the
-    clean tests pass; two sentinels started before the inner pytest (one of them env-scrubbed, in
-    its own session) survive, and so does the process of a test with the check turned off.
+    leak): each is reported once, with its escape route, against the right scope (a fixture by its
+    name and file), and killed; the clean tests pass; two sentinels started before the inner pytest
+    (one of them env-scrubbed, in its own session) survive, and so does the process of a test with
+    the check turned off. By default the env scrubbers are out of reach (they survive, and the
+    header says what is not seen and how to see it); --process-leaks-subreaper finds them.
 
-    Ablations: `leak-subreaper` (the env scrubbers re-parent to init, untagged: unseen), `leak-tag`
-    (every process reads as 'environment dropped'; the session fixture's is blamed on a test),
-    `leak-kill` (the leaks survive).
+    Ablations: `leak-subreaper` (the env scrubbers re-parent to init, untagged: unseen, [subreaper]
+    red), `leak-tag` (every process reads as 'no run tag'; the double fork that left the tree is
+    unseen: both red), `leak-kill` (the leaks survive).
     """
-    run_acceptance(pytester, marks, "--process-leaks")
+    run_acceptance(pytester, marks, flag)
 
 
 def run_acceptance(pytester, marks, flag):
-    """The acceptance suite under `flag` (--process-leaks, or --process-leaks-cgroup: the same
-    findings, test_process_leaks_cgroup.py), with `marks` from the `marks` fixture's names."""
+    """The acceptance suite under `flag` (test_process_leaks_cgroup.py runs it with
+    --process-leaks-cgroup), with `marks` from the `marks` fixture's names."""
+    expected, unseen = ACCEPTANCE[flag]
     sentinels = [
         subprocess.Popen(["sleep", marks["sentinel"]]),
         subprocess.Popen(["env", "-i", "sleep", marks["sentinel_scrubbed"]], start_new_session=True),
@@ -179,38 +224,37 @@ def run_acceptance(pytester, marks, flag):
             p.kill()
             p.wait()
     assert len(still) == 2, "a process that existed before the inner pytest was touched"
-    assert set(alive) == {"sentinel", "sentinel_scrubbed", "disabled"}, f"survivors: {alive}"
+    assert set(alive) == {"sentinel", "sentinel_scrubbed", "disabled"} | unseen, f"survivors: {alive}"
 
     def reported(name):
         # Matched by the unique number: a process caught before its exec (`setsid -f`, a
         # subshell) still shows the shell's command line.
         return [x for x in doc["leaks"] if marks[name] in x["cmdline"]]
 
-    expected = {
-        "child": ("still a child", "test_leaky.py::test_child"),
-        "double_fork": ("re-parented", "test_leaky.py::test_double_fork"),
-        "scrubber": ("environment dropped", "test_leaky.py::test_env_scrubber"),
-        "session": ("still a child", "fixture 'leaky_server' (session scope)"),
-        # Each worker that runs a test of the module sets the module fixture up: once or twice.
-        "module": ("environment dropped", "fixture 'scrubbed_module_server' (module scope)"),
-    }
     for name, want in expected.items():
         hits = reported(name)
+        # Each worker that runs a test of the module sets the module fixture up: once or twice.
         assert 1 <= len(hits) <= (2 if name == "module" else 1), f"{name}: {hits}; report: {doc['leaks']}"
         for leak in hits:
             assert (leak["route"], leak["scope"]) == want, (name, leak)
             assert leak["killed"] is True
         result.stdout.fnmatch_lines([f"*escaped: {want[0]}: *{marks[name]}*"])
+    for name in unseen:
+        assert not reported(name), (name, doc["leaks"])
     # The setsid grandchild: its shell is still pytest's child, the sleep is in its own session.
     got = sorted((x["route"], x["cmdline"].split()[0]) for x in reported("escapee"))
     assert got == [("own session", "sleep"), ("still a child", "sh")], got
     assert {x["scope"] for x in reported("escapee")} == {"test_leaky.py::test_setsid_grandchild"}
     # Nothing else: no helper, no worker, no clean test's process.
-    assert len(doc["leaks"]) == 6 + len(reported("module")), doc["leaks"]
+    one_each = len(expected) - ("module" in expected)
+    assert len(doc["leaks"]) == one_each + len(reported("escapee")) + len(reported("module")), doc["leaks"]
     assert {x["worker"] for x in doc["leaks"]} <= {"gw0", "gw1"}
+    assert doc["culprits"] == sorted({x["scope"] for x in doc["leaks"]})
     outcomes = result.parseoutcomes()
     assert outcomes["passed"] == 13 and "failed" not in outcomes
-    result.stdout.fnmatch_lines(["*= process leaks =*", "stoplatency: * leaking test(s), * process(es) killed*"])
+    result.stdout.fnmatch_lines(["*= process leaks =*", "stoplatency: * leaked process(es) from * scope(s), * killed*"])
+    if unseen:
+        result.stdout.fnmatch_lines([f"*{plugin.NO_CGROUP_LINE}*"])
 
 
 CLEAN_SUITE = """
@@ -244,6 +288,17 @@ def test_multiprocessing_spawn():
 def test_double_fork_that_exits():
     subprocess.run(["sh", "-c", "(sleep 0.05 &)"], check=True)
     time.sleep(0.3)
+
+@pytest.mark.skip(reason="not counted as checked")
+def test_skipped():
+    pass
+
+def test_skips_itself():
+    pytest.skip("not counted as checked either")
+
+@pytest.mark.xfail(strict=True, reason="it ran: counted")
+def test_xfails():
+    assert False
 """
 
 
@@ -251,33 +306,26 @@ def test_double_fork_that_exits():
 def test_clean_suite_reports_no_leak(pytester, xdist):
     """Path: no false positives: a clean suite (waited subprocesses, a session server stopped at
     its teardown, a victim (and with it the session guardian), asyncio and multiprocessing
-    children, a double fork that exits, xdist's workers) reports no leak."""
+    children, a double fork that exits, xdist's workers) reports no leak. The count of tests
+    checked leaves out the two skipped ones (an xfail ran: it counts)."""
     pytester.makepyfile(CLEAN_SUITE)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", *xdist, "--process-leaks", "--process-leaks-json", "leaks.json", timeout=120
     )
     doc = json.loads((pytester.path / "leaks.json").read_text())
-    assert doc["leaks"] == [] and doc["checked"] == 10, doc
-    result.assert_outcomes(passed=10)
-    result.stdout.fnmatch_lines(["stoplatency: no process leaks (10 test(s) checked)"])
-
-
-TAG_ONLY_CONFTEST = """
-import pytest_stoplatency._subreaper as subreaper
-
-subreaper.enable = lambda: False  # this session is no subreaper: the tag alone must find it
-"""
+    assert doc["leaks"] == [] and doc["checked"] == 11, doc
+    result.assert_outcomes(passed=10, skipped=2, xfailed=1)
+    result.stdout.fnmatch_lines(["stoplatency: no process leaks (11 test(s) checked)"])
 
 
 def test_tag_alone_finds_a_double_fork_that_left_the_tree(pytester, marks):
-    """Path: the per-test tag alone: with pytest no subreaper, a double-forked process is
-    re-parented away from pytest's tree (to init); its inherited tag still names the test, and
+    """Path: the per-test tag alone (the default: pytest is no subreaper): a double-forked process
+    is re-parented away from pytest's tree (to init); its inherited tag still names the test, and
     it is reported ('re-parented') and killed.
 
     Ablation: `leak-tag` turns this red (no tag, outside the tree: unseen); `leak-subreaper` does
     not (this session never used the subreaper).
     """
-    pytester.makeconftest(TAG_ONLY_CONFTEST)
     pytester.makepyfile(
         f"""
 import subprocess
@@ -295,9 +343,9 @@ def test_double_fork():
 
 
 def test_subreaper_brings_back_a_process_that_dropped_its_environment(pytester, marks):
-    """Path: the subreaper alone: `env -i setsid -f` leaves no tag and forks away from its
-    parent; only because pytest is a child subreaper does it stay in pytest's tree, where it is
-    found ('environment dropped') and killed.
+    """Path: the subreaper alone (--process-leaks-subreaper, named in the header): `env -i setsid
+    -f` leaves no tag and forks away from its parent; only because pytest is a child subreaper
+    does it stay in pytest's tree, where it is found ('no run tag') and killed.
 
     Ablation: `leak-subreaper` turns this red; `leak-tag` does not (there is no tag to read).
     """
@@ -310,10 +358,10 @@ def test_env_scrubber():
     subprocess.run(["env", "-i", "setsid", "-f", "sleep", "{marks["scrubber"]}"], check=True)
 """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks-subreaper")
     alive = _sleepers(marks)
     assert not alive, f"survivors: {alive}"
-    result.stdout.fnmatch_lines([f"*escaped: environment dropped: *{marks['scrubber']}*"])
+    result.stdout.fnmatch_lines([plugin.SUBREAPER_LINE, f"*escaped: no run tag: *{marks['scrubber']}*"])
     result.assert_outcomes(passed=1, errors=1)
 
 
@@ -333,7 +381,13 @@ def test_ini_key_and_module_marker(pytester, marks):
     alive = _sleepers(marks)
     assert set(alive) == {"disabled"}
     result.assert_outcomes(passed=2, errors=1)
-    result.stdout.fnmatch_lines(["*ERROR at teardown of test_on*", "stoplatency: 1 leaking test(s)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_on*",
+            "stoplatency: 1 leaked process(es) from 1 scope(s)*",
+            "  test_on.py::test_on: *",
+        ]
+    )
     # --stop-latency-json carries the same leak object as --process-leaks-json.
     leaks = json.loads((pytester.path / "sl.json").read_text())["process_leaks"]
     assert leaks["schema"] == _leakreport.SCHEMA and leaks["checked"] == 1

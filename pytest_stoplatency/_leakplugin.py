@@ -1,0 +1,302 @@
+"""The --process-leaks plugin object: its hooks, registered by plugin.pytest_configure only
+when the check is on (an unused check reads nothing and changes nothing).
+
+Per test: a scope (_leaks.Scope) opens at setup, its tag in os.environ for everything the
+test starts; at the end of its teardown the tag becomes the gap's (what starts from then
+on is no longer the test's) and the scope is checked. A leak is reported as an error at
+the teardown of the test (pytest's convention for a finding made after the test's own
+outcome was decided: a fixture's teardown error is one too), with every process, its
+escape route, and killed. A wider fixture is a scope of its own, checked after its own
+teardown and named. What starts between tests, after the last one, or under a scope
+already checked is session level: checked at the session's end (and once more at exit,
+for what a thread or an atexit handler starts while pytest shuts down).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from . import _cgroup, _guardian, _leakreport, _leaks, _report, _subreaper
+from . import plugin as _plugin
+
+NAME = "stoplatency-process-leaks"
+WORKEROUTPUT_KEY = "stoplatency_process_leaks"
+
+_SCOPE = pytest.StashKey[_leaks.Scope]()
+_SKIPPED = pytest.StashKey[bool]()
+
+
+def _helper_pids() -> list[int]:
+    """Long-lived helpers of the pytest process itself, never a test's leak: this process's
+    session guardian, and multiprocessing's resource tracker and fork server (started on
+    first use by whichever test, they serve the interpreter until it exits)."""
+    guardian = _guardian.pid()
+    return ([guardian] if guardian is not None else []) + _leaks.interpreter_helpers()
+
+
+def scope_enabled(item) -> bool:
+    marker = item.get_closest_marker("process_leaks")
+    return marker is None or bool(marker.kwargs.get("enabled", marker.args[0] if marker.args else True))
+
+
+def fixture_label(fixturedef, rootpath: Path) -> str:
+    """ "fixture 'name' (session scope, sub/conftest.py)": the file names which of several
+    fixtures of one name it is."""
+    where = ""
+    code = getattr(getattr(fixturedef, "func", None), "__code__", None)
+    if code is not None:
+        try:
+            where = f", {os.path.relpath(code.co_filename, rootpath)}"
+        except ValueError:
+            where = f", {code.co_filename}"
+    return f"fixture {fixturedef.argname!r} ({fixturedef.scope} scope{where})"
+
+
+def section_for(config) -> dict:
+    """The process_leaks object of --stop-latency-json (empty when the check is off)."""
+    plugin = config.pluginmanager.get_plugin(NAME)
+    return _leakreport.section(plugin.leaks if plugin else [], checked=plugin.checked if plugin else 0)
+
+
+def _set_tag(value: str | None) -> None:
+    if value is None:
+        os.environ.pop(_leaks.TAG_ENV, None)
+    else:
+        os.environ[_leaks.TAG_ENV] = value
+
+
+class ProcessLeaks:
+    def __init__(self, config) -> None:
+        self.config = config
+        self.worker = config.workerinput.get("workerid") if hasattr(config, "workerinput") else None
+        self.cgroups = _plugin.leaks_cgroup(config)
+        self.subreaper_asked = _plugin.leaks_subreaper(config)
+        # In every process that runs tests (each xdist worker), and the controller, which
+        # adopts a dead worker's orphans and reaps them at its end.
+        self.subreaper = self.subreaper_asked and _subreaper.enable()
+        self.tracker = _leaks.Tracker(helpers=_helper_pids, cgroups=self.cgroups, reap=self.subreaper)
+        self.leaks: list[dict] = []  # every worker's, on the controller
+        self.checked = 0  # tests checked, skipped ones not counted
+        self.pending: list[dict] = []  # fixture leaks found during a teardown
+        self.outer_tag = os.environ.get(_leaks.TAG_ENV)  # an outer pytest's test, if any
+        self.ran_tests = False
+        self.at_exit: list[dict] = []
+
+    # -- the header ---------------------------------------------------------------
+
+    def pytest_report_header(self, config):
+        lines = []
+        if self.subreaper:
+            lines.append(_plugin.SUBREAPER_LINE)
+        elif self.subreaper_asked:
+            lines.append(_plugin.SUBREAPER_UNAVAILABLE)
+        if self.cgroups:
+            parent = _cgroup.parent_dir()
+            if parent is not None and _cgroup.probe():
+                lines.append(f"{_plugin.CGROUP_LINE} {parent}")
+            else:
+                lines.append(f"{_plugin.NO_CGROUP_LINE} {_plugin.CGROUP_UNAVAILABLE}")
+        elif not self.subreaper:
+            lines.append(_plugin.NO_CGROUP_LINE)
+        return lines
+
+    # -- a test ---------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        # Processes of a test that pytest never tears down (pytest-timeout's thread method
+        # ends it with os._exit) are the guardian's to kill when this process dies.
+        _guardian.ensure_started()
+        self.ran_tests = True
+        scope = self.tracker.open(item.nodeid, checked=scope_enabled(item))
+        item.stash[_SCOPE] = scope
+        # The tag goes into os.environ for the test's whole duration: everything the test
+        # (or code under test) starts inherits it.
+        os.environ[_leaks.TAG_ENV] = scope.tag  # ablate: leak-tag
+        # With --process-leaks-cgroup, pytest itself runs the test from inside the test's
+        # cgroup (a process starts in its parent's): out again at the end of the teardown.
+        self.tracker.enter(scope if scope.cgroup is not None else None)
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        report = yield
+        # A skipped test is not counted as checked (an xfail reports "skipped" too: it ran).
+        if report.skipped and not hasattr(report, "wasxfail") and call.when in ("setup", "call"):
+            item.stash[_SKIPPED] = True
+        return report
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        scope = item.stash.get(_SCOPE, None)
+        if scope is None:
+            return (yield)
+        try:
+            return (yield)
+        finally:
+            # First, before anything allocates: no collection, so no finaliser, until the
+            # snapshot of what the test left is taken (the check releases this hold then).
+            self.tracker.hold_gc()
+            held = True
+            try:
+                # What starts from now on is not this test's (a thread or a finaliser of it).
+                gap = self.tracker.open_gap(item.nodeid)
+                os.environ[_leaks.TAG_ENV] = gap.tag  # ablate: leak-gap-tag
+                self.tracker.enter(None)
+                leaks = []
+                if scope_enabled(item):
+                    self.checked += not item.stash.get(_SKIPPED, False)
+                    held = False
+                    leaks = self.tracker.check(scope, held=True)
+            finally:
+                if held:
+                    self.tracker.release_gc()
+            leaks += self.pending
+            self.pending.clear()
+            self._report(item.nodeid, leaks)
+
+    def _report(self, nodeid: str, leaks: list[dict]) -> None:
+        if not leaks:
+            return
+        for leak in leaks:
+            leak["nodeid"] = nodeid
+            leak["worker"] = self.worker
+        self.leaks.extend(leaks)
+        by_scope: dict[str, list] = {}
+        for leak in leaks:
+            by_scope.setdefault(leak["scope"], []).append(leak)
+        msg = "\n".join(
+            f"{_plugin.PROCESS_LEAKS_HEADER}: {label} left {len(group)} process(es) alive after its teardown; killed:\n"
+            + _leaks.format_leaks(group)
+            for label, group in by_scope.items()
+        )
+        pytest.fail(msg, pytrace=False)
+
+    # -- a wider fixture ----------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        if fixturedef.scope == "function":
+            return (yield)
+        # A wider fixture is its own scope: what it starts, in its set-up and in its
+        # teardown, carries its tag and is checked when it is torn down, not after the
+        # test that happened to set it up or tear it down.
+        scope = self.tracker.open(fixture_label(fixturedef, request.config.rootpath), kind=_leaks.KIND_FIXTURE)
+        teardown: dict = {}
+        # Finalizers run last in, first out: this one after the fixture's own teardown.
+        fixturedef.addfinalizer(lambda: self._fixture_torn_down(scope, teardown))
+        previous = os.environ.get(_leaks.TAG_ENV)
+        os.environ[_leaks.TAG_ENV] = scope.tag
+        was = self.tracker.enter(scope)  # its own cgroup too, then back to the test's
+        lo = _leaks.last_pid()
+        try:
+            return (yield)
+        finally:
+            scope.windows.append((lo, _leaks.last_pid()))
+            self.tracker.enter_path(was)
+            _set_tag(previous)
+            # And this one before it: the teardown runs under the fixture's tag.
+            fixturedef.addfinalizer(lambda: self._fixture_teardown_starts(scope, teardown))
+
+    def _fixture_teardown_starts(self, scope: _leaks.Scope, teardown: dict) -> None:
+        teardown["previous"] = os.environ.get(_leaks.TAG_ENV)
+        os.environ[_leaks.TAG_ENV] = scope.tag
+        teardown["was"] = self.tracker.enter(scope)
+        teardown["lo"] = _leaks.last_pid()
+
+    def _fixture_torn_down(self, scope: _leaks.Scope, teardown: dict) -> None:
+        self.tracker.hold_gc()  # released by the check, once its snapshot is taken
+        try:
+            if "lo" in teardown:
+                scope.windows.append((teardown["lo"], _leaks.last_pid()))
+                self.tracker.enter_path(teardown["was"])
+                _set_tag(teardown["previous"])
+        except BaseException:
+            self.tracker.release_gc()
+            raise
+        self.pending.extend(self.tracker.check(scope, full=True, held=True))
+
+    # -- the session --------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        """xdist controller: merge a finished worker's leaks."""
+        data = getattr(node, "workeroutput", {}).get(WORKEROUTPUT_KEY)
+        if data is not None:
+            self.leaks.extend(data["leaks"])
+            self.checked += data["checked"]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session):
+        # trylast: after pytest's own teardown of what an interrupted session left set up.
+        if self.ran_tests:
+            leaks = self.pending + self.tracker.check_session()
+            self.pending.clear()
+            for leak in leaks:
+                leak.update(nodeid=None, worker=self.worker)
+            self.leaks.extend(leaks)
+            self.tracker.close()
+            self.tracker.reap_adopted()
+            # A thread (or an atexit handler) may start a process while the interpreter
+            # shuts down, after this check: one more look then.
+            atexit.register(self._at_exit)
+        if self.worker is not None:
+            self.config.workeroutput[WORKEROUTPUT_KEY] = {"leaks": list(self.leaks), "checked": self.checked}
+            return
+        if any(leak["nodeid"] is None for leak in self.leaks) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        self._write_json()
+
+    def _write_json(self) -> None:
+        path = self.config.getoption("process_leaks_json")
+        if path:
+            doc = _leakreport.document(self.leaks, checked=self.checked, rootdir=Path(self.config.rootpath))
+            _report.write_json(Path(self.config.invocation_params.dir) / path, doc)
+
+    def pytest_unconfigure(self, config):
+        # Back to what an outer pytest set (this one runs inside its test). A top-level
+        # session keeps the gap's tag until it exits: what starts then is still its own.
+        if self.outer_tag is not None:
+            os.environ[_leaks.TAG_ENV] = self.outer_tag
+
+    def _at_exit(self) -> None:
+        try:
+            leaks = self.tracker.check_session()
+        except Exception as exc:  # one line, not a traceback at interpreter exit
+            sys.stderr.write(f"stoplatency: the process-leak check at exit failed: {exc!r}\n")
+            return
+        if not leaks:
+            return
+        for leak in leaks:
+            leak.update(nodeid=None, worker=self.worker)
+        self.leaks.extend(leaks)
+        lines = [_plugin.AT_EXIT_LINE] + [
+            f"  {label}: {len(group)} process(es); killed:\n{_leaks.format_leaks(group)}"
+            for label, group in _leakreport.by_scope(leaks).items()
+        ]
+        sys.stderr.write("\n".join(lines) + "\n")
+        sys.stderr.flush()
+        if self.worker is None:
+            self._write_json()
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if self.worker is not None:
+            return
+        tr = terminalreporter
+        tr.write_sep("=", "process leaks")
+        for line in _leakreport.summary_lines(self.leaks, checked=self.checked):
+            tr.write_line(line)
+        threads = [
+            t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()
+        ]
+        if threads and self.ran_tests:
+            tr.write_line(f"{_plugin.THREADS_LINE}: {', '.join(threads)}")
+        path = self.config.getoption("process_leaks_json")
+        if path:
+            tr.write_line(f"stoplatency: wrote {path}")
