@@ -164,7 +164,12 @@ def spawn_at_pid(start, pid, **kw):
     same time, so a few attempts may be needed)."""
     if not os.access(NS_LAST_PID, os.W_OK):
         pytest.skip("needs root to write ns_last_pid")
-    for _ in range(50):
+    # Other processes fork meanwhile (a parallel test session: the mutation campaign's
+    # other job): many attempts, and none while someone else holds the pid.
+    deadline = time.monotonic() + 10
+    for _ in range(500):
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.01)
         with open(NS_LAST_PID, "w") as f:
             f.write(str(pid - 1))
         p = start(["sleep", "60"], **kw)
@@ -172,7 +177,7 @@ def spawn_at_pid(start, pid, **kw):
             return p
         p.kill()
         p.wait()
-    pytest.fail(f"could not get pid {pid} reused in 50 attempts")
+    pytest.fail(f"could not get pid {pid} reused in 500 attempts")
 
 
 def with_traceback(stderr):
