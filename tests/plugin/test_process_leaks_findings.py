@@ -247,7 +247,7 @@ def test_the_checks_plugin_object_is_registered_only_when_the_check_is_on(pytest
 # -- 2. nothing missed when a finaliser runs during the check -------------------------------
 
 GC_SUITE = """
-import gc, os, pty, signal, sys
+import gc, os, pty, signal, sys, time
 
 N = {n!r}
 ARMED, JUNK = [], []
@@ -268,6 +268,14 @@ class Spawn:
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
             os.execvp(argv[0], argv)
+        # Exec'd before the test ends, as a pexpect child is once it is used: the report
+        # names its command (a moment earlier it is still pytest's fork).
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(f"/proc/{{self.pid}}/cmdline", "rb") as f:
+                if f.read().split(b"\\0")[0] == argv[0].encode():
+                    break
+            time.sleep(0.005)
         self.me = self
 
     def __del__(self):
