@@ -163,13 +163,12 @@ def _environ_run_id(pid: int, here: str | None) -> str | None:
     """The run id in the tag of a holder of the run's lock, if the tag is this
     directory's (the key ends with the identity measured here): a hard link to another
     run's lock file never lends this directory that run's id."""
-    for entry in signals._environ(pid).split(b"\0"):
-        if entry.startswith(signals.TAG.encode() + b"="):
-            value = entry.split(b"=", 1)[1].decode("utf-8", "replace")
-            run_id, dot, tail = value.rpartition(".")
-            ok = dot and here is not None and tail == here and RUN_ID_SHAPE.fullmatch(run_id)
-            return run_id if ok else None
-    return None
+    value = signals.tag_of(pid)
+    if value is None:
+        return None
+    run_id, dot, tail = value.rpartition(".")
+    ok = dot and here is not None and tail == here and RUN_ID_SHAPE.fullmatch(run_id)
+    return run_id if ok else None
 
 
 def _run_id(view: RunView) -> str | None:

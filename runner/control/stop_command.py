@@ -150,6 +150,15 @@ def _not_a_copy(view: RunView) -> RunView:
     return view
 
 
+def _acting_on(view: RunView) -> RunView:
+    """The view a signalling stop acts on: not a copy's, and not of a run in a pid
+    namespace this process cannot see into (OtherPidNamespace, nothing signalled)."""
+    view = _not_a_copy(view)
+    if view.elsewhere is not None:
+        raise OtherPidNamespace(view.elsewhere)
+    return view
+
+
 def _membership(view: RunView) -> Membership:
     return Membership(view.key, view.cgroup.relative if view.cgroup else None)
 
@@ -263,9 +272,7 @@ def force(
     only once the engine is proven dead, and only if it did not. `origin`: who asked
     (the dashboard), journaled in the stop this stopper records; else `forced`."""
     started = time.monotonic()
-    view = _not_a_copy(view or run_view.view(rd))
-    if view.elsewhere is not None:
-        raise OtherPidNamespace(view.elsewhere)
+    view = _acting_on(view or run_view.view(rd))
     kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
     # One forcing stopper at a time: a second one runs after the first has recorded the
     # stop, kills what may be left (usually nothing), and reports who recorded it.
@@ -566,9 +573,7 @@ def _stop_hard(
     the force-kill, which needs neither. The request names the channel, or `origin`
     where the caller names itself (the dashboard)."""
     started = time.monotonic()
-    view = _not_a_copy(run_view.view(rd))
-    if view.elsewhere is not None:
-        raise OtherPidNamespace(view.elsewhere)
+    view = _acting_on(run_view.view(rd))
     channel = view.stop.channel if channel is None else channel
     grace = view.stop.grace if grace is None else grace
     if view.live is False:

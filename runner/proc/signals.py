@@ -167,6 +167,15 @@ def has_tag(pid: int, run_id: str | None) -> bool:
     return f"{TAG}={run_id}".encode() in _environ(pid).split(b"\0")
 
 
+def tag_of(pid: int) -> str | None:
+    """The value of the RUNNER_RUN_ID tag in /proc/PID/environ (a run's key), if any."""
+    prefix = TAG.encode() + b"="
+    for entry in _environ(pid).split(b"\0"):
+        if entry.startswith(prefix):
+            return os.fsdecode(entry[len(prefix) :]) or None
+    return None
+
+
 def _environ(pid: int) -> bytes:
     """/proc/PID/environ. Empty for a kernel thread, and also for a user process caught
     mid-exec: a vfork parent (subprocess) resumes before the kernel has laid out the

@@ -15,7 +15,7 @@ import os
 import re
 import stat
 
-from runner.proc import identity
+from runner.proc import identity, signals
 from runner.proc.identity import Identity
 
 _ENGINE_ARGV = (b"-m", b"runner", b"_engine")
@@ -62,18 +62,6 @@ def _holds_deleted_dir(pid: int) -> bool:
     return False
 
 
-def _run_id(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read().split(b"\0")
-    except OSError:
-        return None
-    for entry in env:
-        if entry.startswith(b"RUNNER_RUN_ID="):
-            return os.fsdecode(entry[len(b"RUNNER_RUN_ID=") :]) or None
-    return None
-
-
 def engines(base: str | os.PathLike[str]) -> list[Vanished]:
     """The live engines of runs that lived under `base` and whose directory is gone."""
     where = os.path.abspath(base)
@@ -85,7 +73,7 @@ def engines(base: str | os.PathLike[str]) -> list[Vanished]:
             continue
         if not _holds_deleted_dir(pid):
             continue
-        run_id = _run_id(pid)
+        run_id = signals.tag_of(pid)
         st = identity.stat(pid)
         if run_id is None or st is None or st.zombie:
             continue
