@@ -376,7 +376,7 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     children: list[ChildStatus] = []
     members = Membership(view.key, view.cgroup.relative if view.cgroup else None)
     engine = view.engine
-    if engine is not None and identity.is_running(engine) and members.proof(engine.pid, engine.start_ticks) is None:
+    if engine is not None and identity.is_running(engine) and members.foreign(engine.pid, engine.start_ticks):
         # engine.json names a live process that is not this directory's run (copied or
         # planted from another run): never shown as this run's engine.
         view.note(Damaged(rd.engine_identity, f"not the run's engine: {members.why_not(engine.pid)}"))

@@ -586,11 +586,11 @@ def _stop_hard(
         view.note(exc)
         use_signal = os.name == "posix"  # no file channel left: the signal is all there is
     members = _membership(view)
-    if engine is not None and members.proof(engine.pid, engine.start_ticks) is None:
+    if engine is not None and members.foreign(engine.pid, engine.start_ticks):
         engine = None  # not proven the run's: never signalled, never waited for; force decides
     gone = engine is None
     if engine is not None:
-        if use_signal:
+        if use_signal and not identity.exiting(engine.pid):  # an exiting engine is only waited for
             signals.signal_process(engine, signal.SIGTERM, members)
         gone = wait_engine_gone(engine, grace)
     if gone and engine is not None:
@@ -721,7 +721,7 @@ def wait_run(rd: RunDir, timeout: float | None = None) -> Exit:
     """Block until the run's engine is gone; return the run's own exit code."""
     view = _not_a_copy(run_view.view(rd))
     engine = run_view.require_engine(view)
-    if identity.is_running(engine) and _membership(view).proof(engine.pid, engine.start_ticks) is None:
+    if identity.is_running(engine) and _membership(view).foreign(engine.pid, engine.start_ticks):
         # engine.json names a live process that is not this directory's run: waiting on
         # it would report another run's end as this one's.
         raise NoLiveRun(f"{rd.engine_identity}: not the run's engine ({_membership(view).why_not(engine.pid)})")

@@ -71,10 +71,18 @@ class Stat(FrozenValue):
     """The few fields of /proc/PID/stat the runner needs. Treated as immutable; slotted,
     since a scan of /proc creates one per process."""
 
-    __slots__ = ("pid", "state", "ppid", "pgid", "sid", "start_ticks", "wait_status")
+    __slots__ = ("pid", "state", "ppid", "pgid", "sid", "start_ticks", "wait_status", "flags")
 
     def __init__(
-        self, pid: int, state: str, ppid: int, pgid: int, sid: int, start_ticks: int, wait_status: int | None = None
+        self,
+        pid: int,
+        state: str,
+        ppid: int,
+        pgid: int,
+        sid: int,
+        start_ticks: int,
+        wait_status: int | None = None,
+        flags: int = 0,
     ) -> None:
         self.pid: Final = pid
         self.state: Final = state
@@ -84,11 +92,29 @@ class Stat(FrozenValue):
         self.start_ticks: Final = start_ticks
         self.wait_status: Final = wait_status
         """Field 52 (exit_code): a zombie's wait(2) status, until its parent reaps it."""
+        self.flags: Final = flags
+        """Field 9: the kernel's PF_* flags of the task."""
 
     @property
     def zombie(self) -> bool:
         # X (dead) is only ever seen in the instant before the entry vanishes.
         return self.state in ("Z", "X")
+
+    @property
+    def exiting(self) -> bool:
+        """On its way out (PF_EXITING): it runs no more code of its own. The kernel detaches
+        its memory, and with it /proc/PID/environ, before it becomes a zombie; freeing a
+        large address space keeps it there, state R, for as long as a second."""
+        return self.zombie or bool(self.flags & _PF_EXITING)
+
+
+_PF_EXITING = 0x4  # include/linux/sched.h
+
+
+def exiting(pid: int) -> bool:
+    """Gone, a zombie, or on its way out (Stat.exiting)."""
+    st = stat(pid)
+    return st is None or st.exiting
 
 
 def boot_id() -> str:
@@ -122,6 +148,7 @@ def stat(pid: int) -> Stat | None:
         sid=int(rest[3]),
         start_ticks=int(rest[19]),
         wait_status=int(rest[49]) if len(rest) >= 50 else None,
+        flags=int(rest[6]),
     )
 
 

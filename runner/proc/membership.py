@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 
-from runner.proc import signals
+from runner.proc import identity, signals
 from runner.values import FrozenValue
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
@@ -83,6 +83,15 @@ class Membership(FrozenValue):
             if where is not None and (where == self.cgroup or where.startswith(self.cgroup + "/")):
                 return Proof.CGROUP
         return None
+
+    def foreign(self, pid: int, start_ticks: int) -> bool:
+        """Not proven the run's, and not on its way out: a process the run must never act
+        on or call its own. One that is exiting cannot prove its tag (the kernel has
+        already detached the memory that holds its environment) and is no threat: it
+        runs no more code. Waiting for it to be gone is safe; signalling it is not needed."""
+        if self.proof(pid, start_ticks) is not None:
+            return False
+        return not identity.exiting(pid)  # ablate: exiting-not-foreign
 
     def why_not(self, pid: int) -> str:
         parts = []

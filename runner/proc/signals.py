@@ -189,7 +189,7 @@ def _environ(pid: int) -> bytes:
         if env:
             return env
         st = identity.stat(pid)
-        if st is None or st.zombie or st.ppid == 2 or st.pid == 2:  # gone, dead, or a kernel thread
+        if st is None or st.exiting or st.ppid == 2 or st.pid == 2:  # gone, dying, or a kernel thread
             return b""
         # Only a process that has just started can be mid-exec. One that started long
         # ago with an empty environment (`env -i`) keeps it: retrying would cost every

@@ -10,6 +10,7 @@ RUNNER_RUN_ID and sit in no run cgroup; each test checks they are alive afterwar
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -226,6 +227,51 @@ def test_membership_proof_reads_the_tag_and_the_cgroup(procs):
     known = membership.Membership("run-x", known=frozenset({(p.pid, p.start_ticks)}))
     assert known.proof(p.pid, p.start_ticks) is membership.Proof.KNOWN
     assert "RUNNER_RUN_ID=run-x" in m.why_not(p.pid)
+
+
+# Memory a process frees on its way out, after the kernel has detached it (and with it
+# /proc/PID/environ) but before it is a zombie: the window is as long as the freeing.
+EXIT_WINDOW_BYTES = 1 << 30
+_BIG_THEN_EXIT = (
+    "import mmap, os, sys\n"
+    f"m = mmap.mmap(-1, {EXIT_WINDOW_BYTES})\n"
+    f"for i in range(0, {EXIT_WINDOW_BYTES}, 4096): m[i] = 1\n"
+    "sys.stdout.write('r'); sys.stdout.flush(); sys.stdin.read(1); os._exit(0)\n"
+)
+
+
+def test_an_exiting_process_is_not_foreign_though_its_tag_is_gone(procs):
+    """Path: Membership.foreign. A process on its way out has its memory, and the
+    environment that holds its tag, detached before it becomes a zombie: here, freeing
+    1 GiB keeps it in that state (R, PF_EXITING, environ unreadable) for a while. `runner
+    wait` and `status` that read the run's own exiting engine then took it for another
+    run's ("not the run's engine", exit 6; a CI flake). It runs no more code: it is not
+    foreign, only waited for, while a live untagged process still is. Ablation:
+    `exiting-not-foreign`."""
+    m = membership.Membership("run-x")
+    plain = identity.current(procs(env=foreign_env()).pid)
+    assert m.foreign(plain.pid, plain.start_ticks)
+    p = procs(
+        [sys.executable, "-c", _BIG_THEN_EXIT],
+        env={**foreign_env(), "RUNNER_RUN_ID": "run-x"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert p.stdout.read(1) == b"r"
+    ident = identity.current(p.pid)
+    assert not m.foreign(ident.pid, ident.start_ticks)  # proven by its tag while it lives
+    p.stdin.close()
+    untagged_while_exiting = 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        st = identity.stat(p.pid)
+        if st is None or st.zombie:
+            break
+        if m.proof(ident.pid, ident.start_ticks) is None:  # the tag is unreadable: the window
+            untagged_while_exiting += 1
+            assert not m.foreign(ident.pid, ident.start_ticks), "an exiting process was taken for a foreign one"
+    p.wait()
+    assert untagged_while_exiting > 0, "the exit window (tag unreadable, not yet a zombie) was never observed"
 
 
 def test_the_reaper_never_signals_an_unproven_recorded_pid(procs):
