@@ -797,6 +797,32 @@ def stop_vanished(v: Vanished, kill_grace: float = defaults.KILL_GRACE) -> tuple
     return Exit.OK, [line]
 
 
+def _left_behind(dead: list[RunDir]) -> list[RunDir]:
+    """Runs whose engine is dead while processes of theirs live (the engine crashed, or a
+    stopper was killed mid-stop). A plain `runner stop` of each ends them
+    (_stop_without_engine), so `--all` stops them too: it never ends while a process of
+    a run under its base lives. One pass over /proc reads every tag; a run's cgroup
+    answers for what scrubbed its environment."""
+    from runner.proc import vanished
+    from runner.proc.cgroup import RunCgroup, run_cgroup_path
+
+    if not dead:
+        return []
+    tags = vanished.live_tags()
+    out: list[RunDir] = []
+    for rd in dead:
+        try:
+            key = rd.key(rd.run_id)
+        except Damaged:
+            continue  # no key to prove anything by: `runner stop --run-dir` says so for it
+        if key is None:
+            continue
+        where = run_cgroup_path(key)
+        if key in tags or (where is not None and RunCgroup(where).populated()):  # ablate: stop-all-left-behind
+            out.append(rd)
+    return out
+
+
 def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]]:
     """`runner stop --all`: every live run under `base`, from this one process, all at
     once: each run gets the very stop its own `runner stop` would (stop_hard, stop_now or
@@ -818,7 +844,10 @@ def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]
         except Damaged:
             return True
 
-    runs = [rd for rd in list_runs(base) if live(rd)]
+    listed = list_runs(base)
+    runs = [rd for rd in listed if live(rd)]
+    left = _left_behind([rd for rd in listed if rd not in runs and copy_line(rd) is None])
+    runs += left
     gone = vanished.engines(base)
     if not runs and not gone:
         raise NoLiveRun(f"no live run under {base}")
@@ -831,7 +860,9 @@ def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]
 
     def one(rd: RunDir) -> tuple[Exit, list[str]]:
         try:
-            result = stop(rd)
+            # No engine is left to honor a graceful stop: what a dead engine left is ended
+            # as a plain `runner stop` ends it.
+            result = stop_hard(rd) if rd in left else stop(rd)
         except RunnerError as exc:  # gone meanwhile, or damaged past reading: its line, the rest go on
             return exc.exit_code, [f"{rd.path}: {exc}"]
         return result.code, result.lines()

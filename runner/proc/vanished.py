@@ -79,3 +79,19 @@ def engines(base: str | os.PathLike[str]) -> list[Vanished]:
             continue
         found.append(Vanished(Identity(st.pid, st.pgid, st.sid, st.start_ticks, boot), run_id, run_dir))
     return found
+
+
+def live_tags() -> set[str]:
+    """The RUNNER_RUN_ID value of every living process this user may read, in one pass
+    over /proc: which runs still have processes, whatever their engines and directories
+    say. This process and its ancestors are left out (a `runner stop --all` run from a
+    hook carries its own run's tag)."""
+    protected = signals.protected_pids()
+    tags: set[str] = set()
+    for pid in identity.all_pids():
+        if pid in protected:
+            continue
+        tag = signals.tag_of(pid)
+        if tag is not None:
+            tags.add(tag)
+    return tags

@@ -88,6 +88,33 @@ def test_plain_stop_after_a_dead_engine_kills_and_records(runs, tmp_path):
     assert len(runs.events(rd, "run-stop")) == 1
 
 
+@pytest.mark.parametrize("mode", [[], ["--now"], ["--graceful"]], ids=["hard", "now", "graceful"])
+def test_stop_all_ends_what_a_dead_engine_left(runs, mode):
+    """Path: stop_command._left_behind. A run whose engine was SIGKILLed while its
+    trapping provider and two children live holds no lock: `runner stop --all` (any
+    mode) used to pass it over and exit NO_LIVE_RUN with three processes of the run
+    alive. It ends them and records the stop, as a plain `runner stop` of the run
+    would, and leaves a finished run beside it untouched. Ablation:
+    `stop-all-left-behind` turns it red."""
+    done = runs.start(runs.spec(provider=["true"]), name="done")
+    assert runs.runner("wait", "--run-dir", done.path).returncode == Exit.OK
+    rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}), name="crashed")
+    assert faults.wait_children(rd)
+    engine = identity.read(rd.engine_identity)
+    deadline = time.monotonic() + 10
+    while len(runs.tagged(rd.run_id)) < 4:  # the engine, the provider and its two children
+        assert time.monotonic() < deadline, runs.tagged(rd.run_id)
+        time.sleep(0.01)
+    os.kill(engine.pid, signal.SIGKILL)
+    assert stop_command.wait_engine_gone(engine, 10)
+    assert len(runs.tagged(rd.run_id)) == 3
+    proc = runs.runner("stop", "--all", *mode, "--runs-dir", runs.tmp_path)
+    assert proc.returncode == Exit.OK, proc.stderr
+    assert not runs.tagged(rd.run_id), "processes of the run outlived `stop --all`"
+    assert faults.recorded(rd)
+    assert runs.events(done, "run-stop") == [] and not runs.state(done).stopped
+
+
 def test_forced_record_is_never_half_written_by_an_interrupt(runs, monkeypatch):
     """Path: a stopper that records a forced stop gets SIGINT right after state.json says
     stopped and before its run-stop is journaled: the interrupt waits until both are
