@@ -77,17 +77,20 @@ MUTATE_JSON ?= docs/mutate.json
 mutate: $(STAMP) bytecode
 	$(PY) -m mutation --jobs 2 --artifacts $(ARTIFACTS)/mutate --json $(MUTATE_JSON)
 
-# docs/stop-latency.md from its template, docs/measure.json, docs/mutate.json and
+# docs/spec.md from its template and runner/files/spec.py's SCHEMA (docs-check also fails
+# when it lacks a key the parser accepts); docs/stop-latency.md from its template, docs/measure.json, docs/mutate.json and
 # runner/defaults.py; docs/plugin.md from its template, the plugin's code, docs/measure.json,
 # docs/process-leaks-bench.json, docs/process-leaks-demo.json and examples/;
 # examples/kubernetes/job.yaml from its template and `runner bound --container`. docs-check
 # fails (with a diff) when a committed file is stale.
 docs: $(STAMP)
+	$(PY) docs/render_spec.py
 	$(PY) docs/render_stop_latency.py
 	$(PY) docs/render_plugin.py
 	$(PY) examples/kubernetes/render_job.py
 
 docs-check: $(STAMP)
+	$(PY) docs/render_spec.py --check
 	$(PY) docs/render_stop_latency.py --check
 	$(PY) docs/render_plugin.py --check
 	$(PY) examples/kubernetes/render_job.py --check

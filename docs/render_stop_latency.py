@@ -534,16 +534,13 @@ class Context:
         return "\n\n".join(out)
 
     def limits(self) -> str:
-        names = [
-            "MAX_DURATION",
-            "MAX_ITEMS",
-            "MAX_COUNT",
-            "MAX_OUTPUT_CAP_BYTES",
-            "SPEC_MAX_BYTES",
-            "SPEC_MAX_DEPTH",
-            "MAX_ARG_BYTES",
-        ]
-        return "\n".join(f"- {self.derived(n)}" for n in names)
+        """The spec's limits, each with the keys it applies to: docs/spec.md's list, from
+        runner/files/spec.py's SCHEMA (docs/render_spec.py)."""
+        if str(HERE) not in sys.path:
+            sys.path.append(str(HERE))
+        import render_spec
+
+        return render_spec.Context().spec_limits()
 
     def ablation_table(self) -> str:
         muts = (self.mutate or {}).get("mutations", [])
