@@ -292,7 +292,12 @@ class Key:
 _ARGV = "A non-empty list of strings, run without a shell"
 SCHEMA: tuple[Key, ...] = (
     Key("", "items", "items", "The queue: item names, run in this order.", maximum="MAX_ITEMS"),
-    Key("provider", "command", "argv", "The provider call for each item and each repair session. " + _ARGV + "; `{item}` and `{feedback}` replaced."),
+    Key(
+        "provider",
+        "command",
+        "argv",
+        "The provider call for each item and each repair session. " + _ARGV + "; `{item}` and `{feedback}` replaced.",
+    ),
     Key(
         "provider",
         "call_timeout",
@@ -345,7 +350,12 @@ SCHEMA: tuple[Key, ...] = (
         default="STOP_CHANNEL",
         choices=CHANNELS,
     ),
-    Key("hooks.post_session", "command", "argv", "A hook run after each item's provider session. " + _ARGV + "; `{item}` replaced."),
+    Key(
+        "hooks.post_session",
+        "command",
+        "argv",
+        "A hook run after each item's provider session. " + _ARGV + "; `{item}` replaced.",
+    ),
     Key(
         "hooks.post_session",
         "timeout",
@@ -371,7 +381,10 @@ SCHEMA: tuple[Key, ...] = (
         maximum="MAX_DURATION",
     ),
     Key(
-        "verify", "command", "argv", "A check run after each item's hooks; the first that fails decides. " + _ARGV + "; `{item}` replaced."
+        "verify",
+        "command",
+        "argv",
+        "A check run after each item's hooks; the first that fails decides. " + _ARGV + "; `{item}` replaced.",
     ),
     Key(
         "verify",
