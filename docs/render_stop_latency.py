@@ -245,9 +245,14 @@ class Context:
         if not s:
             return f"*No soak run recorded (`{self.soak_name}` absent): run `make soak`.*"
         crash, hard, now, many = s["crash_and_resume"], s["load_stop"], s["load_stop_now"], s["many_stoppers"]
+        commit = s.get("git_commit") or "not recorded in the JSON"
+        grace = s.get("kill_grace")
+        grace = f"`kill_grace` {grace:g} s" if isinstance(grace, (int, float)) else "`kill_grace` not recorded"
         src = (
-            f"MEASURED by `make soak` (`{self.soak_name}`, {s.get('date', '?')}, "
-            f"{s.get('cpus', '?')} CPUs, seed {s.get('seed')})"
+            f"MEASURED by `make soak` (`bench/soak.py`, `{self.soak_name}`, {s.get('date', '?')}, "
+            f"{s.get('cpus', '?')} CPUs, seed {s.get('seed')}, commit `{commit}`; every run's {grace}, "
+            "a provider that traps SIGTERM, a stop's latency is its command's wall time; "
+            "the benchmark's \"Under load\" rows below stop a whole trapping tree at its own kill grace)"
         )
         rows = [
             "| what | figure |",
