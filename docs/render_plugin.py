@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path[:1]:
     sys.path.insert(0, str(ROOT))
 
 from render_stop_latency import Context as StopLatencyContext  # noqa: E402
-from render_stop_latency import _load, write_or_check  # noqa: E402
+from render_stop_latency import _load, refuse_typed_durations, write_or_check  # noqa: E402
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)(?::([^}]+?))?\s*\}\}")
 
@@ -185,6 +185,8 @@ def _xfail_reason(fn: ast.FunctionDef) -> str | None:
 
 
 def render(template: str, ctx: Context) -> str:
+    refuse_typed_durations(template)
+
     def sub(m: re.Match) -> str:
         kind, arg = m.group(1), m.group(2)
         if arg is not None and kind in ("help", "const", "default", "kind", "measured"):

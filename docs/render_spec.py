@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path[:1]:
     sys.path.insert(0, str(ROOT))
 
 from render_stop_latency import Context as StopLatencyContext  # noqa: E402
-from render_stop_latency import _human, write_or_check  # noqa: E402
+from render_stop_latency import _human, refuse_typed_durations, write_or_check  # noqa: E402
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)(?::([^}]+?))?\s*\}\}")
 SPEC_FILE = "runner/files/spec.py"
@@ -159,6 +159,8 @@ class Context:
 
 
 def render(template: str, ctx: Context) -> str:
+    refuse_typed_durations(template)
+
     def sub(m: re.Match) -> str:
         kind, arg = m.group(1), m.group(2)
         if kind == "derived" and arg:

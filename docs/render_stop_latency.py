@@ -6,11 +6,16 @@
 Every figure comes from one of two places and says which: MEASURED (docs/measure.json,
 written by `make measure`: test node id, label, n, median, p95, max, machine, date) or
 DERIVED (a constant imported from runner.defaults / runner.exitcodes, named with its file).
-No number is typed into the template. Placeholders:
+No number is typed into the template: a duration written in its prose (a number with a
+unit, outside placeholders and code) is refused (typed_durations), so a target can only be
+stated through {{bound:...}}, which resolves to a constant a test asserts, or
+{{derived:...}}. Placeholders:
 
     {{measured:LABEL}}        the label's figures, or a sentence saying it was not measured
     {{derived:NAME}}          a runner.defaults constant with its provenance
     {{exitcode:NAME}}         a runner.exitcodes.Exit member with its provenance
+    {{bound:FILE:NAME}}       a bound a test asserts: the module-level constant NAME of the test
+                              file FILE, which that file must use as a `bound=` or in an assert
     {{graceful_worst_case}}   the DERIVED sum call_timeout + hooks + verify commands
     {{graceful_sum}}          the same sum for one hook and one verify command, in a phrase
     {{measurement_source}}    which measure run / mutate run the figures come from
@@ -100,6 +105,55 @@ def _load(path: Path | None) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+_TYPED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:ms|s|sec|seconds?|min|minutes?|h|hours?|days?)\b", re.IGNORECASE)
+
+
+def typed_durations(template: str) -> list[str]:
+    """The durations typed into a template's prose: a number with a time unit outside
+    placeholders, fenced code blocks and inline code. `make docs-check` fails on one: a
+    bound is stated with {{bound:...}} (a test's own constant) or not at all."""
+    prose = re.sub(r"```.*?```", "", template, flags=re.S)
+    prose = _PLACEHOLDER.sub("", prose)
+    prose = re.sub(r"`[^`\n]*`", "", prose)
+    return [m.group(0) for m in _TYPED.finditer(prose)]
+
+
+def asserted_bound(test_file: str, name: str) -> float:
+    """The value of the module-level constant `name` of `test_file` (relative to the
+    repository), which the file must use as a bound: `bound=NAME` or within an assert.
+    Read with ast and evaluated against runner.defaults (`defaults.X`) and the file's
+    earlier constants, never by importing the test module."""
+    import ast
+
+    path = HERE.parent / test_file
+    if not test_file.startswith("tests/") or not path.is_file():
+        raise RenderError(f"{{{{bound:{test_file}:{name}}}}}: no test file {test_file}")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    scope: dict[str, object] = {"defaults": _defaults()}
+    value = None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                scope[node.targets[0].id] = eval(compile(ast.Expression(node.value), test_file, "eval"), dict(scope))
+            except Exception:  # noqa: BLE001 - a constant this reader cannot evaluate is simply not one
+                continue
+            if node.targets[0].id == name:
+                value = scope[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RenderError(f"{{{{bound:{test_file}:{name}}}}}: {test_file} has no numeric constant {name}")
+
+    def named(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+
+    used = any(
+        (isinstance(n, ast.keyword) and n.arg == "bound" and named(n.value)) or (isinstance(n, ast.Assert) and named(n))
+        for n in ast.walk(tree)
+    )
+    if not used:
+        raise RenderError(f"{{{{bound:{test_file}:{name}}}}}: no test of {test_file} asserts {name} (bound= or assert)")
+    return float(value)
+
+
 class Context:
     def __init__(
         self,
@@ -182,6 +236,11 @@ class Context:
             if v >= 120:
                 shown += f" ({_human(v)})"
         return f"{shown} (DERIVED: `{DEFAULTS_FILE}: {name}`)"
+
+    def bound(self, arg: str) -> str:
+        test_file, _, name = arg.rpartition(":")
+        value = asserted_bound(test_file, name)
+        return f"{_seconds(value)} (ASSERTED: `{test_file}: {name}`)"
 
     def graceful_sum(self) -> str:
         """The graceful worst case for one hook and one verify command, in a phrase."""
@@ -783,7 +842,20 @@ class Context:
         return "\n".join(rows)
 
 
+def refuse_typed_durations(template: str) -> None:
+    """A template that types a duration in its prose is refused (every renderer calls this)."""
+    typed = typed_durations(template)
+    if typed:
+        raise RenderError(
+            "the template types a duration in its prose ("
+            + ", ".join(repr(t) for t in typed)
+            + "): state a bound with {{bound:TEST_FILE:CONSTANT}} (a constant the test asserts) or drop it"
+        )
+
+
 def render(template: str, ctx: Context) -> str:
+    refuse_typed_durations(template)
+
     def sub(m: re.Match) -> str:
         kind, arg = m.group(1), m.group(2)
         if kind == "measured" and arg:
@@ -792,6 +864,8 @@ def render(template: str, ctx: Context) -> str:
             return ctx.derived(arg.strip())
         if kind == "exitcode" and arg:
             return ctx.exitcode(arg.strip())
+        if kind == "bound" and arg:
+            return ctx.bound(arg.strip())
         if arg is None and kind in (
             "graceful_worst_case",
             "graceful_sum",

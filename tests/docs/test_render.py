@@ -366,3 +366,40 @@ def test_one_all_command_is_one_sample(render_mod, bench_json):
     row = next(l for l in doc.splitlines() if l.startswith("| `runner stop --all` (one command)"))
     assert "1.700 s (n=1: one command for 50 runs" in row and "n=50" not in row
     assert "`stop --all`: 1.700 s for 50 runs (n=1: one command)" in _mode_row(doc, "`runner stop --all [--now]`")
+
+
+def test_a_duration_typed_into_the_template_is_refused(render_mod, tmp_path):
+    """Path: render() refuses a template whose prose types a duration (`make docs-check`
+    exits 2): a target is stated through {{bound:...}} or not at all. Code, inline code
+    and placeholders are not prose. Ablation: drop refuse_typed_durations and the
+    dashboard's old "within 1 s" renders again."""
+    assert render_mod.typed_durations("click to run-stop within 1 s of it, plus 200 ms") == ["1 s", "200 ms"]
+    assert render_mod.typed_durations("```\nsleep 600s\n```\n`sleep 7200` and {{derived:KILL_GRACE}}") == []
+    bad = tmp_path / "t.md"
+    bad.write_text(TEMPLATE.read_text() + "\nThe page shows it within 1 s.\n")
+    with pytest.raises(render_mod.RenderError, match="types a duration.*'1 s'"):
+        render(render_mod, template=bad)
+    r = subprocess.run(
+        [sys.executable, "docs/render_stop_latency.py", "--check", "--template", str(bad)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode != 0 and "types a duration" in r.stderr
+
+
+def test_a_stated_bound_is_the_constant_a_test_asserts(render_mod, tmp_path):
+    """Path: {{bound:FILE:NAME}} renders the test file's own constant, and only one the
+    file uses as `bound=` or in an assert; a constant no test asserts is refused."""
+    assert render_mod.asserted_bound("tests/runner/test_dashboard_browser.py", "PAGE_BOUND") == 3.0
+    assert (
+        render_mod.asserted_bound("tests/runner/test_dashboard_browser.py", "BOUND") == runner.defaults.KILL_GRACE + 4
+    )
+    doc = render(render_mod)
+    assert "3.00 s (ASSERTED: `tests/runner/test_dashboard_browser.py: PAGE_BOUND`)" in doc
+    with pytest.raises(render_mod.RenderError, match="no numeric constant ARTIFACTS"):
+        render_mod.asserted_bound("tests/runner/test_dashboard_browser.py", "ARTIFACTS")  # a Path, used elsewhere
+    with pytest.raises(render_mod.RenderError, match="no test of .* asserts KILL_GRACE"):
+        render_mod.asserted_bound("tests/runner/test_dashboard_browser.py", "KILL_GRACE")  # a spec value
+    with pytest.raises(render_mod.RenderError, match="no test file"):
+        render_mod.asserted_bound("docs/render_stop_latency.py", "HERE")
