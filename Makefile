@@ -96,9 +96,12 @@ docs-check: $(STAMP)
 	$(PY) examples/kubernetes/render_job.py --check
 
 # docs/process-leaks-demo.json: a real `pytest --process-leaks` run of docs/leak_demo/, whose
-# report opens docs/plugin.md (pasted from the run, never typed); then the document.
-leak-demo: $(STAMP)
+# report opens docs/plugin.md, and docs/stop-latency-demo.json: a real `pytest --stop-latency`
+# run of examples/guide/test_first_stop.py, whose summary the guide shows (pasted from the
+# runs, never typed); then the document.
+leak-demo: $(STAMP) bytecode
 	$(PY) docs/leak_demo.py --out docs/process-leaks-demo.json
+	$(PY) docs/latency_demo.py --out docs/stop-latency-demo.json
 	$(PY) docs/render_plugin.py
 
 # docs/dashboard.png (shown in README.md): the dashboard over three real runs, taken by

@@ -331,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 on any loss")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
+    commit = git_commit()  # the code the soak runs, taken before it starts
     work = Path(tempfile.mkdtemp(prefix="runner-soak-"))
     t0 = time.monotonic()
     try:
@@ -349,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": os.uname().nodename,
         "cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git_commit": git_commit(),
+        "git_commit": commit,
         "kill_grace": KILL_GRACE,
         "seconds": round(time.monotonic() - t0, 1),
         "crash_and_resume": crash,
