@@ -10,8 +10,19 @@ ARTIFACTS := .artifacts
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
+#
+# Before .venv exists, tools/requirements.sh checks what it needs (Linux 5.3, Python 3.11
+# as $(PYTHON), its venv module): a missing one stops make with one line, before anything
+# is created. A .venv is reused only if its pip runs; one that a failed bootstrap left
+# half-made is removed and made again, and a `python -m venv` that fails removes what it made.
+ifeq ($(wildcard $(STAMP)),)
+MISSING := $(shell sh tools/requirements.sh "$(PYTHON)" 2>&1)
+ifneq ($(MISSING),)
+$(error $(MISSING))
+endif
+endif
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make: '$(PYTHON) -m venv $(VENV)' failed (see above); nothing was kept" >&2; exit 1; }; }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
