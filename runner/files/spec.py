@@ -241,7 +241,7 @@ class _Clipped:
 
 def _show(value: object) -> object:
     # Keep the error short, whatever was pasted into the spec (repr keeps it on one line).
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:  # ablate: spec-clip-bigint
         # Counted from the bits: str() of a huge integer is slow, and refused past 4300 digits.
         digits = int(value.bit_length() * 0.30103) + 1
         if 10 ** (digits - 1) > abs(value):
@@ -463,7 +463,7 @@ def _read(r: _Reader, table: dict[str, Any], key: Key, prefix: str | None = None
             float(key.default_value()),  # type: ignore[arg-type]
             minimum=key.minimum,
             exclusive=key.exclusive,
-            maximum=key.maximum_value(),
+            maximum=key.maximum_value(),  # ablate: spec-schema-limit
         )
     if key.kind == "integer":
         return r.integer(
