@@ -74,12 +74,14 @@ examples: $(EXAMPLES_STAMP)
 	$(PY) -m pytest -p no:xdist examples
 
 # The stop-latency tests only, serially (parallel load distorts latencies),
-# 20 samples per label so that a p95 means something.
+# 20 samples per label so that a p95 means something. Rewrites the committed
+# docs/measure.json, then renders the documents from it (and says so).
 measure: $(STAMP) bytecode browser
 	mkdir -p $(ARTIFACTS)
 	$(PY) -m pytest --stop-latency -p no:xdist -m stop_latency --stop-latency-repeat 20 \
 		--stop-latency-json docs/measure.json -q
 	$(MAKE) --no-print-directory docs
+	@echo "make measure rewrote docs/measure.json and the documents rendered from it (docs/stop-latency.md, docs/plugin.md): see git diff"
 
 # The ablations (mutation/mutations.toml): a baseline, then each mutation in a scratch
 # copy, 2 at a time. Inner pytest output goes to $(ARTIFACTS)/mutate/*.log; stdout gets

@@ -427,7 +427,8 @@ class Context:
         grace = b.get("kill_grace")
         grace = f"{grace:g} s" if isinstance(grace, (int, float)) else "?"
         return (
-            f"MEASURED by {kind} (`{self.bench_name}`, {b.get('date', '?')}; {mach.get('hostname', '?')}, "
+            f"MEASURED by {kind}, bench `python -m bench.stoppers` (`{self.bench_name}`, {b.get('date', '?')}; "
+            f"{mach.get('hostname', '?')}, "
             f"Linux {mach.get('kernel', '?')}, {mach.get('cpus', '?')} CPUs{load}, Python {mach.get('python', '?')}; "
             f"commit `{b.get('git_commit') or 'unknown'}`; kill grace {grace} for every stopper)"
         )
@@ -548,7 +549,8 @@ class Context:
         load = part.get("loadavg_at_start")
         load = f", load average {load[0]:g} at start" if load else ""
         return (
-            f"MEASURED by `make bench` (`{self.bench_name}`, {part.get('date', '?')}; {mach.get('hostname', '?')}, "
+            f"MEASURED by `make bench`, bench `python -m bench.stoppers` (`{self.bench_name}`, "
+            f"{part.get('date', '?')}; {mach.get('hostname', '?')}, "
             f"{mach.get('cpus', '?')} CPUs{load}; commit `{part.get('git_commit') or 'unknown'}`)"
         )
 
