@@ -94,6 +94,8 @@ def _human(x: float) -> str:
     """7200 -> '2 h', 9120 -> '2 h 32 min': the scale a reader feels."""
     if x < 120:
         return _seconds(x)
+    if x >= 2 * 86400 and x % 86400 == 0:
+        return f"{x / 86400:.0f} days"
     h, rem = divmod(int(round(x)), 3600)
     m = rem // 60
     return " ".join(p for p in (f"{h} h" if h else "", f"{m} min" if m else "") if p)
