@@ -226,7 +226,12 @@ class _Reader:
 
 
 def _bound_text(kind: str, minimum: float, exclusive: bool, maximum: float) -> str:
-    return f"{kind} {'>' if exclusive else '>='} {minimum:g} and <= {maximum:g}"
+    return f"{kind} {'>' if exclusive else '>='} {_number(minimum)} and <= {_number(maximum)}"
+
+
+def _number(x: float) -> str:
+    # 2592000, not 2.592e+06: the limit as a reader would write it in the spec.
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 class _Clipped:
@@ -592,6 +597,12 @@ def loads(text: str, source: str | os.PathLike[str]) -> Spec:
     except tomllib.TOMLDecodeError as e:
         # tomllib's message already carries line and column, on one line.
         raise SpecError(source, "(toml)", f"valid TOML ({_one_line(e)})") from None
+    except ValueError:
+        # tomllib converts an integer literal with int(), which refuses one past Python's
+        # digit limit (sys.get_int_max_str_digits): no key could take such a number.
+        import sys
+
+        raise SpecError(source, "(toml)", f"integers of at most {sys.get_int_max_str_digits()} digits") from None
     return _validate(doc, source)
 
 

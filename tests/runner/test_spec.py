@@ -281,3 +281,15 @@ def test_the_schema_is_every_key_the_parser_accepts(tmp_path):
     listed = {k.dotted for k in spec.SCHEMA}
     for key in re.findall(r"^([a-z_]+) =", FULL, re.M):
         assert any(d.endswith("." + key) or d == key for d in listed), key
+
+
+@pytest.mark.parametrize("digits", [5000, 100_000])
+def test_an_integer_past_pythons_digit_limit_is_a_spec_error(tmp_path, digits):
+    """Path: tomllib's int() refuses an integer past sys.get_int_max_str_digits with a
+    ValueError that is no TOMLDecodeError; loads() makes it the one-line SpecError
+    (BAD_INPUT), not an internal error (exit 70, found by a hostile trial)."""
+    p = write(tmp_path, MINIMAL.replace("[provider]\n", "[provider]\ncall_timeout = " + "9" * digits + "\n"))
+    with pytest.raises(SpecError) as info:
+        spec.load(p)
+    msg = str(info.value)
+    assert "(toml): expected integers of at most" in msg and len(msg) < 300, msg
