@@ -10,8 +10,19 @@ ARTIFACTS := .artifacts
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
+#
+# Before .venv exists, tools/requirements.sh checks what it needs (Linux 5.3, Python 3.11
+# as $(PYTHON), its venv module): a missing one stops make with one line, before anything
+# is created. A .venv is reused only if its pip runs; one that a failed bootstrap left
+# half-made is removed and made again, and a `python -m venv` that fails removes what it made.
+ifeq ($(wildcard $(STAMP)),)
+MISSING := $(shell sh tools/requirements.sh "$(PYTHON)" 2>&1)
+ifneq ($(MISSING),)
+$(error $(MISSING))
+endif
+endif
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make: '$(PYTHON) -m venv $(VENV)' failed (see above); nothing was kept" >&2; exit 1; }; }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
@@ -63,12 +74,14 @@ examples: $(EXAMPLES_STAMP)
 	$(PY) -m pytest -p no:xdist examples
 
 # The stop-latency tests only, serially (parallel load distorts latencies),
-# 20 samples per label so that a p95 means something.
+# 20 samples per label so that a p95 means something. Rewrites the committed
+# docs/measure.json, then renders the documents from it (and says so).
 measure: $(STAMP) bytecode browser
 	mkdir -p $(ARTIFACTS)
 	$(PY) -m pytest --stop-latency -p no:xdist -m stop_latency --stop-latency-repeat 20 \
 		--stop-latency-json docs/measure.json -q
 	$(MAKE) --no-print-directory docs
+	@echo "make measure rewrote docs/measure.json and the documents rendered from it (docs/stop-latency.md, docs/plugin.md): see git diff"
 
 # The ablations (mutation/mutations.toml): a baseline, then each mutation in a scratch
 # copy, 2 at a time. Inner pytest output goes to $(ARTIFACTS)/mutate/*.log; stdout gets
@@ -77,25 +90,31 @@ MUTATE_JSON ?= docs/mutate.json
 mutate: $(STAMP) bytecode
 	$(PY) -m mutation --jobs 2 --artifacts $(ARTIFACTS)/mutate --json $(MUTATE_JSON)
 
-# docs/stop-latency.md from its template, docs/measure.json, docs/mutate.json and
+# docs/spec.md from its template and runner/files/spec.py's SCHEMA (docs-check also fails
+# when it lacks a key the parser accepts); docs/stop-latency.md from its template, docs/measure.json, docs/mutate.json and
 # runner/defaults.py; docs/plugin.md from its template, the plugin's code, docs/measure.json,
 # docs/process-leaks-bench.json, docs/process-leaks-demo.json and examples/;
 # examples/kubernetes/job.yaml from its template and `runner bound --container`. docs-check
 # fails (with a diff) when a committed file is stale.
 docs: $(STAMP)
+	$(PY) docs/render_spec.py
 	$(PY) docs/render_stop_latency.py
 	$(PY) docs/render_plugin.py
 	$(PY) examples/kubernetes/render_job.py
 
 docs-check: $(STAMP)
+	$(PY) docs/render_spec.py --check
 	$(PY) docs/render_stop_latency.py --check
 	$(PY) docs/render_plugin.py --check
 	$(PY) examples/kubernetes/render_job.py --check
 
 # docs/process-leaks-demo.json: a real `pytest --process-leaks` run of docs/leak_demo/, whose
-# report opens docs/plugin.md (pasted from the run, never typed); then the document.
-leak-demo: $(STAMP)
+# report opens docs/plugin.md, and docs/stop-latency-demo.json: a real `pytest --stop-latency`
+# run of examples/guide/test_first_stop.py, whose summary the guide shows (pasted from the
+# runs, never typed); then the document.
+leak-demo: $(STAMP) bytecode
 	$(PY) docs/leak_demo.py --out docs/process-leaks-demo.json
+	$(PY) docs/latency_demo.py --out docs/stop-latency-demo.json
 	$(PY) docs/render_plugin.py
 
 # docs/dashboard.png (shown in README.md): the dashboard over three real runs, taken by

@@ -48,6 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import faults  # noqa: E402
+from bench.stoppers import commit as git_commit  # noqa: E402
 from runner.control import stop_command  # noqa: E402
 from runner.exitcodes import Exit  # noqa: E402
 from runner.files import journal
@@ -74,7 +75,13 @@ def toml(value: object) -> str:
     return json.dumps(value)
 
 
-def write_spec(path: Path, items: list[str], provider: list[str], *, kill_grace: float = 0.2, extra: str = "") -> Path:
+KILL_GRACE = 0.2
+"""The soak's `[stop] kill_grace` (recorded in the JSON: its stop figures scale with it)."""
+
+
+def write_spec(
+    path: Path, items: list[str], provider: list[str], *, kill_grace: float = KILL_GRACE, extra: str = ""
+) -> Path:
     path.write_text(
         f"items = {toml(items)}\n[provider]\ncommand = {toml(provider)}\n"
         f"[stop]\nkill_grace = {kill_grace}\ngrace = 10.0\n" + extra
@@ -324,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 on any loss")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
+    commit = git_commit()  # the code the soak runs, taken before it starts
     work = Path(tempfile.mkdtemp(prefix="runner-soak-"))
     t0 = time.monotonic()
     try:
@@ -342,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": os.uname().nodename,
         "cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git_commit": commit,
+        "kill_grace": KILL_GRACE,
         "seconds": round(time.monotonic() - t0, 1),
         "crash_and_resume": crash,
         "load_stop": hard,

@@ -14,6 +14,14 @@ No number or option text is typed into the template. Each comes from:
     {{leak_demo}}          a real --process-leaks report, docs/process-leaks-demo.json (`make leak-demo`), MEASURED
     {{examples}}           examples/: each file's first docstring line and its strict xfails' reasons
     {{routes}}             the escape routes, in the order they are decided
+    {{example:PATH}}       a file of examples/ as it is, in a code block (`make examples` runs it)
+    {{latency_demo}}       a real --stop-latency summary, docs/stop-latency-demo.json (`make leak-demo`)
+    {{signature:measure}}  `stop_latency.measure(...)`'s signature, from the code
+    {{project:KEY}}        a fact of pyproject.toml (requires-python, summary, plugin: the entry point's name)
+    {{installs}}           what installing the distribution installs (pyproject.toml)
+
+A help text that names this document itself (`pytest --help` points to it) is printed
+without that parenthesis: the guide does not send its reader to itself.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ if str(ROOT) not in sys.path[:1]:
     sys.path.insert(0, str(ROOT))
 
 from render_stop_latency import Context as StopLatencyContext  # noqa: E402
-from render_stop_latency import _load, write_or_check  # noqa: E402
+from render_stop_latency import _load, refuse_typed_durations, write_or_check  # noqa: E402
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)(?::([^}]+?))?\s*\}\}")
 
@@ -58,7 +66,10 @@ class Context:
         examples_dir: Path,
         demo: dict | None = None,
         demo_name: str = "docs/process-leaks-demo.json",
+        latency: dict | None = None,
+        latency_name: str = "docs/stop-latency-demo.json",
     ):
+        self.latency, self.latency_name = latency, latency_name
         self.stop = StopLatencyContext(measure, None)
         self.bench, self.bench_name, self.examples_dir = bench, bench_name, examples_dir
         self.demo, self.demo_name = demo, demo_name
@@ -69,7 +80,7 @@ class Context:
         value = getattr(plugin, name, None)
         if not isinstance(value, str):
             raise RenderError(f"template names {name!r}, which pytest_stoplatency/plugin.py does not define")
-        return value
+        return re.sub(r" ?\([^()]*docs/plugin\.md[^()]*\)", "", value)
 
     def const(self, dotted: str) -> str:
         mod, _, name = dotted.partition(".")
@@ -147,6 +158,63 @@ class Context:
             f"Linux {m.get('kernel', '?')}, Python {m.get('python', '?')}; exit status {d.get('exit_status', '?')})."
         )
 
+    def example(self, path: str) -> str:
+        """A file of examples/, whole, in a fenced block (tests/docs/test_doc_examples.py
+        holds every block of README.md and this guide to such a file)."""
+        f = (self.examples_dir / path).resolve()
+        if self.examples_dir.resolve() not in f.parents or not f.is_file():
+            raise RenderError(f"template names example {path!r}, which {self.examples_dir} does not hold")
+        lang = {".py": "python", ".toml": "toml", ".sh": "sh"}.get(f.suffix, "")
+        return f"```{lang}\n" + f.read_text(encoding="utf-8").rstrip("\n") + "\n```"
+
+    def latency_demo(self) -> str:
+        """The session summary of a real --stop-latency run (docs/latency_demo.py)."""
+        d = self.latency
+        if not d:
+            return f"*Not run: `{self.latency_name}` is absent (run `make leak-demo`).*"
+        m = d.get("machine", {})
+        return (
+            "```\n$ " + d["command"] + "\n...\n" + "\n".join(d["report"]) + "\n```\n\n"
+            f"MEASURED: pasted by `docs/latency_demo.py` (`{self.latency_name}`, {d.get('time', '?')}; "
+            f"Linux {m.get('kernel', '?')}, Python {m.get('python', '?')}; exit status {d.get('exit_status', '?')})."
+        )
+
+    def signature(self, name: str) -> str:
+        if name != "measure":
+            raise RenderError(f"template names signature {name!r}; only `measure` is known")
+        sig = inspect.signature(_module("_recorder").Recorder.measure)
+        params = [p for p in sig.parameters.values() if p.name != "self"]
+        return f"with stop_latency.measure({', '.join(str(p) for p in params)}) as m:"
+
+    def project(self, key: str) -> str:
+        """A fact of pyproject.toml's [project] (the plugin's name: its pytest11 entry point)."""
+        proj = _pyproject()["project"]
+        if key == "requires-python":
+            return f"Python {proj['requires-python']} (DERIVED: `pyproject.toml: requires-python`)"
+        if key == "summary":
+            return f"the distribution `{proj['name']}`, DERIVED from `pyproject.toml`"
+        if key == "plugin":
+            (name,) = proj["entry-points"]["pytest11"]
+            return name
+        raise RenderError(f"template names project fact {key!r}")
+
+    def installs(self) -> str:
+        py = _pyproject()
+        proj, tool = py["project"], py["tool"]["setuptools"]
+        ((plugin, module),) = proj["entry-points"]["pytest11"].items()
+        scripts = ", ".join(f"`{k}` (`{v}`)" for k, v in proj["scripts"].items())
+        packages = [p for p in tool["packages"] if "." not in p]
+        deps = ", ".join(f"`{d}`" for d in proj["dependencies"])
+        return "\n".join(
+            [
+                f"- the plugin, `{module}`, registered with pytest as `{plugin}` (entry point `pytest11`): "
+                "nothing to add to `conftest.py`;",
+                f"- the top-level packages {', '.join(f'`{p}`' for p in packages)} (with their subpackages);",
+                f"- the command(s) {scripts} on the environment's `PATH`;",
+                f"- the runtime dependencies {deps}.",
+            ]
+        )
+
     def examples(self) -> str:
         rows = ["| example | the behaviour (strict xfail) | the fix beside it |", "|---|---|---|"]
         files = sorted(self.examples_dir.glob("test_*.py"))
@@ -170,6 +238,12 @@ class Context:
         return "\n".join(rows)
 
 
+def _pyproject() -> dict:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
 def _xfail_reason(fn: ast.FunctionDef) -> str | None:
     for dec in fn.decorator_list:
         if (
@@ -185,11 +259,22 @@ def _xfail_reason(fn: ast.FunctionDef) -> str | None:
 
 
 def render(template: str, ctx: Context) -> str:
+    refuse_typed_durations(template)
+
     def sub(m: re.Match) -> str:
         kind, arg = m.group(1), m.group(2)
-        if arg is not None and kind in ("help", "const", "default", "kind", "measured"):
+        if arg is not None and kind in (
+            "help",
+            "const",
+            "default",
+            "kind",
+            "measured",
+            "example",
+            "signature",
+            "project",
+        ):
             return getattr(ctx, kind)(arg.strip())
-        if arg is None and kind in ("leak_cost", "leak_demo", "examples", "routes"):
+        if arg is None and kind in ("leak_cost", "leak_demo", "latency_demo", "examples", "routes", "installs"):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")
 
@@ -207,6 +292,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bench", type=Path, default=HERE / "process-leaks-bench.json")
     ap.add_argument("--examples", type=Path, default=ROOT / "examples")
     ap.add_argument("--demo", type=Path, default=HERE / "process-leaks-demo.json")
+    ap.add_argument("--latency-demo", type=Path, default=HERE / "stop-latency-demo.json")
     ap.add_argument("--out", type=Path, default=HERE / "plugin.md")
     ap.add_argument("--check", action="store_true", help="fail with a diff if --out differs from a fresh render")
     args = ap.parse_args(argv)
@@ -218,6 +304,8 @@ def main(argv=None) -> int:
             args.examples,
             _load(args.demo),
             f"docs/{args.demo.name}",
+            _load(args.latency_demo),
+            f"docs/{args.latency_demo.name}",
         )
         text = render(args.template.read_text(encoding="utf-8"), ctx)
     except (RenderError, ValueError, KeyError) as exc:

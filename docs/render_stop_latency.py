@@ -6,18 +6,25 @@
 Every figure comes from one of two places and says which: MEASURED (docs/measure.json,
 written by `make measure`: test node id, label, n, median, p95, max, machine, date) or
 DERIVED (a constant imported from runner.defaults / runner.exitcodes, named with its file).
-No number is typed into the template. Placeholders:
+No number is typed into the template: a duration written in its prose (a number with a
+unit, outside placeholders and code) is refused (typed_durations), so a target can only be
+stated through {{bound:...}}, which resolves to a constant a test asserts, or
+{{derived:...}}. Placeholders:
 
     {{measured:LABEL}}        the label's figures, or a sentence saying it was not measured
     {{derived:NAME}}          a runner.defaults constant with its provenance
     {{exitcode:NAME}}         a runner.exitcodes.Exit member with its provenance
+    {{bound:FILE:NAME}}       a bound a test asserts: the module-level constant NAME of the test
+                              file FILE, which that file must use as a `bound=` or in an assert
     {{graceful_worst_case}}   the DERIVED sum call_timeout + hooks + verify commands
     {{graceful_sum}}          the same sum for one hook and one verify command, in a phrase
     {{measurement_source}}    which measure run / mutate run the figures come from
     {{measured_table}}        every label of the measure run (the plugin's own included)
     {{ablation_table}}        the mutate run's verdicts
     {{reliability}}           the `make soak` figures (docs/soak.json), MEASURED
-    {{limits}}                the spec's limits (runner.defaults), DERIVED
+    {{limits}}                the spec's limits (runner.defaults), DERIVED, with the keys they apply to
+    {{stop_modes}}            every way to stop a run: what it signals, its worst case (DERIVED), its
+                              median (MEASURED, test or bench named), its exit codes, resumable
     {{bench_stoppers}}        the runner's stops beside other stoppers (docs/bench.json), MEASURED
     {{bench_scale_load}}      the stop at 1 to 1,000 processes and with many runs at once
                               (docs/bench.json), MEASURED
@@ -87,6 +94,8 @@ def _human(x: float) -> str:
     """7200 -> '2 h', 9120 -> '2 h 32 min': the scale a reader feels."""
     if x < 120:
         return _seconds(x)
+    if x >= 2 * 86400 and x % 86400 == 0:
+        return f"{x / 86400:.0f} days"
     h, rem = divmod(int(round(x)), 3600)
     m = rem // 60
     return " ".join(p for p in (f"{h} h" if h else "", f"{m} min" if m else "") if p)
@@ -96,6 +105,55 @@ def _load(path: Path | None) -> dict | None:
     if path is None or not path.exists():
         return None
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+_TYPED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:ms|s|sec|seconds?|min|minutes?|h|hours?|days?)\b", re.IGNORECASE)
+
+
+def typed_durations(template: str) -> list[str]:
+    """The durations typed into a template's prose: a number with a time unit outside
+    placeholders, fenced code blocks and inline code. `make docs-check` fails on one: a
+    bound is stated with {{bound:...}} (a test's own constant) or not at all."""
+    prose = re.sub(r"```.*?```", "", template, flags=re.S)
+    prose = _PLACEHOLDER.sub("", prose)
+    prose = re.sub(r"`[^`\n]*`", "", prose)
+    return [m.group(0) for m in _TYPED.finditer(prose)]
+
+
+def asserted_bound(test_file: str, name: str) -> float:
+    """The value of the module-level constant `name` of `test_file` (relative to the
+    repository), which the file must use as a bound: `bound=NAME` or within an assert.
+    Read with ast and evaluated against runner.defaults (`defaults.X`) and the file's
+    earlier constants, never by importing the test module."""
+    import ast
+
+    path = HERE.parent / test_file
+    if not test_file.startswith("tests/") or not path.is_file():
+        raise RenderError(f"{{{{bound:{test_file}:{name}}}}}: no test file {test_file}")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    scope: dict[str, object] = {"defaults": _defaults()}
+    value = None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                scope[node.targets[0].id] = eval(compile(ast.Expression(node.value), test_file, "eval"), dict(scope))
+            except Exception:  # noqa: BLE001 - a constant this reader cannot evaluate is simply not one
+                continue
+            if node.targets[0].id == name:
+                value = scope[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RenderError(f"{{{{bound:{test_file}:{name}}}}}: {test_file} has no numeric constant {name}")
+
+    def named(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+
+    used = any(
+        (isinstance(n, ast.keyword) and n.arg == "bound" and named(n.value)) or (isinstance(n, ast.Assert) and named(n))
+        for n in ast.walk(tree)
+    )
+    if not used:
+        raise RenderError(f"{{{{bound:{test_file}:{name}}}}}: no test of {test_file} asserts {name} (bound= or assert)")
+    return float(value)
 
 
 class Context:
@@ -181,6 +239,11 @@ class Context:
                 shown += f" ({_human(v)})"
         return f"{shown} (DERIVED: `{DEFAULTS_FILE}: {name}`)"
 
+    def bound(self, arg: str) -> str:
+        test_file, _, name = arg.rpartition(":")
+        value = asserted_bound(test_file, name)
+        return f"{_seconds(value)} (ASSERTED: `{test_file}: {name}`)"
+
     def graceful_sum(self) -> str:
         """The graceful worst case for one hook and one verify command, in a phrase."""
         one = sum(float(self._default(n)) for n in ("CALL_TIMEOUT", "HOOK_TIMEOUT", "VERIFY_TIMEOUT"))
@@ -245,9 +308,14 @@ class Context:
         if not s:
             return f"*No soak run recorded (`{self.soak_name}` absent): run `make soak`.*"
         crash, hard, now, many = s["crash_and_resume"], s["load_stop"], s["load_stop_now"], s["many_stoppers"]
+        commit = s.get("git_commit") or "not recorded in the JSON"
+        grace = s.get("kill_grace")
+        grace = f"`kill_grace` {grace:g} s" if isinstance(grace, (int, float)) else "`kill_grace` not recorded"
         src = (
-            f"MEASURED by `make soak` (`{self.soak_name}`, {s.get('date', '?')}, "
-            f"{s.get('cpus', '?')} CPUs, seed {s.get('seed')})"
+            f"MEASURED by `make soak` (`bench/soak.py`, `{self.soak_name}`, {s.get('date', '?')}, "
+            f"{s.get('cpus', '?')} CPUs, seed {s.get('seed')}, commit `{commit}`; every run's {grace}, "
+            "a provider that traps SIGTERM, a stop's latency is its command's wall time; "
+            'the benchmark\'s "Under load" rows below stop a whole trapping tree at its own kill grace)'
         )
         rows = [
             "| what | figure |",
@@ -361,7 +429,8 @@ class Context:
         grace = b.get("kill_grace")
         grace = f"{grace:g} s" if isinstance(grace, (int, float)) else "?"
         return (
-            f"MEASURED by {kind} (`{self.bench_name}`, {b.get('date', '?')}; {mach.get('hostname', '?')}, "
+            f"MEASURED by {kind}, bench `python -m bench.stoppers` (`{self.bench_name}`, {b.get('date', '?')}; "
+            f"{mach.get('hostname', '?')}, "
             f"Linux {mach.get('kernel', '?')}, {mach.get('cpus', '?')} CPUs{load}, Python {mach.get('python', '?')}; "
             f"commit `{b.get('git_commit') or 'unknown'}`; kill grace {grace} for every stopper)"
         )
@@ -454,8 +523,13 @@ class Context:
                 continue
             p95 = _measured(m["p95_s"]) if m.get("p95_s") is not None else "-"
             slowest = _measured(m["command_max_s"]) if m.get("command_max_s") is not None else "-"
+            # n counts runs, not commands: one `--all` command stops them all.
+            if m.get("commands") == 1:
+                figure = f"{_measured(m['max_s'])} (n=1: one command for {m['runs']} runs, each done when it returned)"
+            else:
+                figure = self._bench_figure(m) + f" (n={m['n']} runs, one command each)"
             rows.append(
-                f"| {label} | {m['stopped']}/{m['runs']} | {self._bench_figure(m, m['n'])} | {p95} "
+                f"| {label} | {m['stopped']}/{m['runs']} | {figure} | {p95} "
                 f"| {slowest} | {m['codes']} | {m['orphans']} |"
             )
         return (
@@ -477,7 +551,8 @@ class Context:
         load = part.get("loadavg_at_start")
         load = f", load average {load[0]:g} at start" if load else ""
         return (
-            f"MEASURED by `make bench` (`{self.bench_name}`, {part.get('date', '?')}; {mach.get('hostname', '?')}, "
+            f"MEASURED by `make bench`, bench `python -m bench.stoppers` (`{self.bench_name}`, "
+            f"{part.get('date', '?')}; {mach.get('hostname', '?')}, "
             f"{mach.get('cpus', '?')} CPUs{load}; commit `{part.get('git_commit') or 'unknown'}`)"
         )
 
@@ -534,16 +609,222 @@ class Context:
         return "\n\n".join(out)
 
     def limits(self) -> str:
-        names = [
-            "MAX_DURATION",
-            "MAX_ITEMS",
-            "MAX_COUNT",
-            "MAX_OUTPUT_CAP_BYTES",
-            "SPEC_MAX_BYTES",
-            "SPEC_MAX_DEPTH",
-            "MAX_ARG_BYTES",
+        """The spec's limits, each with the keys it applies to: docs/spec.md's list, from
+        runner/files/spec.py's SCHEMA (docs/render_spec.py)."""
+        if str(HERE) not in sys.path:
+            sys.path.append(str(HERE))
+        import render_spec
+
+        return render_spec.Context().spec_limits()
+
+    # -- the ways to stop a run ------------------------------------------------------
+    def _worst(self, kind: str) -> str:
+        """A mode's worst case, added up from runner/defaults.py (DERIVED)."""
+        d = _defaults()
+
+        def terms(*names: str) -> str:
+            total = sum(float(getattr(d, n)) for n in names)
+            parts = " + ".join(f"`{n}` {_seconds(float(getattr(d, n)))}" for n in names)
+            return f"**{_seconds(total)}**" + (f" ({_human(total)})" if total >= 120 else "") + f" = {parts}"
+
+        if kind == "hard":
+            # The code's own sum (what `runner bound` prints), checked against the terms.
+            from runner.files.spec import StopSpec
+
+            spec = StopSpec(grace=d.STOP_GRACE, kill_grace=d.KILL_GRACE, containment=d.CONTAINMENT, channel="auto")
+            shown = terms("STOP_GRACE", "KILL_GRACE", "CONFIRM_TIMEOUT")
+            if abs(spec.hard_worst_case - (d.STOP_GRACE + d.KILL_GRACE + d.CONFIRM_TIMEOUT)) > 1e-9:
+                raise RenderError("StopSpec.hard_worst_case is no longer grace + kill_grace + CONFIRM_TIMEOUT")
+            return shown + " (`StopSpec.hard_worst_case`, `runner bound`)"
+        if kind == "now":
+            return terms("KILL_GRACE", "CONFIRM_TIMEOUT")
+        if kind == "all":
+            return self._worst("hard") + "; with `--now`: " + self._worst("now")
+        if kind == "graceful":
+            return terms("CALL_TIMEOUT", "HOOK_TIMEOUT", "VERIFY_TIMEOUT") + " (one hook, one verify command)"
+        if kind == "engine":
+            return terms("KILL_GRACE", "CONFIRM_TIMEOUT") + "; a wedged engine is not forced by anyone"
+        raise RenderError(f"no worst case of kind {kind!r}")
+
+    def _by_command(self) -> dict[str, set[str]]:
+        """docs/exit-codes.md's "By command" table (tests/runner/test_exit_codes_doc.py
+        holds it to runner/exitcodes.py)."""
+        out: dict[str, set[str]] = {}
+        for line in (HERE / "exit-codes.md").read_text(encoding="utf-8").splitlines():
+            m = re.match(r"\| `runner ([^`]+)` \| ([A-Z_, ]+) \|$", line)
+            if m:
+                out[m.group(1)] = {c.strip() for c in m.group(2).split(",")}
+        return out
+
+    def _codes(self, command: str, names: tuple[str, ...]) -> str:
+        Exit = _exitcodes()
+        documented = self._by_command().get(command)
+        if documented is None:
+            raise RenderError(f"docs/exit-codes.md has no row for `runner {command}`")
+        for name in names:
+            if name not in documented:
+                raise RenderError(f"`runner {command}` does not return {name} in docs/exit-codes.md")
+        return ", ".join(f"`{n}` {int(Exit[n])}" for n in names) + f" (`runner {command}`)"
+
+    def _short_measured(self, label: str) -> str:
+        stats = (self.measure or {}).get("labels", {}).get(label)
+        if not stats:
+            return "not measured"
+        tests = ", ".join(f"`{n}`" for n in self._nodeids(label)) or "test not recorded"
+        return f'median {_measured(stats["median"])} (n={stats["n"]}; "{label}", test {tests})'
+
+    def _bench_mode(self, mode: str) -> str:
+        part = self._bench_part("load")
+        m = next((m for m in (part or {}).get("modes", []) if m.get("mode") == mode), None)
+        if not m or m.get("median_s") is None:
+            return "not measured"
+        if m.get("commands") == 1:
+            figure = f"{_measured(m['max_s'])} for {m['runs']} runs (n=1: one command)"
+        else:
+            figure = f"median {_measured(m['median_s'])} per run (n={m['n']} runs, one command each)"
+        return f"`{mode}`: {figure}; bench `python -m bench.stoppers`, part `load`, `{self.bench_name}`"
+
+    _MODES = (
+        # (mode, what it signals, worst case kind, measured: labels or "bench:MODE", exit codes, resumable)
+        (
+            "`runner stop`",
+            "lodges a hard request, SIGTERMs the engine (file channel: no signal before `grace`); the engine "
+            "kills every child group (SIGTERM, `kill_grace`, SIGKILL); after `grace` the stopper forces",
+            "hard",
+            ("runner stop (signal) / trap-term provider", "runner stop (file) / long verify"),
+            ("stop", ("OK", "STOP_FORCED", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED", "INTERRUPTED")),
+            "yes",
+        ),
+        (
+            "`runner stop --now`",
+            "the stopper itself: SIGTERM to every proven process group of the run, the engine's included, "
+            "`kill_grace`, SIGKILL, then the confirmation",
+            "now",
+            ("runner stop --now / trap-term",),
+            ("stop --now", ("OK", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED", "INTERRUPTED")),
+            "yes",
+        ),
+        (
+            "`runner stop --graceful`",
+            "lodges a graceful request and returns; no signal: the engine stops at the end of the phase in flight",
+            "graceful",
+            (),
+            ("stop --graceful", ("OK", "INTERRUPTED")),
+            "yes",
+        ),
+        (
+            "`runner stop --graceful --wait`",
+            "as `--graceful`, then waits for the run to end",
+            "graceful",
+            (),
+            ("stop --graceful --wait", ("STOPPED", "OK", "FAILED", "INTERRUPTED")),
+            "yes",
+        ),
+        (
+            "`runner stop --all [--now]`",
+            "each live run as its own `runner stop` (or `--now`) would, all at once from one process "
+            "(up to {MAX_STOPPERS} at a time)",
+            "all",
+            ("bench:stop --all", "bench:stop --all --now"),
+            ("stop --all", ("OK", "STOP_FORCED", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED", "NO_LIVE_RUN")),
+            "yes",
+        ),
+        (
+            "`touch RUNDIR/STOP`",
+            "nothing: the engine reads the file at the top of each item and between phases (also while "
+            "paused and in a backoff) and stops gracefully",
+            "graceful",
+            ("STOP file / while paused", "STOP file / during backoff"),
+            ("run", ("STOPPED",)),
+            "yes",
+        ),
+        (
+            "`touch RUNDIR/PAUSE`",
+            "nothing: the engine holds at its next landing point (as a graceful stop's) until the file is "
+            "removed; not a stop",
+            "graceful",
+            (),
+            None,
+            "the run is not stopped: remove the file and it goes on",
+        ),
+        (
+            "Ctrl-C once (foreground `runner run`/`resume`)",
+            "as `runner stop`: a hard request, SIGINT forwarded to the engine; after `grace` the command forces",
+            "hard",
+            (),
+            ("run", ("STOPPED",)),
+            "yes",
+        ),
+        (
+            "Ctrl-C twice",
+            "as `runner stop --now`, from the foreground command",
+            "now",
+            (),
+            ("run", ("STOPPED",)),
+            "yes",
+        ),
+        (
+            "SIGTERM or SIGHUP to a foreground `runner run` (PID 1 of a container included)",
+            "as Ctrl-C once: forwarded to the engine, forced after `grace`",
+            "hard",
+            (),
+            ("run", ("STOPPED",)),
+            "yes",
+        ),
+        (
+            "SIGTERM to the engine itself",
+            "the engine's own handler, as for `runner stop`'s signal; nobody forces it after `grace`",
+            "engine",
+            (),
+            ("wait", ("STOPPED",)),
+            "yes",
+        ),
+        (
+            'dashboard "Stop"',
+            "`runner stop`'s own code (`stop_command.stop_hard`, origin `dashboard`)",
+            "hard",
+            ("dashboard Stop / click to run-stop",),
+            ("stop", ("OK", "STOP_FORCED", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED")),
+            "yes",
+        ),
+        (
+            'dashboard "Stop now"',
+            "`runner stop --now`'s own code (`stop_command.stop_now`)",
+            "now",
+            ("dashboard Stop now / click to run-stop",),
+            ("stop --now", ("OK", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED")),
+            "yes",
+        ),
+        (
+            'dashboard "Stop gracefully"',
+            "`runner stop --graceful`'s own code (`stop_command.stop_graceful`)",
+            "graceful",
+            (),
+            ("stop --graceful", ("OK",)),
+            "yes",
+        ),
+    )
+
+    def stop_modes(self) -> str:
+        rows = [
+            "| mode | what it signals | worst case (DERIVED, default spec) | measured | exit codes | resumable |",
+            "|---|---|---|---|---|---|",
         ]
-        return "\n".join(f"- {self.derived(n)}" for n in names)
+        for mode, what, worst, measured, codes, resumable in self._MODES:
+            cells = []
+            for m in measured:
+                cells.append(
+                    self._bench_mode(m[len("bench:") :]) if m.startswith("bench:") else self._short_measured(m)
+                )
+            shown = "<br>".join(cells) or "not measured"
+            code_text = self._codes(*codes) if codes else "none (the run goes on)"
+            if "{MAX_STOPPERS}" in what:
+                from runner.control import stop_command
+
+                n = stop_command.MAX_STOPPERS
+                what = what.replace("{MAX_STOPPERS}", f"{n} (DERIVED: `runner/control/stop_command.py: MAX_STOPPERS`)")
+            rows.append(f"| {mode} | {what} | {self._worst(worst)} | {shown} | {code_text} | {resumable} |")
+        return "\n".join(rows)
 
     def ablation_table(self) -> str:
         muts = (self.mutate or {}).get("mutations", [])
@@ -565,7 +846,20 @@ class Context:
         return "\n".join(rows)
 
 
+def refuse_typed_durations(template: str) -> None:
+    """A template that types a duration in its prose is refused (every renderer calls this)."""
+    typed = typed_durations(template)
+    if typed:
+        raise RenderError(
+            "the template types a duration in its prose ("
+            + ", ".join(repr(t) for t in typed)
+            + "): state a bound with {{bound:TEST_FILE:CONSTANT}} (a constant the test asserts) or drop it"
+        )
+
+
 def render(template: str, ctx: Context) -> str:
+    refuse_typed_durations(template)
+
     def sub(m: re.Match) -> str:
         kind, arg = m.group(1), m.group(2)
         if kind == "measured" and arg:
@@ -574,6 +868,8 @@ def render(template: str, ctx: Context) -> str:
             return ctx.derived(arg.strip())
         if kind == "exitcode" and arg:
             return ctx.exitcode(arg.strip())
+        if kind == "bound" and arg:
+            return ctx.bound(arg.strip())
         if arg is None and kind in (
             "graceful_worst_case",
             "graceful_sum",
@@ -585,6 +881,7 @@ def render(template: str, ctx: Context) -> str:
             "bench_stoppers",
             "bench_scale_load",
             "bench_sizes",
+            "stop_modes",
         ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")

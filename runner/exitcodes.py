@@ -11,7 +11,8 @@ class Exit(IntEnum):
     FAILED = 3
     """The run completed, but at least one item failed."""
     STOPPED = 4
-    """The run ended because it was stopped (run, wait, resume)."""
+    """The run ended because it was stopped (run, wait, resume, stop --graceful --wait); a
+    foreground run or resume exits with it on Ctrl-C, SIGTERM or SIGHUP, which stop the run."""
     BAD_INPUT = 5
     """Bad spec, flags or control/identity file; nothing was started or signalled."""
     NO_LIVE_RUN = 6
@@ -57,4 +58,6 @@ class Exit(IntEnum):
     """This machine cannot run the runner: not Linux, or a kernel without pidfd_open
     (Linux 5.3); the one line says which. Nothing was read, started or signalled."""
     INTERNAL = 70
-    """An unexpected error inside the runner (see engine.log in the run directory)."""
+    """An unexpected error inside the runner (a bug). A command's one line names the file
+    with its traceback (runner-internal-error-*.log in $TMPDIR, else /tmp); an engine's
+    traceback is in engine.log in the run directory."""

@@ -183,23 +183,24 @@ class _Reader:
             self.fail(f"{key}[0]", "a non-empty program name", value[0])
         return tuple(value)
 
-    def commands(
-        self, doc: dict[str, Any], key: str, name: str, default_timeout: float, allowed: Collection[str]
-    ) -> tuple[CommandSpec, ...]:
+    def commands(self, doc: dict[str, Any], key: str, name: str) -> tuple[CommandSpec, ...]:
+        """The array of tables `key` (SCHEMA's keys of that table: command, timeout and,
+        for verify, fixable)."""
         value = doc.get(name, _MISSING)
         if value is _MISSING:
             return ()
         if not isinstance(value, list):
             self.fail(key, f"an array of tables ([[{key}]])", value)
+        keys = _keys(key)
         out: list[CommandSpec] = []
         for i, entry in enumerate(value):
             prefix = f"{key}[{i}]"
             if not isinstance(entry, dict):
                 self.fail(prefix, "a table", entry)
-            self.no_unknown(entry, prefix, allowed)
-            command = self.argv(entry, prefix)
-            timeout = self.number(entry, prefix, "timeout", default_timeout, exclusive=True)
-            fixable = self.boolean(entry, prefix, "fixable", True) if "fixable" in allowed else True
+            self.no_unknown(entry, prefix, keys)
+            command = _read(self, entry, keys["command"], prefix)
+            timeout = _read(self, entry, keys["timeout"], prefix)
+            fixable = _read(self, entry, keys["fixable"], prefix) if "fixable" in keys else True
             out.append(CommandSpec(command=command, timeout=timeout, fixable=fixable))
         return tuple(out)
 
@@ -209,8 +210,9 @@ class _Reader:
             self.fail("items", "a non-empty list of unique non-empty strings (required)")
         if not isinstance(value, list) or not value:
             self.fail("items", "a non-empty list of unique non-empty strings", value)
-        if len(value) > defaults.MAX_ITEMS:
-            self.fail("items", f"at most {defaults.MAX_ITEMS} items", value)
+        most = int(_keys("")["items"].maximum_value())
+        if len(value) > most:
+            self.fail("items", f"at most {most} items", value)
         seen: set[str] = set()
         for i, item in enumerate(value):
             if not isinstance(item, str) or not item:
@@ -224,11 +226,32 @@ class _Reader:
 
 
 def _bound_text(kind: str, minimum: float, exclusive: bool, maximum: float) -> str:
-    return f"{kind} {'>' if exclusive else '>='} {minimum:g} and <= {maximum:g}"
+    return f"{kind} {'>' if exclusive else '>='} {_number(minimum)} and <= {_number(maximum)}"
+
+
+def _number(x: float) -> str:
+    # 2592000, not 2.592e+06: the limit as a reader would write it in the spec.
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+class _Clipped:
+    """A value too long to echo: its repr is a short description of it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 def _show(value: object) -> object:
     # Keep the error short, whatever was pasted into the spec (repr keeps it on one line).
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:  # ablate: spec-clip-bigint
+        # Counted from the bits: str() of a huge integer is slow, and refused past 4300 digits.
+        digits = int(value.bit_length() * 0.30103) + 1
+        if 10 ** (digits - 1) > abs(value):
+            digits -= 1
+        return _Clipped(f"<an integer of {digits} digits>")
     if isinstance(value, str) and len(value) > 60:
         return value[:57] + "..."
     if isinstance(value, (list, dict)) and len(repr(value)) > 60:
@@ -236,41 +259,264 @@ def _show(value: object) -> object:
     return value
 
 
-_TOP = {"items", "provider", "stop", "hooks", "verify", "repair", "retry", "output"}
-_PROVIDER = {"command", "call_timeout", "idle_timeout"}
-_STOP = {"grace", "kill_grace", "containment", "channel"}
-_HOOK = {"command", "timeout"}
-_VERIFY = {"command", "timeout", "fixable"}
+@dataclass(frozen=True)
+class Key:
+    """One key of the spec: what the parser accepts and what docs/spec.md prints
+    (docs/render_spec.py reads this table; nothing about a key is written twice).
+
+    `table` is the key's table ("" at the top level; "verify" and "hooks.post_session"
+    are arrays of tables). Defaults and limits are names in runner.defaults, read when a
+    spec is loaded, so the parser and the document follow a changed default."""
+
+    table: str
+    name: str
+    kind: str  # "items", "argv", "seconds", "integer", "choice", "boolean"
+    meaning: str
+    default: str | None = None  # a runner.defaults name; None: required
+    literal_default: object = None  # a default that is no runner.defaults constant
+    minimum: float = 0.0
+    exclusive: bool = False
+    maximum: str | None = None  # a runner.defaults name
+    choices: tuple[str, ...] = ()
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.table}.{self.name}" if self.table else self.name
+
+    @property
+    def required(self) -> bool:
+        return self.default is None and self.literal_default is None
+
+    def default_value(self) -> object:
+        return getattr(defaults, self.default) if self.default else self.literal_default
+
+    def maximum_value(self) -> float:
+        return float(getattr(defaults, self.maximum)) if self.maximum else math.inf
+
+
+_ARGV = "A non-empty list of strings, run without a shell"
+SCHEMA: tuple[Key, ...] = (
+    Key("", "items", "items", "The queue: item names, run in this order.", maximum="MAX_ITEMS"),
+    Key(
+        "provider",
+        "command",
+        "argv",
+        "The provider call for each item and each repair session. " + _ARGV + "; `{item}` and `{feedback}` replaced.",
+    ),
+    Key(
+        "provider",
+        "call_timeout",
+        "seconds",
+        "Longest single provider call; 0 disables. Bounds the graceful stop's worst case.",
+        default="CALL_TIMEOUT",
+        maximum="MAX_DURATION",
+    ),
+    Key(
+        "provider",
+        "idle_timeout",
+        "seconds",
+        "Longest silence of a provider call (any output chunk resets it); 0 disables.",
+        default="IDLE_TIMEOUT",
+        maximum="MAX_DURATION",
+    ),
+    Key(
+        "stop",
+        "grace",
+        "seconds",
+        "How long `runner stop` waits for the engine's own teardown before it force-kills the run.",
+        default="STOP_GRACE",
+        exclusive=True,
+        maximum="MAX_DURATION",
+    ),
+    Key(
+        "stop",
+        "kill_grace",
+        "seconds",
+        "SIGTERM to SIGKILL when the runner kills a process group.",
+        default="KILL_GRACE",
+        exclusive=True,
+        maximum="MAX_DURATION",
+    ),
+    Key(
+        "stop",
+        "containment",
+        "choice",
+        'How the run\'s processes are contained: "cgroup" (refused where cgroup v2 is not writable), '
+        '"group" (process groups and the run tag), "auto" (a cgroup where one can be made, else group).',
+        default="CONTAINMENT",
+        choices=CONTAINMENTS,
+    ),
+    Key(
+        "stop",
+        "channel",
+        "choice",
+        'How `runner stop` reaches the engine: "signal" (request file, then SIGTERM), "file" (request '
+        'file only until `grace` ends), "auto" (= signal).',
+        default="STOP_CHANNEL",
+        choices=CHANNELS,
+    ),
+    Key(
+        "hooks.post_session",
+        "command",
+        "argv",
+        "A hook run after each item's provider session. " + _ARGV + "; `{item}` replaced.",
+    ),
+    Key(
+        "hooks.post_session",
+        "timeout",
+        "seconds",
+        "Longest run of this hook.",
+        default="HOOK_TIMEOUT",
+        exclusive=True,
+        maximum="MAX_DURATION",
+    ),
+    Key(
+        "hooks.post_run",
+        "command",
+        "argv",
+        "A hook run once after the whole queue. " + _ARGV + "; `{item}` replaced by nothing.",
+    ),
+    Key(
+        "hooks.post_run",
+        "timeout",
+        "seconds",
+        "Longest run of this hook.",
+        default="HOOK_TIMEOUT",
+        exclusive=True,
+        maximum="MAX_DURATION",
+    ),
+    Key(
+        "verify",
+        "command",
+        "argv",
+        "A check run after each item's hooks; the first that fails decides. " + _ARGV + "; `{item}` replaced.",
+    ),
+    Key(
+        "verify",
+        "timeout",
+        "seconds",
+        "Longest run of this verify command.",
+        default="VERIFY_TIMEOUT",
+        exclusive=True,
+        maximum="MAX_DURATION",
+    ),
+    Key(
+        "verify",
+        "fixable",
+        "boolean",
+        "Whether a failure of this command starts a repair session (false: the item fails at once).",
+        literal_default=True,
+    ),
+    Key(
+        "repair",
+        "max_attempts",
+        "integer",
+        "Repair sessions per item after a fixable verify failure (the provider called with `{feedback}`).",
+        default="REPAIR_MAX_ATTEMPTS",
+        maximum="MAX_COUNT",
+    ),
+    Key(
+        "retry",
+        "backoff",
+        "seconds",
+        "Wait before each repair attempt; the STOP file is read every tick of it.",
+        default="RETRY_BACKOFF",
+        maximum="MAX_DURATION",
+    ),
+    Key(
+        "output",
+        "cap_bytes",
+        "integer",
+        "Captured output kept per command; the rest is counted, not stored.",
+        default="OUTPUT_CAP_BYTES",
+        exclusive=True,
+        maximum="MAX_OUTPUT_CAP_BYTES",
+    ),
+)
+"""Every key a spec may hold, in the order docs/spec.md lists them."""
+
+ARRAYS = ("hooks.post_session", "hooks.post_run", "verify")
+"""The tables of SCHEMA that are arrays of tables (`[[verify]]`)."""
+
+
+def _keys(table: str) -> dict[str, Key]:
+    return {k.name: k for k in SCHEMA if k.table == table}
+
+
+def _allowed(prefix: str) -> set[str]:
+    """The names a table may hold: its keys, and the subtables under it."""
+    names = {k.name for k in SCHEMA if k.table == prefix}
+    depth = prefix.count(".") + 1 if prefix else 0
+    for k in SCHEMA:
+        parts = k.table.split(".") if k.table else []
+        if len(parts) > depth and ".".join(parts[:depth]) == prefix:
+            names.add(parts[depth])
+    return names
+
+
+def _read(r: _Reader, table: dict[str, Any], key: Key, prefix: str | None = None) -> Any:
+    """The value of `key` in `table`, validated as SCHEMA says (`prefix`: the table's
+    dotted name in errors, `verify[1]` for an array entry)."""
+    where = key.table if prefix is None else prefix
+    if key.kind == "argv":
+        return r.argv(table, where)
+    if key.kind == "seconds":
+        return r.number(
+            table,
+            where,
+            key.name,
+            float(key.default_value()),  # type: ignore[arg-type]
+            minimum=key.minimum,
+            exclusive=key.exclusive,
+            maximum=key.maximum_value(),  # ablate: spec-schema-limit
+        )
+    if key.kind == "integer":
+        return r.integer(
+            table,
+            where,
+            key.name,
+            int(key.default_value()),  # type: ignore[call-overload]
+            minimum=int(key.minimum),
+            exclusive=key.exclusive,
+            maximum=int(key.maximum_value()),
+        )
+    if key.kind == "choice":
+        return r.choice(table, where, key.name, str(key.default_value()), key.choices)
+    if key.kind == "boolean":
+        return r.boolean(table, where, key.name, bool(key.default_value()))
+    raise AssertionError(f"spec key {key.dotted} has no reader for kind {key.kind!r}")
 
 
 def _validate(doc: dict[str, Any], source: str | os.PathLike[str]) -> Spec:
     r = _Reader(source)
-    r.no_unknown(doc, "", _TOP)
+    r.no_unknown(doc, "", _allowed(""))
     items = r.items(doc)
 
-    p = r.table(doc, "provider", _PROVIDER, required=True)
+    p = r.table(doc, "provider", _allowed("provider"), required=True)
+    pk = _keys("provider")
     provider = ProviderSpec(
-        command=r.argv(p, "provider"),
-        call_timeout=r.number(p, "provider", "call_timeout", defaults.CALL_TIMEOUT),
-        idle_timeout=r.number(p, "provider", "idle_timeout", defaults.IDLE_TIMEOUT),
+        command=_read(r, p, pk["command"]),
+        call_timeout=_read(r, p, pk["call_timeout"]),
+        idle_timeout=_read(r, p, pk["idle_timeout"]),
     )
 
-    s = r.table(doc, "stop", _STOP)
+    s = r.table(doc, "stop", _allowed("stop"))
+    sk = _keys("stop")
     stop = StopSpec(
-        grace=r.number(s, "stop", "grace", defaults.STOP_GRACE, exclusive=True),
-        kill_grace=r.number(s, "stop", "kill_grace", defaults.KILL_GRACE, exclusive=True),
-        containment=r.choice(s, "stop", "containment", defaults.CONTAINMENT, CONTAINMENTS),
-        channel=r.choice(s, "stop", "channel", defaults.STOP_CHANNEL, CHANNELS),
+        grace=_read(r, s, sk["grace"]),
+        kill_grace=_read(r, s, sk["kill_grace"]),
+        containment=_read(r, s, sk["containment"]),
+        channel=_read(r, s, sk["channel"]),
     )
 
-    hooks = r.table(doc, "hooks", {"post_session", "post_run"})
-    post_session = r.commands(hooks, "hooks.post_session", "post_session", defaults.HOOK_TIMEOUT, _HOOK)
-    post_run = r.commands(hooks, "hooks.post_run", "post_run", defaults.HOOK_TIMEOUT, _HOOK)
-    verify = r.commands(doc, "verify", "verify", defaults.VERIFY_TIMEOUT, _VERIFY)
+    hooks = r.table(doc, "hooks", _allowed("hooks"))
+    post_session = r.commands(hooks, "hooks.post_session", "post_session")
+    post_run = r.commands(hooks, "hooks.post_run", "post_run")
+    verify = r.commands(doc, "verify", "verify")
 
-    repair = r.table(doc, "repair", {"max_attempts"})
-    retry = r.table(doc, "retry", {"backoff"})
-    output = r.table(doc, "output", {"cap_bytes"})
+    repair = r.table(doc, "repair", _allowed("repair"))
+    retry = r.table(doc, "retry", _allowed("retry"))
+    output = r.table(doc, "output", _allowed("output"))
 
     _check_exec_sizes(
         r,
@@ -287,19 +533,9 @@ def _validate(doc: dict[str, Any], source: str | os.PathLike[str]) -> Spec:
         post_session=post_session,
         post_run=post_run,
         verify=verify,
-        repair_max_attempts=r.integer(
-            repair, "repair", "max_attempts", defaults.REPAIR_MAX_ATTEMPTS, minimum=0, maximum=defaults.MAX_COUNT
-        ),
-        retry_backoff=r.number(retry, "retry", "backoff", defaults.RETRY_BACKOFF),
-        output_cap_bytes=r.integer(
-            output,
-            "output",
-            "cap_bytes",
-            defaults.OUTPUT_CAP_BYTES,
-            minimum=0,
-            exclusive=True,
-            maximum=defaults.MAX_OUTPUT_CAP_BYTES,
-        ),
+        repair_max_attempts=_read(r, repair, _keys("repair")["max_attempts"]),
+        retry_backoff=_read(r, retry, _keys("retry")["backoff"]),
+        output_cap_bytes=_read(r, output, _keys("output")["cap_bytes"]),
         source=str(source),
     )
 
@@ -361,6 +597,12 @@ def loads(text: str, source: str | os.PathLike[str]) -> Spec:
     except tomllib.TOMLDecodeError as e:
         # tomllib's message already carries line and column, on one line.
         raise SpecError(source, "(toml)", f"valid TOML ({_one_line(e)})") from None
+    except ValueError:
+        # tomllib converts an integer literal with int(), which refuses one past Python's
+        # digit limit (sys.get_int_max_str_digits): no key could take such a number.
+        import sys
+
+        raise SpecError(source, "(toml)", f"integers of at most {sys.get_int_max_str_digits()} digits") from None
     return _validate(doc, source)
 
 

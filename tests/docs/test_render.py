@@ -231,7 +231,7 @@ def test_bench_scale_and_load(render_mod, bench_json):
     ):
         assert cell in row, cell
     row = next(l for l in part.splitlines() if l.startswith("| `runner stop` (one command per run)"))
-    assert "| 50/50 | median 1.245 s, max 1.490 s (n=50) | 1.470 s | 1.400 s | [0] | 0 |" in row
+    assert "| 50/50 | median 1.245 s, max 1.490 s (n=50 runs, one command each) | 1.470 s | 1.400 s | [0] | 0 |" in row
     row = next(l for l in part.splitlines() if l.startswith("| `runner stop --all`"))
     assert "not measured: this runner has no `runner stop --all`" in row
 
@@ -301,3 +301,105 @@ def test_renders_the_size_parts_the_bench_itself_wrote(render_mod, tmp_path):
     assert "**Journal size.** MEASURED" in sizes and "journal of 2 MiB" in sizes
     row = next(line for line in sizes.splitlines() if line.startswith("| `runner status --json` |"))
     assert row.count("exit 0") == 2, row
+
+
+STOP_MODES = (
+    "`runner stop`",
+    "`runner stop --now`",
+    "`runner stop --graceful`",
+    "`runner stop --graceful --wait`",
+    "`runner stop --all [--now]`",
+    "`touch RUNDIR/STOP`",
+    "`touch RUNDIR/PAUSE`",
+    "Ctrl-C once",
+    "Ctrl-C twice",
+    'dashboard "Stop"',
+    'dashboard "Stop now"',
+    'dashboard "Stop gracefully"',
+    "SIGTERM to the engine itself",
+)
+
+
+def _mode_row(doc, mode):
+    return next(line for line in doc.splitlines() if line.startswith(f"| {mode}"))
+
+
+def test_stop_modes_table_has_every_mode_with_a_derived_worst_case(render_mod, measure_json, monkeypatch):
+    """Path: {{stop_modes}} gives each way to stop a run its worst case added up from
+    runner/defaults.py, the hard stop's as StopSpec.hard_worst_case (grace + kill_grace
+    + CONFIRM_TIMEOUT), moving with the defaults. Ablation: a typed 12 s stays put."""
+    monkeypatch.setattr(runner.defaults, "STOP_GRACE", 20.0)
+    doc = render(render_mod, measure_json)
+    for mode in STOP_MODES:
+        assert _mode_row(doc, mode)
+    hard = _mode_row(doc, "`runner stop`")
+    assert "**22.00 s** = `STOP_GRACE` 20.00 s + `KILL_GRACE` 1.00 s + `CONFIRM_TIMEOUT` 1.00 s" in hard
+    assert "`OK` 0" in hard and "`STOP_FORCED` 8" in hard
+    assert "**2.00 s**" in _mode_row(doc, "`runner stop --now`")
+    assert "2 h 32 min" in _mode_row(doc, "`touch RUNDIR/STOP`")
+    assert "not measured" in _mode_row(doc, "`runner stop --now`")  # absent from this measure.json
+
+
+def test_stop_modes_exit_codes_must_be_documented_for_the_command(render_mod, monkeypatch):
+    """Path: a row's exit codes are checked against the command's row of
+    docs/exit-codes.md: a code the command does not return is a RenderError."""
+    ctx = render_mod.Context(None, None)
+    modes = list(ctx._MODES)
+    mode = list(modes[1])
+    mode[4] = ("stop --now", ("OK", "STOP_FORCED"))  # --now never falls back
+    modes[1] = tuple(mode)
+    monkeypatch.setattr(render_mod.Context, "_MODES", tuple(modes))
+    with pytest.raises(render_mod.RenderError, match="stop --now.*STOP_FORCED"):
+        ctx.stop_modes()
+
+
+def test_one_all_command_is_one_sample(render_mod, bench_json):
+    """Path: a `--all` load row, one command for every run, says n=1 (its runs all end
+    when it returns), not n=<runs>, in the load table and in the stop-modes table."""
+    from bench import load
+
+    data = json.loads(bench_json.read_text())
+    samples = [{"stopped": True, "latency_s": 1.7, "left": 0} for _ in range(50)]
+    data["load"]["modes"][1] = {"mode": "stop --all", **load.summarize(samples, [1.7], [0])}
+    bench_json.write_text(json.dumps(data))
+    doc = render_mod.render_files(TEMPLATE, None, None, None, bench_json)
+    row = next(l for l in doc.splitlines() if l.startswith("| `runner stop --all` (one command)"))
+    assert "1.700 s (n=1: one command for 50 runs" in row and "n=50" not in row
+    assert "`stop --all`: 1.700 s for 50 runs (n=1: one command)" in _mode_row(doc, "`runner stop --all [--now]`")
+
+
+def test_a_duration_typed_into_the_template_is_refused(render_mod, tmp_path):
+    """Path: render() refuses a template whose prose types a duration (`make docs-check`
+    exits 2): a target is stated through {{bound:...}} or not at all. Code, inline code
+    and placeholders are not prose. Ablation: drop refuse_typed_durations and the
+    dashboard's old "within 1 s" renders again."""
+    assert render_mod.typed_durations("click to run-stop within 1 s of it, plus 200 ms") == ["1 s", "200 ms"]
+    assert render_mod.typed_durations("```\nsleep 600s\n```\n`sleep 7200` and {{derived:KILL_GRACE}}") == []
+    bad = tmp_path / "t.md"
+    bad.write_text(TEMPLATE.read_text() + "\nThe page shows it within 1 s.\n")
+    with pytest.raises(render_mod.RenderError, match="types a duration.*'1 s'"):
+        render(render_mod, template=bad)
+    r = subprocess.run(
+        [sys.executable, "docs/render_stop_latency.py", "--check", "--template", str(bad)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode != 0 and "types a duration" in r.stderr
+
+
+def test_a_stated_bound_is_the_constant_a_test_asserts(render_mod, tmp_path):
+    """Path: {{bound:FILE:NAME}} renders the test file's own constant, and only one the
+    file uses as `bound=` or in an assert; a constant no test asserts is refused."""
+    assert render_mod.asserted_bound("tests/runner/test_dashboard_browser.py", "PAGE_BOUND") == 3.0
+    assert (
+        render_mod.asserted_bound("tests/runner/test_dashboard_browser.py", "BOUND") == runner.defaults.KILL_GRACE + 4
+    )
+    doc = render(render_mod)
+    assert "3.00 s (ASSERTED: `tests/runner/test_dashboard_browser.py: PAGE_BOUND`)" in doc
+    with pytest.raises(render_mod.RenderError, match="no numeric constant ARTIFACTS"):
+        render_mod.asserted_bound("tests/runner/test_dashboard_browser.py", "ARTIFACTS")  # a Path, used elsewhere
+    with pytest.raises(render_mod.RenderError, match="no test of .* asserts KILL_GRACE"):
+        render_mod.asserted_bound("tests/runner/test_dashboard_browser.py", "KILL_GRACE")  # a spec value
+    with pytest.raises(render_mod.RenderError, match="no test file"):
+        render_mod.asserted_bound("docs/render_stop_latency.py", "HERE")

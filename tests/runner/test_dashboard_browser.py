@@ -23,8 +23,8 @@ from runner.exitcodes import Exit
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / ".artifacts"
 KILL_GRACE = defaults.KILL_GRACE  # the spec's default: the doc's other stop rows use it too
-BOUND = KILL_GRACE + 4.0  # the scale asserted; the doc states the target and the measured figure
-PAGE_BOUND = 3.0  # target: the page shows "stopped" within 1 s of the run-stop
+BOUND = KILL_GRACE + 4.0  # the scale asserted (docs/stop-latency.md renders this constant)
+PAGE_BOUND = 3.0  # run-stop to the page showing "stopped", asserted (rendered from here too)
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@ the file, the dotted key and what was expected."""
 
 import dataclasses
 import os
+import re
 
 import pytest
 
@@ -222,3 +223,73 @@ def test_substitute_is_plain_replacement_not_format():
     assert spec.substitute(["{feedback}"], item="a") == ["{feedback}"]
     with pytest.raises(TypeError):
         spec.substitute(["x"], other="y")
+
+
+def test_a_400_digit_number_is_not_echoed_in_full(tmp_path):
+    """Path: _show clips an integer past 64 bits to a description of its size (the one
+    line stays one short line). Ablation: echo the value and the line holds 400 digits."""
+    p = write(tmp_path, MINIMAL.replace("[provider]\n", "[provider]\ncall_timeout = " + "9" * 400 + "\n"))
+    with pytest.raises(SpecError) as info:
+        spec.load(p)
+    msg = str(info.value)
+    assert "provider.call_timeout" in msg and "9" * 30 not in msg, msg
+    assert "an integer of 400 digits" in msg and len(msg) < 300, msg
+
+
+def _schema_sample(key: spec.Key) -> str:
+    """A spec that sets `key` just past its limit (or to a value of the wrong kind)."""
+    if key.kind == "seconds":
+        value = f"{key.maximum_value() * 2:g}"
+    elif key.kind == "integer":
+        value = str(int(key.maximum_value()) + 1)
+    else:
+        value = {"choice": '"none-of-them"', "boolean": '"yes"', "argv": "[]"}[key.kind]
+    if key.table in spec.ARRAYS:
+        entry = {"command": '["x"]', key.name: value}
+        return MINIMAL + f"[[{key.table}]]\n" + "".join(f"{k} = {v}\n" for k, v in entry.items())
+    if key.table == "provider":
+        return (
+            'items = ["a"]\n[provider]\n'
+            + ("" if key.name == "command" else 'command = ["x"]\n')
+            + f"{key.name} = {value}\n"
+        )
+    return MINIMAL + f"[{key.table}]\n{key.name} = {value}\n"
+
+
+@pytest.mark.parametrize("key", [k for k in spec.SCHEMA if k.kind != "items"], ids=lambda k: k.dotted)
+def test_every_schema_key_is_validated_by_the_schema(tmp_path, key):
+    """Path: the parser reads each key through spec.SCHEMA (_read), so the limit that
+    docs/spec.md prints (rendered from the same table) is the one enforced. Ablation:
+    a key read past the schema (its own constant, or no check) loads this value."""
+    p = write(tmp_path, _schema_sample(key))
+    with pytest.raises(SpecError) as info:
+        spec.load(p)
+    dotted = f"{key.table}[0].{key.name}" if key.table in spec.ARRAYS else key.dotted
+    assert info.value.key == dotted, str(info.value)
+
+
+def test_the_schema_is_every_key_the_parser_accepts(tmp_path):
+    """Path: the allowed keys of every table come from spec.SCHEMA: a key the schema
+    does not list is refused, and FULL (every key set) loads. Ablation: a hand-kept set
+    of allowed keys that drifts from SCHEMA fails one side."""
+    full = spec.load(write(tmp_path, FULL))
+    assert full.output_cap_bytes == 1024 and full.post_run[0].timeout == 1.5
+    for table in ("provider", "stop", "repair", "retry", "output"):
+        text = MINIMAL + ("not_a_key = 1\n" if table == "provider" else f"[{table}]\nnot_a_key = 1\n")
+        with pytest.raises(SpecError, match=f"{table}.not_a_key: .*unknown key"):
+            spec.loads(text, "<s>")
+    listed = {k.dotted for k in spec.SCHEMA}
+    for key in re.findall(r"^([a-z_]+) =", FULL, re.M):
+        assert any(d.endswith("." + key) or d == key for d in listed), key
+
+
+@pytest.mark.parametrize("digits", [5000, 100_000])
+def test_an_integer_past_pythons_digit_limit_is_a_spec_error(tmp_path, digits):
+    """Path: tomllib's int() refuses an integer past sys.get_int_max_str_digits with a
+    ValueError that is no TOMLDecodeError; loads() makes it the one-line SpecError
+    (BAD_INPUT), not an internal error (exit 70, found by a hostile trial)."""
+    p = write(tmp_path, MINIMAL.replace("[provider]\n", "[provider]\ncall_timeout = " + "9" * digits + "\n"))
+    with pytest.raises(SpecError) as info:
+        spec.load(p)
+    msg = str(info.value)
+    assert "(toml): expected integers of at most" in msg and len(msg) < 300, msg
