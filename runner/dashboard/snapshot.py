@@ -222,9 +222,10 @@ def _fingerprint(path: os.PathLike[str] | str) -> tuple[Any, ...]:
     each watched file's (inode, size, mtime, mode); the journal and state.json only
     grow, so their size is the offset reached."""
     marks: list[Any] = []
+    prefix = f"{os.fspath(path)}/"
     for name in _WATCHED:
         try:
-            st = os.lstat(os.path.join(path, name))
+            st = os.lstat(prefix + name)
             marks.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode))  # ablate: dashboard-fingerprint
         except OSError:
             marks.append(None)
