@@ -1,10 +1,11 @@
-"""The dashboard's connections: one selector thread holds every open connection, and a
-fixed pool of WORKERS threads handles the requests that have arrived. A connection that
-waits (a page between two polls, or a client that opened one and sends nothing) holds
-no thread, only its socket in the selector; it is closed once it has been idle for
-IDLE_TIMEOUT. A request must arrive whole within REQUEST_TIMEOUT of its first byte, so a
-client that trickles one byte at a time holds a worker for that long at most. At most
-MAX_CONNECTIONS are open: past that, the connection idle the longest is closed.
+"""The dashboard's connections: one selector thread holds every open connection and
+reads each request there, without blocking, until it has arrived whole (its headers,
+and its body up to BODY_CAP); only then does one of a fixed pool of WORKERS threads
+handle it. A connection that waits (a page between two polls, a client that opened one
+and sends nothing, or one that trickles a request a byte at a time) holds no thread,
+only its socket in the selector. It is closed once idle for IDLE_TIMEOUT, or when a
+request it began has not arrived whole within REQUEST_TIMEOUT. At most MAX_CONNECTIONS
+are open: past that, the connection idle the longest is closed.
 
 The stdlib's ThreadingHTTPServer, used before, started one thread per connection for as
 long as the client kept it open: 300 idle connections were 300 threads, forever.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import io
 import os
 import queue
+import re
 import selectors
 import socket
 import threading
@@ -29,31 +31,12 @@ IDLE_TIMEOUT = 5.0
 REQUEST_TIMEOUT = 10.0
 """Seconds from a request's first byte to its last (headers and body)."""
 MAX_CONNECTIONS = 512
-
-
-class _DeadlineReader(io.RawIOBase):
-    """The socket's reads, each given what is left of the request's deadline; none at
-    all (non-blocking) while the worker only looks whether another request is buffered."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.deadline: float | None = None  # None: non-blocking
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int | None:
-        if self.deadline is None:
-            self.sock.setblocking(False)
-            try:
-                return self.sock.recv_into(buffer)
-            except BlockingIOError:
-                return None
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the request did not arrive within REQUEST_TIMEOUT")
-        self.sock.settimeout(left)
-        return self.sock.recv_into(buffer)
+HEADER_CAP = 65536
+"""A request whose headers are longer is not read further: the connection is closed."""
+BODY_CAP = 4096
+"""The largest body read before the request is handled (a button's POST has none; a
+longer one is handled, and refused, unread)."""
+_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]{1,12})[ \t]*\r\n", re.IGNORECASE)
 
 
 class _Writer(io.RawIOBase):
@@ -75,25 +58,49 @@ class _Writer(io.RawIOBase):
 class Connection:
     def __init__(self, sock: socket.socket, address: Any) -> None:
         self.sock, self.address = sock, address
-        self.raw = _DeadlineReader(sock)
-        self.rfile = io.BufferedReader(self.raw)
+        sock.setblocking(False)
+        self.buffer = bytearray()
+        self.rfile: io.BytesIO = io.BytesIO()
         self.wfile = _Writer(sock)
         self.idle_since = time.monotonic()
+        self.begun: float | None = None  # when the request being read began
 
-    def pending(self) -> bool:
-        """Whether the next request (or its first bytes) is already here, without waiting."""
-        self.raw.deadline = None
+    def read(self) -> bool:
+        """Read what has arrived; False when the peer closed or sent too much."""
         try:
-            return bool(self.rfile.peek(1))
+            data = self.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return True
         except OSError:
-            return True  # let the handler meet the error and close
+            return False
+        if not data:
+            return False
+        if self.begun is None:
+            self.begun = time.monotonic()
+        self.buffer += data
+        return True
+
+    def request(self) -> bytes | None:
+        """The first request of the buffer once it is whole (taken out of it), else None."""
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return None
+        end += 4
+        match = _LENGTH.search(self.buffer, 0, end)
+        length = int(match.group(1)) if match else 0
+        if 0 < length <= BODY_CAP:
+            if len(self.buffer) < end + length:
+                return None
+            end += length
+        whole = bytes(self.buffer[:end])
+        del self.buffer[:end]
+        self.begun = time.monotonic() if self.buffer else None
+        return whole
+
+    def too_long(self) -> bool:
+        return self.buffer.find(b"\r\n\r\n") < 0 and len(self.buffer) > HEADER_CAP
 
     def close(self) -> None:
-        for f in (self.rfile, self.wfile):
-            try:
-                f.close()
-            except OSError:
-                pass
         try:
             self.sock.close()
         except OSError:
@@ -101,7 +108,7 @@ class Connection:
 
 
 Handle = Callable[[Connection], bool]
-"""Handles one request on the connection; True when the connection stays open."""
+"""Handles the request in `conn.rfile`; True when the connection stays open."""
 
 
 class Loop:
@@ -112,8 +119,8 @@ class Loop:
         self.selector = selectors.DefaultSelector()
         self.ready: queue.SimpleQueue[Connection | None] = queue.SimpleQueue()
         self.back: queue.SimpleQueue[Connection] = queue.SimpleQueue()
-        self.idle: dict[socket.socket, Connection] = {}
-        self.busy: set[Connection] = set()
+        self.waiting: dict[socket.socket, Connection] = {}  # in the selector
+        self.busy: set[Connection] = set()  # with a worker
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -130,19 +137,13 @@ class Loop:
         for w in self.workers:
             w.start()
         while not self._stop:
-            timeout = min(poll_interval, self._next_expiry())
-            for key, _ in self.selector.select(max(timeout, 0.0)):
+            for key, _ in self.selector.select(max(min(poll_interval, self._next_expiry()), 0.0)):
                 if key.data == "listen":
                     self._accept()
                 elif key.data == "wake":
                     self._drain_wake()
                 else:
-                    conn: Connection = key.data
-                    self.selector.unregister(conn.sock)
-                    del self.idle[conn.sock]
-                    with self._lock:
-                        self.busy.add(conn)
-                    self.ready.put(conn)
+                    self._readable(key.data)
             self._take_back()
             self._expire()
 
@@ -154,34 +155,56 @@ class Loop:
                 return
             except OSError:
                 return  # EMFILE and the like: the connection waits in the backlog
-            if len(self.idle) + len(self.busy) >= MAX_CONNECTIONS:
-                oldest = min(self.idle.values(), key=lambda c: c.idle_since, default=None)
+            if len(self.waiting) + len(self.busy) >= MAX_CONNECTIONS:
+                oldest = min(self.waiting.values(), key=lambda c: c.idle_since, default=None)
                 if oldest is None:
                     sock.close()
                     continue
-                self._close_idle(oldest)
-            self._park(Connection(sock, address))
+                self._drop(oldest)
+            self._wait(Connection(sock, address))
 
-    def _park(self, conn: Connection) -> None:
+    def _readable(self, conn: Connection) -> None:
+        if not conn.read() or conn.too_long():
+            self._drop(conn)
+            return
+        self._dispatch(conn)
+
+    def _dispatch(self, conn: Connection) -> None:
+        """Hand the connection to a worker if a whole request is in its buffer."""
+        whole = conn.request()
+        if whole is None:
+            return
+        self.selector.unregister(conn.sock)
+        del self.waiting[conn.sock]
+        conn.rfile = io.BytesIO(whole)
+        with self._lock:
+            self.busy.add(conn)
+        self.ready.put(conn)
+
+    def _wait(self, conn: Connection) -> None:
         conn.idle_since = time.monotonic()
-        self.idle[conn.sock] = conn
+        self.waiting[conn.sock] = conn
         self.selector.register(conn.sock, selectors.EVENT_READ, conn)
 
-    def _close_idle(self, conn: Connection) -> None:
+    def _drop(self, conn: Connection) -> None:
         self.selector.unregister(conn.sock)
-        del self.idle[conn.sock]
+        del self.waiting[conn.sock]
         conn.close()
 
+    def _deadline(self, conn: Connection) -> float:
+        if conn.begun is not None:
+            return conn.begun + REQUEST_TIMEOUT
+        return conn.idle_since + IDLE_TIMEOUT
+
     def _next_expiry(self) -> float:
-        if not self.idle:
+        if not self.waiting:
             return IDLE_TIMEOUT
-        oldest = min(c.idle_since for c in self.idle.values())
-        return oldest + IDLE_TIMEOUT - time.monotonic()
+        return min(self._deadline(c) for c in self.waiting.values()) - time.monotonic()
 
     def _expire(self) -> None:
         now = time.monotonic()
-        for conn in [c for c in self.idle.values() if now - c.idle_since >= IDLE_TIMEOUT]:  # ablate: idle-timeout
-            self._close_idle(conn)
+        for conn in [c for c in self.waiting.values() if now >= self._deadline(c)]:  # ablate: idle-timeout
+            self._drop(conn)
 
     def _drain_wake(self) -> None:
         try:
@@ -200,28 +223,24 @@ class Loop:
                 self.busy.discard(conn)
             if self._stop:
                 conn.close()
-            else:
-                self._park(conn)
+                continue
+            self._wait(conn)
+            self._dispatch(conn)  # a request that arrived behind the last one
 
     # -- the workers -------------------------------------------------------------------
 
     def _work(self) -> None:
         while (conn := self.ready.get()) is not None:
-            keep = False
             try:
-                while True:
-                    conn.raw.deadline = time.monotonic() + REQUEST_TIMEOUT
-                    keep = self.handle(conn)
-                    if not keep or not conn.pending():
-                        break
+                keep = self.handle(conn)
             except Exception:
                 keep = False
             if keep:
                 self.back.put(conn)
                 try:
                     os.write(self._wake_w, b"x")
-                except BlockingIOError:
-                    pass  # the pipe is full: the selector wakes anyway
+                except OSError:
+                    pass  # the pipe is full (the selector wakes anyway) or closed (the end)
             else:
                 with self._lock:
                     self.busy.discard(conn)
@@ -238,13 +257,13 @@ class Loop:
 
     def close(self) -> None:
         self._stop = True
-        for conn in list(self.idle.values()):
+        for conn in list(self.waiting.values()):
             conn.close()
-        self.idle.clear()
+        self.waiting.clear()
         with self._lock:
             for conn in self.busy:
                 try:
-                    conn.sock.shutdown(socket.SHUT_RDWR)  # a worker blocked reading it wakes up
+                    conn.sock.shutdown(socket.SHUT_RDWR)  # a worker blocked writing to it wakes up
                 except OSError:
                     pass
         for _ in self.workers:

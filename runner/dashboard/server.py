@@ -27,15 +27,14 @@ from importlib import resources
 from typing import Any, TextIO
 from urllib.parse import unquote, urlsplit
 
-from runner.dashboard import security
+from runner.dashboard import connections, security
 from runner.dashboard.actions import ACTIONS, Actions
-from runner.dashboard.connections import Connection, Loop
 from runner.dashboard.runs import Base, NotARun
 from runner.dashboard.snapshot import Snapshots
 from runner.errors import BadInput, printable
 from runner.exitcodes import Exit
 
-BODY_CAP = 4096
+BODY_CAP = connections.BODY_CAP
 """A button's POST carries no body; anything larger is refused unread."""
 ACTIONS_JOIN = 60.0
 """At exit, how long the dashboard waits for the stops it started (each is bounded)."""
@@ -65,7 +64,7 @@ class DashboardServer(HTTPServer):
             self.address_family = socket.AF_INET6
         # The loop (not socketserver's) makes each Handler: this class is never used.
         super().__init__(address, BaseHTTPRequestHandler)
-        self.loop = Loop(self.socket, self._handle)
+        self.loop = connections.Loop(self.socket, self._handle)
         self.base = base
         self.actions = Actions()
         self.snapshots = Snapshots(base, self.actions)
@@ -89,7 +88,7 @@ class DashboardServer(HTTPServer):
             self.loop.close()
         super().server_close()
 
-    def _handle(self, conn: Connection) -> bool:
+    def _handle(self, conn: connections.Connection) -> bool:
         handler = Handler(conn, self)
         handler.handle_one_request()
         return not handler.close_connection
@@ -106,7 +105,7 @@ class Handler(BaseHTTPRequestHandler):
     server: DashboardServer
     protocol_version = "HTTP/1.1"  # keep-alive: the page polls four times a second
 
-    def __init__(self, conn: Connection, server: DashboardServer) -> None:
+    def __init__(self, conn: connections.Connection, server: DashboardServer) -> None:
         self.request = self.connection = conn.sock
         self.client_address = conn.address
         self.server = server

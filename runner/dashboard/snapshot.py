@@ -37,6 +37,8 @@ GONE_SHOWN = 300.0
 JOURNAL_TAIL_BYTES = 16 * 1024
 JOURNAL_TAIL_RECORDS = 8
 FIELD_CHARS = 80
+ITEM_CHARS = 10_000
+"""An item's name is sent whole up to this (the page clips it, its tooltip shows it)."""
 LINE_CHARS = 240
 _WATCHED = (
     *("state.json", "journal.jsonl", "engine.json", "children", "lock", "run-id", "cgroup", "spec.toml"),
@@ -257,7 +259,7 @@ def _run_row(entry: Entry) -> dict[str, Any]:
         "attempt": info.get("attempt"),
         "live": live,
         "engine_pid": info.get("engine_pid"),
-        "current_item": info.get("current_item"),
+        "current_item": printable(info["current_item"], ITEM_CHARS) if info.get("current_item") else None,
         "phase": info.get("phase"),
         # The journal's run-stop names who asked (a stopper's own record says `forced`
         # in state.json, and `dashboard` in the journal when the dashboard asked).
@@ -291,7 +293,14 @@ def _items(raw: object) -> list[dict[str, Any]]:
     if isinstance(raw, dict):
         return [{"item": str(k), "status": str(v)} for k, v in raw.items()]
     if isinstance(raw, list):
-        return [{k: _text(v) if isinstance(v, str) else v for k, v in i.items()} for i in raw if isinstance(i, dict)]
+        return [
+            {
+                k: (printable(v, ITEM_CHARS) if k == "item" else _text(v)) if isinstance(v, str) else v
+                for k, v in i.items()
+            }
+            for i in raw
+            if isinstance(i, dict)
+        ]
     return []
 
 
