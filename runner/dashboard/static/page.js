@@ -75,7 +75,7 @@ function makeRow(name) {
   toggle.type = "button";
   toggle.setAttribute("aria-label", "details");
   toggle.addEventListener("click", () => {
-    row.expanded = !row.collapsedNow();
+    row.expanded = row.collapsedNow(); // collapsed now: open it, and the other way round
     row.userChose = true;
     layout(row);
   });
