@@ -545,7 +545,8 @@ class Context:
             "conditional": "now, polled as its page polls (the ETag sent back: 304 while nothing changed)",
         }
         rows = [
-            "| dashboard | server CPU (of one core) | CPU per poll | polls per second | answered 304 | bytes per poll |",
+            "| dashboard | server CPU (of one core) | CPU per poll | polls per second | answered 304 "
+            "| bytes per poll |",
             "|---|---|---|---|---|---|",
         ]
         rows += [f"| {label} " + _dashboard_side(sides.get(key)) for key, label in labels.items()]
