@@ -538,6 +538,8 @@ class Context:
         part = self._bench_part("dashboard")
         if not part:
             return self._bench_absent("The dashboard with a page open")
+        from runner.dashboard import connections  # the tree's own limits, as _defaults()
+
         sides = part.get("sides", {})
         labels = {
             "previous": f"before (commit `{str(part.get('reference_commit'))[:10]}`), polled as its page polled",
@@ -555,7 +557,11 @@ class Context:
             f"them live), one client polling `/api/runs` as the page does (every {part['poll_ms']} ms after the "
             "previous answer, on one keep-alive connection); the server process's own CPU time "
             "(`/proc/PID/stat`) over the measured window, the three sides one after the other on the same "
-            "runs.\n\n" + "\n".join(rows)
+            "runs. "
+            f"The server's limits (DERIVED, `runner/dashboard/connections.py`): {connections.WORKERS} worker threads "
+            f"whatever the number of connections; a connection idle for {_seconds(connections.IDLE_TIMEOUT)}, or "
+            f"whose request has not arrived whole within {_seconds(connections.REQUEST_TIMEOUT)}, is closed; at most "
+            f"{connections.MAX_CONNECTIONS} connections.\n\n" + "\n".join(rows)
         )
 
     def limits(self) -> str:
