@@ -53,8 +53,8 @@ class Snapshots:
     also when its engine's lock changes hands, and at least every LIVE_MAX_AGE); each
     answer carries an ETag over the rows' digests, so that a poll that finds nothing
     changed is answered 304 without building or sending the body. A live run's clocks
-    (a child's runtime, the running item's duration) tick on the page between reads:
-    the digest holds when they started, not how long ago."""
+    (a child's runtime, the running item's duration) tick on the page between reads
+    (from the row's `at` and the answer's `now`): the digest leaves them out."""
 
     def __init__(self, base: Base, actions: Actions) -> None:
         self.base, self.actions = base, actions
@@ -158,7 +158,7 @@ _versions = itertools.count()
 
 
 class _Cached:
-    """A row as read, with what it was read from and its digest (clocks as start times)."""
+    """A row as read, with what it was read from and its digest (without its clocks)."""
 
     __slots__ = ("name", "stamp", "live", "row", "read_at", "version", "digest")
 
@@ -169,28 +169,20 @@ class _Cached:
         if row.get("live"):
             row["at"] = round(time.time(), 3)
         self.digest = hashlib.blake2b(
-            json.dumps(_clocks_as_starts(row), sort_keys=True, default=str).encode(), digest_size=12
+            json.dumps(_without_clocks(row), sort_keys=True, default=str).encode(), digest_size=12
         ).digest()
 
 
-def _clocks_as_starts(row: dict[str, Any]) -> dict[str, Any]:
-    """The row with each ticking clock as the second it started: equal for two reads of
-    a run in which nothing but time has passed."""
-    at = row.get("at")
-    if not isinstance(at, (int, float)):
+def _without_clocks(row: dict[str, Any]) -> dict[str, Any]:
+    """The row without its ticking clocks (a child's runtime, the running item's
+    duration): equal for two reads of a run in which nothing but time has passed.
+    Whatever else ends or starts a clock (a phase, an item, a child) changes the row."""
+    if not isinstance(row.get("at"), (int, float)):
         return row
     out = dict(row)
     out.pop("at")
-    out["children"] = [
-        dict(c, runtime=round(at - c["runtime"])) if isinstance(c.get("runtime"), (int, float)) else c
-        for c in row.get("children") or []
-    ]
-    out["items"] = [
-        dict(i, duration=round(at - i["duration"]))
-        if i.get("status") == "running" and isinstance(i.get("duration"), (int, float))
-        else i
-        for i in row.get("items") or []
-    ]
+    out["children"] = [dict(c, runtime=None) for c in row.get("children") or [] if isinstance(c, dict)]
+    out["items"] = [dict(i, duration=None) if i.get("status") == "running" else i for i in row.get("items") or []]
     return out
 
 

@@ -261,10 +261,10 @@ def test_an_unchanged_poll_is_answered_304_and_a_change_is_not(runs, dashboard):
 
 
 def test_a_live_runs_ticking_clocks_alone_change_no_etag(runs, victim, dashboard):
-    """Path: snapshot._clocks_as_starts: a live run whose files do not change is read
+    """Path: snapshot._without_clocks: a live run whose files do not change is read
     again every LIVE_MAX_AGE (its child's runtime and the item's duration have grown),
-    yet its digest holds them as start times: the poll still gets 304, and the page
-    ticks the clocks itself from `at` and `now`."""
+    yet its digest leaves the clocks out: the poll still gets 304, and the page ticks
+    the clocks itself from `at` and `now`."""
     rd, _ = runs.live_trap_term(victim, stop={"kill_grace": KILL_GRACE})
     dash = dashboard()
     good = {"X-Runner-Token": dash.token}
