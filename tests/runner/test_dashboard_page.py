@@ -131,7 +131,8 @@ def test_a_held_pause_shows_paused_on_the_item(runs, dashboard, page):
 
 def test_items_are_in_queue_order_and_pending_ones_show_no_time(runs, victim, dashboard, page):
     """Path: the items as the state lists them (the spec's order, not sorted) and
-    page.js renderItems: a pending item shows no duration ("(0.0 s)" before)."""
+    page.js renderItems: a pending item shows no duration ("(0.0 s)" before); the
+    running item's clock ticks on the page between bodies (sinceRead)."""
     prepared = victim.prepare("trap-term")
     order = ["zeta", "alpha", "mid", "beta"]
     spec = runs.spec(items=order, provider=prepared.argv, stop={"kill_grace": 0.3})
@@ -148,6 +149,8 @@ def test_items_are_in_queue_order_and_pending_ones_show_no_time(runs, victim, da
     texts = chips.all_text_contents()
     assert texts[0].startswith("zeta: running (1 att., ") and texts[0].endswith(" s)"), texts
     assert texts[1:] == ["alpha: pending", "mid: pending", "beta: pending"], texts
+    time.sleep(0.6)  # polls answered 304 meanwhile: the page ticks the running item's clock
+    assert chips.first.text_content() != texts[0]
     assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
     runs.wait_engine_exit(rd)
 
