@@ -1,11 +1,13 @@
-"""What the page shows of every run, recomputed for each poll (at most every MIN_AGE).
+"""What the page shows of every run, looked at for each poll (at most every MIN_AGE) and
+read again only where something changed.
 
 Each run is read with `lifecycle.status_of`, the code `runner status` uses, plus the tail
 of its journal and its PAUSE file. Reading one run never fails the page: whatever it
 raises becomes that run's error row, and a run that disappears while shown stays on the
-page as an error row. A finished run whose files have not changed is not read again:
-`status_of` of a dead run scans every process for the run's tag, which fifty runs on a
-page must not pay four times a second.
+page as an error row. A run whose files have not changed is not read again (a live one
+at least every LIVE_MAX_AGE): `status_of` of a dead run scans every process for the
+run's tag, which fifty runs on a page must not pay four times a second, and a poll that
+finds nothing changed is answered 304 (Snapshots.answer).
 """
 
 from __future__ import annotations
@@ -29,22 +31,22 @@ from runner.proc import identity
 
 MIN_AGE = 0.1
 """Polls closer together than this (several pages open) share one snapshot."""
-LIVE_MAX_AGE = 1.0
-"""A live run whose files have not changed is read again after this long anyway (its
-children come and go; their pid files are in a directory the fingerprint watches)."""
 GONE_SHOWN = 300.0
 """How long a run removed while shown stays on the page as an error row."""
 JOURNAL_TAIL_BYTES = 16 * 1024
 JOURNAL_TAIL_RECORDS = 8
 FIELD_CHARS = 80
-ITEM_CHARS = 10_000
-"""An item's name is sent whole up to this (the page clips it, its tooltip shows it)."""
 LINE_CHARS = 240
 _WATCHED = (
     *("state.json", "journal.jsonl", "engine.json", "children", "lock", "run-id", "cgroup", "spec.toml"),
     *("stop-request.json", "PAUSE", "STOP"),
 )
 _BUTTONS = ("stop", "pause", "unpause", "resume")
+LIVE_MAX_AGE = 1.0
+"""A live run whose files have not changed is read again after this long anyway (its
+children come and go; their pid files are in a directory the fingerprint watches)."""
+ITEM_CHARS = 10_000
+"""An item's name is sent whole up to this (the page clips it, its tooltip shows it)."""
 
 
 class Snapshots:
