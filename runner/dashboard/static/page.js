@@ -19,6 +19,7 @@ const BUTTONS = [
   ["resume", "Resume", "resume"],
 ];
 const STOPS = new Set(["stop", "stop-now", "stop-graceful"]);
+const CLICK_HOLD = 5000; // ms
 const ITEMS_SHOWN = 40;
 // The header's filters: a run counts under its shown status ("stopping" apart).
 const FILTERS = ["running", "stopping", "stopped", "failed", "crashed", "completed"];
@@ -156,10 +157,13 @@ async function act(name, action, label) {
 function shownStatus(row, r) {
   if (r.error) return "error";
   const running = r.status === "running" && r.live !== false;
-  if (!running) {
+  // The click's own state lasts until the server says "stopping" itself (from then on
+  // its word alone: a stop that failed shows the run running again), or, never
+  // confirmed, for CLICK_HOLD at most.
+  if (!running || r.stopping || (row.stopClicked && performance.now() - row.stopClicked.at > CLICK_HOLD)) {
     row.stopClicked = null;
-    return r.status;
   }
+  if (!running) return r.status;
   return r.stopping || row.stopClicked ? "stopping" : r.status;
 }
 
