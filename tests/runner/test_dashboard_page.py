@@ -13,6 +13,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 # The browser tests' own fixtures (chromium for the module, a fresh context per test).
 from test_dashboard_browser import browser, button, open_dashboard, page, row  # noqa: F401
 
@@ -155,13 +157,16 @@ def test_items_are_in_queue_order_and_pending_ones_show_no_time(runs, victim, da
     runs.wait_engine_exit(rd)
 
 
-def test_a_hostile_item_name_neither_widens_the_card_nor_reorders_the_pid(runs, victim, dashboard, page):
+@pytest.mark.parametrize("width", [1280, 420])
+def test_a_hostile_item_name_neither_widens_the_card_nor_reorders_the_pid(runs, victim, dashboard, page, width):
     """Path: page.js escaped() (control characters and U+202A-U+202E, U+2066-U+2069 as
     escapes), `unicode-bidi: isolate` on user text, and the clipped chip (its tooltip
     holds the whole name): an item named with ESC, BEL, CR/LF and a right-to-left
     override, and one of 5,000 characters. The card is no wider than the window, the
     override never reaches the page raw, and the child's pid after it reads as written,
-    its digits left to right. Ablation dashboard-bidi-escape turns it red."""
+    its digits left to right; in a wide window and a phone's. Ablation
+    dashboard-bidi-escape turns it red."""
+    page.set_viewport_size({"width": width, "height": 900})
     prepared = victim.prepare("trap-term")
     evil = "evil\u202eabc\x1b[31m\x07\r\nx"
     long_name = "y" * 5000
