@@ -1,10 +1,10 @@
 """`make bench`: the runner's stop beside the other stoppers, at scale and under load.
 
     python -m bench.stoppers [--n 5] [--sizes 1,10,100,1000] [--scale-n 3] [--load-runs 50]
-                             [--parts stoppers,scale,load,items,journal] [--merge]
+                             [--parts stoppers,scale,load,items,journal,dashboard] [--merge]
                              [--json docs/bench.json] [--check] [--ci]
 
-Five parts (the first three by default; `make bench` runs all five), in one run, each
+Six parts (the first three by default; `make bench` runs all six), in one run, each
 printed as a table and written to the JSON with every raw sample (machine, date, commit, n):
 
 - **stoppers** (bench/matrix.py): the same victim trees (bench/trees.py: the plugin's
@@ -19,6 +19,8 @@ printed as a table and written to the JSON with every raw sample (machine, date,
 - **items** and **journal** (bench/sizes.py): items per second and the engine's memory
   as the number of items grows; stop, status, list and logs on a run whose journal is
   large, beside a fresh run.
+- **dashboard** (bench/dashboard.py): the dashboard server's CPU with 60 runs and one
+  page polling, beside the previous commit's dashboard and unconditional polls.
 
 --ci is the reduced run CI keeps working: n=1, `timeout -k` and the two runner stops,
 small scale, 5 runs at once. --check exits 1 when a cell of the runner's own stops left
@@ -42,7 +44,7 @@ from typing import Any
 
 from runner import defaults
 
-from . import contenders, load, matrix, runs, scale, sizes, trees
+from . import contenders, dashboard, load, matrix, runs, scale, sizes, trees
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_GRACE = defaults.KILL_GRACE
@@ -50,7 +52,7 @@ KILL_GRACE = defaults.KILL_GRACE
 (`[stop] kill_grace`) and given to every other stopper as its grace."""
 
 
-PARTS = ("stoppers", "scale", "load", "items", "journal")
+PARTS = ("stoppers", "scale", "load", "items", "journal", "dashboard")
 
 
 def _ids(text: str) -> list[str]:
@@ -236,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
                 print("\nItems:\n" + sizes.items_table(doc["items"]) + "\n")
             if "journal" in doc:
                 print("\nJournal size:\n" + sizes.journal_table(doc["journal"]) + "\n")
+        if "dashboard" in args.parts:
+            t = time.monotonic()
+            stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}
+            doc["dashboard"] = {**dashboard.run(), **stamp, "seconds": round(time.monotonic() - t, 1)}
+            print("\nThe dashboard with a page open:\n" + dashboard.table(doc["dashboard"]) + "\n")
     finally:
         left = trees.sweep(work / "trees")
         if left:

@@ -3,8 +3,9 @@
     python docs/dashboard_screenshot.py [--out docs/dashboard.png]     (make screenshot)
 
 Starts three real runs in a scratch directory (one that completed with a failed item,
-one stopped from the dashboard's own "Stop" button, one live in a long provider call),
-serves them with `runner dashboard`, and photographs the page. Everything it started is
+opened on the page, one stopped from the dashboard's own "Stop" button and left
+collapsed, one live in a long provider call), serves them with `runner dashboard`, and
+photographs the page. Everything it started is
 stopped before it exits, the live run through the dashboard's "Stop" button. Never drawn
 by hand: run it again after a change to the page.
 """
@@ -90,6 +91,9 @@ def take(out: Path) -> None:
                 status_is(page, to_stop.path.name, "stopped", timeout=30)
                 R.wait_event(live, "session-start", item="test", timeout=60)
                 status_is(page, failed.path.name, "failed")
+                # A finished run is collapsed by default: open the failed one, whose bar
+                # shows its failed item in red.
+                page.locator(f'section[data-run-id="{failed.path.name}"]').get_by_role("button", name="details").click()
                 time.sleep(1.5)  # the live call's runtime ticks past a second; the poll catches up
                 out.parent.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(out), full_page=True)

@@ -27,6 +27,7 @@ stated through {{bound:...}}, which resolves to a constant a test asserts, or
                               median (MEASURED, test or bench named), its exit codes, resumable
     {{bench_stoppers}}        the runner's stops beside other stoppers (docs/bench.json), MEASURED
     {{bench_scale_load}}      the stop at 1 to 1,000 processes and with many runs at once
+    {{bench_dashboard}}       the dashboard server's CPU with a page open, beside its reference
                               (docs/bench.json), MEASURED
 """
 
@@ -608,6 +609,36 @@ class Context:
             )
         return "\n\n".join(out)
 
+    def bench_dashboard(self) -> str:
+        part = self._bench_part("dashboard")
+        if not part:
+            return self._bench_absent("The dashboard with a page open")
+        from runner.dashboard import connections  # the tree's own limits, as _defaults()
+
+        sides = part.get("sides", {})
+        labels = {
+            "previous": f"before (commit `{str(part.get('reference_commit'))[:10]}`), polled as its page polled",
+            "unconditional": "now, polled without `If-None-Match` (every answer a 200 with the body)",
+            "conditional": "now, polled as its page polls (the ETag sent back: 304 while nothing changed)",
+        }
+        rows = [
+            "| dashboard | server CPU (of one core) | CPU per poll | polls per second | answered 304 "
+            "| bytes per poll |",
+            "|---|---|---|---|---|---|",
+        ]
+        rows += [f"| {label} " + _dashboard_side(sides.get(key)) for key, label in labels.items()]
+        return (
+            f"{self._part_tag(part)}. {part['runs']} real runs under the dashboard's directory ({part['live']} of "
+            f"them live), one client polling `/api/runs` as the page does (every {part['poll_ms']} ms after the "
+            "previous answer, on one keep-alive connection); the server process's own CPU time "
+            "(`/proc/PID/stat`) over the measured window, the three sides one after the other on the same "
+            "runs. "
+            f"The server's limits (DERIVED, `runner/dashboard/connections.py`): {connections.WORKERS} worker threads "
+            f"whatever the number of connections; a connection idle for {_seconds(connections.IDLE_TIMEOUT)}, or "
+            f"whose request has not arrived whole within {_seconds(connections.REQUEST_TIMEOUT)}, is closed; at most "
+            f"{connections.MAX_CONNECTIONS} connections.\n\n" + "\n".join(rows)
+        )
+
     def limits(self) -> str:
         """The spec's limits, each with the keys it applies to: docs/spec.md's list, from
         runner/files/spec.py's SCHEMA (docs/render_spec.py)."""
@@ -857,6 +888,17 @@ def refuse_typed_durations(template: str) -> None:
         )
 
 
+def _dashboard_side(side: dict | None) -> str:
+    if not side:
+        return "| not measured | | | | |"
+    if "error" in side:
+        return f"| not measured ({side['error']}) | | | | |"
+    return (
+        f"| {side['cpu_percent']:g} % | {side['cpu_ms_per_poll']:g} ms | {side['polls_per_s']:g} | "
+        f"{side['not_modified']} of {side['polls']} | {side['bytes_per_poll']:,} |"
+    )
+
+
 def render(template: str, ctx: Context) -> str:
     refuse_typed_durations(template)
 
@@ -882,6 +924,7 @@ def render(template: str, ctx: Context) -> str:
             "bench_scale_load",
             "bench_sizes",
             "stop_modes",
+            "bench_dashboard",
         ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")

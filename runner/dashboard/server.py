@@ -1,9 +1,12 @@
-"""`runner dashboard`: the HTTP server (the standard library's ThreadingHTTPServer: one
-thread a request, so a poll is never queued behind a stop that takes seconds).
+"""`runner dashboard`: the HTTP server. Connections are held by one selector thread and
+requests handled by a bounded pool (connections.py); a button's stop runs in a thread of
+its own (actions.py), so a poll is never queued behind a stop that takes seconds.
 
     GET  /                      the page (no data; it fetches it with the token)
     GET  /static/<file>         its script and style sheet
-    GET  /api/runs              every run as JSON (X-Runner-Token required)
+    GET  /api/runs              every run as JSON (X-Runner-Token required); with the
+                                ETag of the last answer in If-None-Match, 304 and no body
+                                while nothing shown has changed
     POST /api/runs/<run>/<act>  a button (X-Runner-Token, own Origin): 202, or 403 / 404 / 409
 
 GET never changes anything. A request's failure is its own (a 4xx or 500 answer); the
@@ -19,19 +22,19 @@ import signal
 import socket
 import sys
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from importlib import resources
 from typing import Any, TextIO
 from urllib.parse import unquote, urlsplit
 
-from runner.dashboard import security
+from runner.dashboard import connections, security
 from runner.dashboard.actions import ACTIONS, Actions
 from runner.dashboard.runs import Base, NotARun
 from runner.dashboard.snapshot import Snapshots
 from runner.errors import BadInput, printable
 from runner.exitcodes import Exit
 
-BODY_CAP = 4096
+BODY_CAP = connections.BODY_CAP
 """A button's POST carries no body; anything larger is refused unread."""
 ACTIONS_JOIN = 60.0
 """At exit, how long the dashboard waits for the stops it started (each is bounded)."""
@@ -53,13 +56,15 @@ _HEADERS = {
 }
 
 
-class DashboardServer(ThreadingHTTPServer):
-    daemon_threads = True  # a page left open never holds the dashboard's exit
+class DashboardServer(HTTPServer):
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], base: Base, token: str) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
-        super().__init__(address, Handler)
+        # The loop (not socketserver's) makes each Handler: this class is never used.
+        super().__init__(address, BaseHTTPRequestHandler)
+        self.loop = connections.Loop(self.socket, self._handle)
         self.base = base
         self.actions = Actions()
         self.snapshots = Snapshots(base, self.actions)
@@ -72,14 +77,41 @@ class DashboardServer(ThreadingHTTPServer):
         if not isinstance(exc, (BrokenPipeError, ConnectionResetError)):
             logging.getLogger(__name__).warning("request from %s failed: %r", client_address, exc)
 
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self.loop.run(poll_interval)
+
+    def shutdown(self) -> None:
+        self.loop.stop()
+
+    def server_close(self) -> None:
+        if hasattr(self, "loop"):  # not when binding failed (TCPServer closes then)
+            self.loop.close()
+        super().server_close()
+
+    def _handle(self, conn: connections.Connection) -> bool:
+        handler = Handler(conn, self)
+        handler.handle_one_request()
+        return not handler.close_connection
+
 
 def _asset(name: str) -> bytes:
     return (resources.files(__package__) / "static" / name).read_bytes()
 
 
 class Handler(BaseHTTPRequestHandler):
+    """One request on a connection the loop holds (never the stdlib's loop over the
+    connection: the connection goes back to the selector between requests)."""
+
     server: DashboardServer
     protocol_version = "HTTP/1.1"  # keep-alive: the page polls four times a second
+
+    def __init__(self, conn: connections.Connection, server: DashboardServer) -> None:
+        self.request = self.connection = conn.sock
+        self.client_address = conn.address
+        self.server = server
+        self.rfile = conn.rfile
+        self.wfile = conn.wfile  # type: ignore[assignment]
+        self.close_connection = True
 
     def version_string(self) -> str:
         return "runner-dashboard"
@@ -101,7 +133,9 @@ class Handler(BaseHTTPRequestHandler):
                 if not self.server.guard.token_ok(self.headers.get):
                     self._json(HTTPStatus.FORBIDDEN, {"error": f"missing or wrong {security.TOKEN_HEADER}"})
                 else:
-                    self._send(HTTPStatus.OK, self.server.snapshots.json(), "application/json")
+                    etag, data = self.server.snapshots.answer(self.headers.get("If-None-Match"))
+                    status = HTTPStatus.OK if data is not None else HTTPStatus.NOT_MODIFIED
+                    self._send(status, data, "application/json", etag)
             else:
                 self._json(HTTPStatus.NOT_FOUND, {"error": "no such page"})
         except (BrokenPipeError, ConnectionResetError):
@@ -163,14 +197,19 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, status: HTTPStatus, data: dict[str, Any]) -> None:
         self._send(status, json.dumps(data).encode(), "application/json")
 
-    def _send(self, status: HTTPStatus, body: bytes, ctype: str) -> None:
+    def _send(self, status: HTTPStatus, body: bytes | None, ctype: str, etag: str | None = None) -> None:
+        """`body` None: a 304, which has none (not even a length)."""
         self.send_response(status)
         self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
+        if body is not None:
+            self.send_header("Content-Length", str(len(body)))
+        if etag is not None:
+            self.send_header("ETag", etag)
         for key, value in _HEADERS.items():
             self.send_header(key, value)
         self.end_headers()
-        self.wfile.write(body)
+        if body is not None:
+            self.wfile.write(body)
 
 
 def serve(

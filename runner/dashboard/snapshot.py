@@ -1,15 +1,19 @@
-"""What the page shows of every run, recomputed for each poll (at most every MIN_AGE).
+"""What the page shows of every run, looked at for each poll (at most every MIN_AGE) and
+read again only where something changed.
 
 Each run is read with `lifecycle.status_of`, the code `runner status` uses, plus the tail
 of its journal and its PAUSE file. Reading one run never fails the page: whatever it
 raises becomes that run's error row, and a run that disappears while shown stays on the
-page as an error row. A finished run whose files have not changed is not read again:
-`status_of` of a dead run scans every process for the run's tag, which fifty runs on a
-page must not pay four times a second.
+page as an error row. A run whose files have not changed is not read again (a live one
+at least every LIVE_MAX_AGE): `status_of` of a dead run scans every process for the
+run's tag, which fifty runs on a page must not pay four times a second, and a poll that
+finds nothing changed is answered 304 (Snapshots.answer).
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import os
 import threading
@@ -38,70 +42,171 @@ _WATCHED = (
     *("stop-request.json", "PAUSE", "STOP"),
 )
 _BUTTONS = ("stop", "pause", "unpause", "resume")
+LIVE_MAX_AGE = 1.0
+"""A live run whose files have not changed is read again after this long anyway (its
+children come and go; their pid files are in a directory the fingerprint watches)."""
+ITEM_CHARS = 10_000
+"""An item's name is sent whole up to this (the page clips it, its tooltip shows it)."""
 
 
 class Snapshots:
+    """The page's data, computed only where something changed: each run's row is kept
+    with the fingerprint of its files and read again only when it changes (a live run
+    also when its engine's lock changes hands, and at least every LIVE_MAX_AGE); each
+    answer carries an ETag over the rows' digests, so that a poll that finds nothing
+    changed is answered 304 without building or sending the body. A live run's clocks
+    (a child's runtime, the running item's duration) tick on the page between reads
+    (from the row's `at` and the answer's `now`): the digest leaves them out."""
+
     def __init__(self, base: Base, actions: Actions) -> None:
         self.base, self.actions = base, actions
         self._lock = threading.Lock()
-        self._cache: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self._cache: dict[str, _Cached] = {}
+        self._fragments: dict[str, tuple[tuple[Any, ...], bytes]] = {}
         self._seen: set[str] = set()
         self._gone: dict[str, float] = {}  # name -> when it was first missed
-        self._last: tuple[float, bytes] | None = None
+        self._last: tuple[float, str, list[tuple[_Cached, Any]], bool] | None = None
 
     def json(self) -> bytes:
         """The page's data as JSON bytes, shared by polls less than MIN_AGE apart."""
-        with self._lock:
-            now = time.monotonic()
-            if self._last is not None and now - self._last[0] < MIN_AGE:
-                return self._last[1]
-            body = json.dumps(self._compute(), default=str, separators=(",", ":")).encode()
-            self._last = (time.monotonic(), body)
-            return body
+        body = self.answer(None)[1]
+        assert body is not None
+        return body
 
-    def _compute(self) -> dict[str, Any]:
+    def answer(self, if_none_match: str | None) -> tuple[str, bytes | None]:
+        """(ETag, body); the body is None when `if_none_match` is the current ETag."""
+        with self._lock:
+            if self._last is None or time.monotonic() - self._last[0] >= MIN_AGE:
+                rows, exists = self._compute()
+                shown = [(c, self.actions.last(c.name)) for c in rows]
+                digest = hashlib.blake2b(str(exists).encode(), digest_size=12)
+                for cached, action in shown:
+                    digest.update(cached.digest)
+                    digest.update(json.dumps(action, sort_keys=True, default=str).encode())
+                self._last = (time.monotonic(), f'"{digest.hexdigest()}"', shown, exists)
+            _, etag, shown, exists = self._last
+            if if_none_match is not None and if_none_match == etag:  # ablate: dashboard-304
+                return etag, None
+            head = {
+                "base": str(self.base.path),
+                "base_exists": exists,
+                "poll_ms": round(defaults.DASHBOARD_POLL * 1000),
+                "now": round(time.time(), 3),
+            }
+            runs = b",".join(self._fragment(c, action) for c, action in shown)
+            return etag, json.dumps(head, separators=(",", ":")).encode()[:-1] + b',"runs":[' + runs + b"]}"
+
+    def _fragment(self, cached: _Cached, action: dict[str, Any] | None) -> bytes:
+        """The row's JSON with its action and `stopping`, kept while neither changed."""
+        key = (cached.version, json.dumps(action, sort_keys=True, default=str))
+        kept = self._fragments.get(cached.name)
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        out = dict(cached.row, action=action)
+        if not cached.row.get("error"):
+            out["stopping"] = _stopping(cached.row, action)
+        fragment = json.dumps(out, default=str, separators=(",", ":")).encode()
+        self._fragments[cached.name] = (key, fragment)
+        return fragment
+
+    def _compute(self) -> tuple[list[_Cached], bool]:
         entries = self.base.entries()
         names = {e.name for e in entries}
         rows = [self._row(e) for e in entries]
         # A run removed while shown stays on the page for a while, said to be gone.
         now = time.monotonic()
         for name in sorted(self._seen - names):
-            self._cache.pop(name, None)
+            kept = self._cache.get(name)
             if now - self._gone.setdefault(name, now) < GONE_SHOWN:
-                rows.append(_error_row(name, "the run directory is gone (removed while shown)"))
+                if kept is None or kept.stamp != ("gone",):
+                    kept = self._cache[name] = _Cached(name, ("gone",), None, _gone_row(name))
+                rows.append(kept)
             else:
                 self._seen.discard(name)
+                self._cache.pop(name, None)
+                self._fragments.pop(name, None)
                 del self._gone[name]
         for name in names:
             self._gone.pop(name, None)
         self._seen |= names
-        for row in rows:
-            row["action"] = self.actions.last(row["name"])
-        return {
-            "base": str(self.base.path),
-            "base_exists": self.base.path.is_dir(),
-            "poll_ms": round(defaults.DASHBOARD_POLL * 1000),
-            "runs": rows,
-        }
+        return rows, self.base.path.is_dir()
 
-    def _row(self, entry: Entry) -> dict[str, Any]:
+    def _row(self, entry: Entry) -> _Cached:
+        kept = self._cache.get(entry.name)
         if entry.rd is None:
-            return _error_row(entry.name, entry.error or "not a run")
+            stamp: tuple[Any, ...] = ("error", entry.error)
+            if kept is None or kept.stamp != stamp:
+                kept = self._cache[entry.name] = _Cached(
+                    entry.name, stamp, None, _error_row(entry.name, entry.error or "not a run")
+                )
+            return kept
         try:
             stamp = _fingerprint(entry.rd.path)
-            cached = self._cache.get(entry.name)
-            if cached is not None and cached[0] == stamp:
-                return dict(cached[1])
-            row = _run_row(entry)
-            # Kept only for a run that was dead before and after the read: an engine
-            # that has let go of its lock may still be exiting (status_of then says live).
-            if stamp[-1] is False and row["live"] is False:
-                self._cache[entry.name] = (stamp, row)
-            else:
-                self._cache.pop(entry.name, None)
-            return dict(row)
+            if kept is not None and kept.stamp == stamp:
+                if kept.live is False and kept.row.get("live") is False:
+                    return kept  # a dead run whose files are unchanged: nothing to read
+                if time.monotonic() - kept.read_at < LIVE_MAX_AGE and _is_live(entry.rd) == kept.live:
+                    return kept
+            live = _is_live(entry.rd)
+            kept = self._cache[entry.name] = _Cached(entry.name, stamp, live, _run_row(entry))
+            return kept
         except Exception as exc:  # one unreadable run is one error row, never a broken page
-            return _error_row(entry.name, f"cannot be read: {type(exc).__name__}: {exc}")
+            self._cache.pop(entry.name, None)
+            error = _error_row(entry.name, f"cannot be read: {type(exc).__name__}: {exc}")
+            return _Cached(entry.name, ("raised",), None, error)
+
+
+_versions = itertools.count()
+
+
+class _Cached:
+    """A row as read, with what it was read from and its digest (without its clocks)."""
+
+    __slots__ = ("name", "stamp", "live", "row", "read_at", "version", "digest")
+
+    def __init__(self, name: str, stamp: tuple[Any, ...], live: bool | None, row: dict[str, Any]) -> None:
+        self.name, self.stamp, self.live, self.row = name, stamp, live, row
+        self.read_at = time.monotonic()
+        self.version = next(_versions)
+        if row.get("live"):
+            row["at"] = round(time.time(), 3)
+        self.digest = hashlib.blake2b(
+            json.dumps(_without_clocks(row), sort_keys=True, default=str).encode(), digest_size=12
+        ).digest()
+
+
+def _without_clocks(row: dict[str, Any]) -> dict[str, Any]:
+    """The row without its ticking clocks (a child's runtime, the running item's
+    duration): equal for two reads of a run in which nothing but time has passed.
+    Whatever else ends or starts a clock (a phase, an item, a child) changes the row."""
+    if not isinstance(row.get("at"), (int, float)):
+        return row
+    out = dict(row)
+    out.pop("at")
+    out["children"] = [dict(c, runtime=None) for c in row.get("children") or [] if isinstance(c, dict)]
+    out["items"] = [dict(i, duration=None) if i.get("status") == "running" else i for i in row.get("items") or []]
+    return out
+
+
+def _is_live(rd: RunDir) -> bool | None:
+    try:
+        return rd.is_live()
+    except Exception:
+        return None
+
+
+def _stopping(row: dict[str, Any], action: dict[str, Any] | None) -> bool:
+    """A stop was asked for and the run has not stopped yet: the dashboard's own stop
+    button still at work, a request or the STOP file waiting, or the engine's own say."""
+    if row.get("live") is False or row.get("status") != "running":
+        return False
+    if action is not None and action.get("state") == "running" and str(action.get("action")).startswith("stop"):
+        return True
+    return bool(row.get("pending_stop")) or bool(row.get("engine_stopping"))
+
+
+def _gone_row(name: str) -> dict[str, Any]:
+    return _error_row(name, "the run directory is gone (removed while shown)")
 
 
 def _error_row(name: str, error: str) -> dict[str, Any]:
@@ -109,20 +214,18 @@ def _error_row(name: str, error: str) -> dict[str, Any]:
 
 
 def _fingerprint(path: os.PathLike[str] | str) -> tuple[Any, ...]:
-    """What changes when anything a dead run shows changes; the last element is whether
-    an engine holds the lock (a live run is read afresh every time)."""
+    """What changes when anything a run shows changes, but time and its engine's lock:
+    each watched file's (inode, size, mtime, mode); the journal and state.json only
+    grow, so their size is the offset reached."""
     marks: list[Any] = []
+    prefix = f"{os.fspath(path)}/"
     for name in _WATCHED:
         try:
-            st = os.lstat(os.path.join(path, name))
-            marks.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode))
+            st = os.lstat(prefix + name)
+            marks.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode))  # ablate: dashboard-fingerprint
         except OSError:
             marks.append(None)
-    try:
-        live: bool | None = RunDir(path).is_live()
-    except Exception:
-        live = None
-    return (*marks, live)
+    return tuple(marks)
 
 
 def _run_row(entry: Entry) -> dict[str, Any]:
@@ -150,7 +253,7 @@ def _run_row(entry: Entry) -> dict[str, Any]:
         "attempt": info.get("attempt"),
         "live": live,
         "engine_pid": info.get("engine_pid"),
-        "current_item": info.get("current_item"),
+        "current_item": printable(info["current_item"], ITEM_CHARS) if info.get("current_item") else None,
         "phase": info.get("phase"),
         # The journal's run-stop names who asked (a stopper's own record says `forced`
         # in state.json, and `dashboard` in the journal when the dashboard asked).
@@ -161,6 +264,10 @@ def _run_row(entry: Entry) -> dict[str, Any]:
         "failed": sum(1 for i in items if i.get("status") == "failed"),
         "total": len(items),
         "paused": paused,
+        # The engine holds at the PAUSE (not merely asked to): the item is not working.
+        "pause_held": bool(info.get("pause_held")),
+        # The status model's own "a stop is under way", where it says so.
+        "engine_stopping": bool(info.get("stopping")),
         "pending_stop": _summary(pending) if pending else None,
         "containment": _summary(info["containment"]) if info.get("containment") else None,
         "damaged": [printable(d, LINE_CHARS) for d in info.get("damaged") or []],
@@ -180,7 +287,14 @@ def _items(raw: object) -> list[dict[str, Any]]:
     if isinstance(raw, dict):
         return [{"item": str(k), "status": str(v)} for k, v in raw.items()]
     if isinstance(raw, list):
-        return [{k: _text(v) if isinstance(v, str) else v for k, v in i.items()} for i in raw if isinstance(i, dict)]
+        return [
+            {
+                k: (printable(v, ITEM_CHARS) if k == "item" else _text(v)) if isinstance(v, str) else v
+                for k, v in i.items()
+            }
+            for i in raw
+            if isinstance(i, dict)
+        ]
     return []
 
 

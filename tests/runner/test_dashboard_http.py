@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import time
 
 import pytest
@@ -228,3 +229,122 @@ def test_a_crashed_run_offers_resume_which_runs_the_clis_resume(runs, victim, da
     assert stop["forced"] is False
     runs.wait_engine_exit(rd)
     assert not runs.tagged(rd.run_id)
+
+
+def _threads(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+
+
+def test_an_unchanged_poll_is_answered_304_and_a_change_is_not(runs, dashboard):
+    """Path: snapshot.Snapshots.answer and the server's ETag: a poll that sends back the
+    ETag of the last answer gets 304 with no body while nothing shown changed; a new
+    journal line (the run's files changed) gets a 200 with the new body and a new ETag.
+    Ablation dashboard-304 (every poll answered 200) turns it red."""
+    rd = finished_run(runs)
+    dash = dashboard()
+    good = {"X-Runner-Token": dash.token}
+    status, headers, body = request(dash, "GET", "/api/runs", good)
+    assert status == 200 and headers.get("ETag"), headers
+    etag = headers["ETag"]
+    time.sleep(0.2)  # past MIN_AGE: the server looks again
+    status, headers, body = request(dash, "GET", "/api/runs", {**good, "If-None-Match": etag})
+    assert (status, body, headers.get("ETag")) == (304, b"", etag), (status, headers, body[:200])
+    assert request(dash, "GET", "/api/runs", {**good, "If-None-Match": '"other"'})[0] == 200
+    assert request(dash, "GET", "/api/runs", {"If-None-Match": etag})[0] == 403  # the token first, always
+    with open(rd.journal, "ab") as f:
+        f.write(json.dumps({"event": "resume", "t": time.time(), "attempt": 2}).encode() + b"\n")
+    time.sleep(0.2)
+    status, headers, body = request(dash, "GET", "/api/runs", {**good, "If-None-Match": etag})
+    assert status == 200 and headers["ETag"] != etag
+    assert "resume attempt=2" in json.loads(body)["runs"][0]["journal"][-1]
+
+
+def test_a_live_runs_ticking_clocks_alone_change_no_etag(runs, victim, dashboard):
+    """Path: snapshot._without_clocks: a live run whose files do not change is read
+    again every LIVE_MAX_AGE (its child's runtime and the item's duration have grown),
+    yet its digest leaves the clocks out: the poll still gets 304, and the page ticks
+    the clocks itself from `at` and `now`."""
+    rd, _ = runs.live_trap_term(victim, stop={"kill_grace": KILL_GRACE})
+    dash = dashboard()
+    good = {"X-Runner-Token": dash.token}
+    _, headers, body = request(dash, "GET", "/api/runs", good)
+    row = json.loads(body)["runs"][0]
+    assert row["live"] is True and isinstance(row["at"], float) and row["children"], row
+    time.sleep(2.5)  # past LIVE_MAX_AGE twice: the row was read again
+    status, after, _ = request(dash, "GET", "/api/runs", {**good, "If-None-Match": headers["ETag"]})
+    assert status == 304, after
+    assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+    runs.wait_engine_exit(rd)
+    wait_row(dash, "run", status="stopped")
+
+
+def test_an_idle_connection_is_closed(runs, dashboard):
+    """Path: connections.Loop._expire: a connection that sends nothing (or nothing more
+    after a poll) is closed by the server once idle for IDLE_TIMEOUT; a connection in
+    use is not. Ablation idle-timeout (never expire) turns it red."""
+    from runner.dashboard.connections import IDLE_TIMEOUT
+
+    finished_run(runs)
+    dash = dashboard()
+    host, port = dash.origin.removeprefix("http://").rsplit(":", 1)
+    silent = socket.create_connection((host, int(port)), timeout=IDLE_TIMEOUT + 10)
+    used = http.client.HTTPConnection(host, int(port), timeout=IDLE_TIMEOUT + 10)
+    try:
+        started = time.monotonic()
+        used.request("GET", "/api/runs", headers={"X-Runner-Token": dash.token})
+        assert used.getresponse().read()
+        assert silent.recv(1) == b""  # EOF: the server closed it
+        waited = time.monotonic() - started
+        assert IDLE_TIMEOUT * 0.8 <= waited < IDLE_TIMEOUT + 5, waited
+        time.sleep(0.5)
+        with pytest.raises((ConnectionError, http.client.RemoteDisconnected, BrokenPipeError)):
+            used.request("GET", "/api/runs", headers={"X-Runner-Token": dash.token})
+            used.getresponse().read()
+    finally:
+        silent.close()
+        used.close()
+
+
+def test_threads_stay_bounded_under_300_idle_connections(runs, dashboard):
+    """Path: connections.Loop: 300 connections that send nothing hold sockets in the
+    selector, not threads: the server's thread count stays at WORKERS plus a few, and a
+    poll on a new connection is answered at once. (The stdlib's ThreadingHTTPServer held
+    one thread per connection: 300 threads.)"""
+    from runner.dashboard.connections import WORKERS
+
+    finished_run(runs)
+    dash = dashboard()
+    host, port = dash.origin.removeprefix("http://").rsplit(":", 1)
+    request(dash, "GET", "/api/runs", {"X-Runner-Token": dash.token})
+    base_threads = _threads(dash.proc.pid)
+    held = []
+    try:
+        for _ in range(300):
+            held.append(socket.create_connection((host, int(port)), timeout=10))
+        for s in held[::3]:
+            s.sendall(b"GET /api/runs HTTP/1.1\r\n")  # a request begun, never finished
+        time.sleep(0.5)
+        threads = _threads(dash.proc.pid)
+        assert threads <= max(base_threads, WORKERS + 2) + 2, (threads, base_threads)
+        started = time.monotonic()
+        status, _, _ = request(dash, "GET", "/api/runs", {"X-Runner-Token": dash.token})
+        assert status == 200 and time.monotonic() - started < 5.0
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_a_stop_in_progress_is_stopping(runs, victim, dashboard):
+    """Path: snapshot._stopping: from the dashboard's own "Stop" (its action running)
+    until the run has stopped, the row says `stopping` (the page's badge); then not."""
+    rd, _ = runs.live_trap_term(victim, stop=None)  # the default kill_grace: a stop that takes a while
+    dash = dashboard()
+    good = {"X-Runner-Token": dash.token}
+    assert wait_row(dash, "run", status="running")["stopping"] is False
+    assert post(dash, "run", "stop", **good) == 202
+    row = wait_row(dash, "run", stopping=True, timeout=5)
+    assert row["status"] == "running" and row["live"] is True
+    runs.wait_engine_exit(rd)
+    row = wait_row(dash, "run", status="stopped")
+    assert row["stopping"] is False

@@ -1,0 +1,311 @@
+# ruff: noqa: F811  (the fixtures imported above are parameters of the tests)
+"""What the dashboard's page shows, in a real browser (Playwright driving Debian's
+chromium) over real runs: the "stopping" state from the click until the run has
+stopped, a held PAUSE on the item, items in queue order, a hostile item name (5,000
+characters, control characters, a right-to-left override) that neither widens the card
+nor reorders the text after it, failed items in red on the progress bar, and the
+header's counts filtering sixty runs with the finished ones collapsed."""
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+# The browser tests' own fixtures (chromium for the module, a fresh context per test).
+from test_dashboard_browser import browser, button, open_dashboard, page, row  # noqa: F401
+
+from runner.exitcodes import Exit
+from runner.proc import identity
+
+STOPPING_SHOWN = 0.3
+"""The page shows "stopping" (badge, buttons disabled) this soon after the click."""
+RED = "rgb(185, 28, 28)"  # page.css --bad
+
+
+def api_runs(dash):
+    host, port = dash.origin.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("GET", "/api/runs", headers={"X-Runner-Token": dash.token})
+        return {r["name"]: r for r in json.loads(conn.getresponse().read())["runs"]}
+    finally:
+        conn.close()
+
+
+def statuses_recorder(page, name):
+    """Record every text the run's status badge takes from now on (window.__statuses)."""
+    page.evaluate(
+        """(name) => {
+          const s = document.querySelector(`section[data-run-id="${name}"] [data-field=status]`);
+          window.__statuses = [s.textContent];
+          new MutationObserver(() => window.__statuses.push(s.textContent))
+            .observe(s, { childList: true, characterData: true, subtree: true });
+        }""",
+        name,
+    )
+
+
+def deduped(seq):
+    return [x for i, x in enumerate(seq) if i == 0 or seq[i - 1] != x]
+
+
+def test_stopping_shows_within_300_ms_of_the_click_until_stopped(runs, victim, dashboard, page):
+    """Path: page.js act() puts the run in "stopping" at the click (badge, buttons but
+    "Stop now" disabled, a counter), and the server's `stopping` (snapshot._stopping:
+    the dashboard's stop still at work) keeps it there until the run has stopped. The
+    provider traps SIGTERM and kill_grace is the default, so the stop takes a while: the
+    badge goes running -> stopping -> stopped, never back to running. Ablation
+    dashboard-stopping-on-click (only the server's flag, a poll later) turns it red: the
+    state must be there at the click itself, before any answer."""
+    rd, _ = runs.live_trap_term(victim, stop=None)
+    dash = dashboard()
+    open_dashboard(page, dash, "run")
+    button(page, "run", "Stop").wait_for(state="visible")
+    statuses_recorder(page, "run")
+    at_click, shown_ms = page.evaluate(
+        """async (name) => {
+          const sec = document.querySelector(`section[data-run-id="${name}"]`);
+          const b = sec.querySelector('button[data-action="stop"]');
+          const s = sec.querySelector("[data-field=status]");
+          const t0 = performance.now();
+          b.click();
+          const atClick = s.textContent === "stopping" && b.disabled;
+          while (!(s.textContent === "stopping" && b.disabled)) {
+            if (performance.now() - t0 > 5000) return [atClick, null];
+            await new Promise((r) => setTimeout(r, 5));
+          }
+          return [atClick, performance.now() - t0];
+        }""",
+        "run",
+    )
+    assert at_click, "the click itself did not show the stopping state"
+    assert shown_ms is not None and shown_ms < STOPPING_SHOWN * 1000, shown_ms
+    section = row(page, "run")
+    for label in ("Stop", "Stop gracefully", "Pause"):
+        assert button(page, "run", label).is_disabled(), label
+    assert button(page, "run", "Stop now").is_enabled()  # the escalation stays offered
+    page.locator('#summary button[data-filter="stopping"]').get_by_text("1 stopping").wait_for()
+    first = section.locator(".head .muted").text_content()
+    assert "stopping for" in first, first
+    time.sleep(0.5)
+    assert section.locator(".head .muted").text_content() != first  # the counter ticks
+    assert api_runs(dash)["run"]["stopping"] is True  # the server says so too
+    runs.wait_event(rd, "run-stop", timeout=30)
+    section.locator('[data-field=status]:text-is("stopped")').wait_for(timeout=30_000)
+    seen = deduped(page.evaluate("window.__statuses"))
+    assert seen == ["running", "stopping", "stopped"], seen
+    runs.wait_engine_exit(rd)
+    assert not runs.tagged(rd.run_id)
+
+
+def test_a_held_pause_shows_paused_on_the_item(runs, dashboard, page):
+    """Path: snapshot._run_row passes status_of's `pause_held` on; page.js shows the
+    held item's chip as "paused" with no clock, and the badge "paused". Unpaused, the
+    run goes on and completes."""
+    items = [f"i{n}" for n in range(8)]
+    rd = runs.start(runs.spec(items=items, provider=["sh", "-c", "sleep 0.3"]))
+    dash = dashboard()
+    open_dashboard(page, dash, "run")
+    button(page, "run", "Pause").click()
+    held = runs.wait_event(rd, "paused")
+    item = held["item"]
+    section = row(page, "run")
+    chip = section.locator('.items li[data-status="paused"]')
+    chip.wait_for(timeout=10_000)
+    assert chip.count() == 1 and chip.locator(".name").text_content() == item
+    text = chip.text_content()
+    assert text == f"{item}: paused (1 att.)", text  # no clock while held
+    assert section.locator(".badge.paused").text_content() == "paused"
+    assert api_runs(dash)["run"]["pause_held"] is True
+    time.sleep(0.6)
+    assert chip.text_content() == text
+    assert "(held at the pause)" in section.locator('[data-field="now"]').text_content()
+    button(page, "run", "Unpause").click()
+    runs.wait_event(rd, "unpaused")
+    section.locator('[data-field=status]:text-is("completed")').wait_for(timeout=60_000)
+    assert api_runs(dash)["run"]["pause_held"] is False
+    runs.wait_engine_exit(rd)
+
+
+def test_items_are_in_queue_order_and_pending_ones_show_no_time(runs, victim, dashboard, page):
+    """Path: the items as the state lists them (the spec's order, not sorted) and
+    page.js renderItems: a pending item shows no duration ("(0.0 s)" before); the
+    running item's clock ticks on the page between bodies (sinceRead)."""
+    prepared = victim.prepare("trap-term")
+    order = ["zeta", "alpha", "mid", "beta"]
+    spec = runs.spec(items=order, provider=prepared.argv, stop={"kill_grace": 0.3})
+    rd = runs.start(spec)
+    runs.wait_event(rd, "phase-start", phase="session")
+    prepared.adopt(timeout=10)
+    dash = dashboard()
+    open_dashboard(page, dash, "run")
+    chips = row(page, "run").locator(".items li")
+    page.wait_for_function(
+        "() => document.querySelector('section[data-run-id=run] .items li[data-status=running]') !== null"
+    )
+    assert chips.locator(".name").all_text_contents() == order
+    texts = chips.all_text_contents()
+    assert texts[0].startswith("zeta: running (1 att., ") and texts[0].endswith(" s)"), texts
+    assert texts[1:] == ["alpha: pending", "mid: pending", "beta: pending"], texts
+    time.sleep(0.6)  # polls answered 304 meanwhile: the page ticks the running item's clock
+    assert chips.first.text_content() != texts[0]
+    assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+    runs.wait_engine_exit(rd)
+
+
+@pytest.mark.parametrize("width", [1280, 420])
+def test_a_hostile_item_name_neither_widens_the_card_nor_reorders_the_pid(runs, victim, dashboard, page, width):
+    """Path: page.js escaped() (control characters and U+202A-U+202E, U+2066-U+2069 as
+    escapes), `unicode-bidi: isolate` on user text, and the clipped chip (its tooltip
+    holds the whole name): an item named with ESC, BEL, CR/LF and a right-to-left
+    override, and one of 5,000 characters. The card is no wider than the window, the
+    override never reaches the page raw, and the child's pid after it reads as written,
+    its digits left to right; in a wide window and a phone's. Ablation
+    dashboard-bidi-escape turns it red."""
+    page.set_viewport_size({"width": width, "height": 900})
+    prepared = victim.prepare("trap-term")
+    evil = "evil\u202eabc\x1b[31m\x07\r\nx"
+    long_name = "y" * 5000
+    spec = runs.spec(items=[evil, long_name], provider=prepared.argv, stop={"kill_grace": 0.3})
+    rd = runs.start(spec)
+    runs.wait_event(rd, "phase-start", phase="session")
+    v = prepared.adopt(timeout=10)
+    dash = dashboard()
+    open_dashboard(page, dash, "run")
+    section = row(page, "run")
+    now = section.locator('[data-field="now"]')
+    now.get_by_text(str(v.pid), exact=True).wait_for()
+    text = now.text_content()
+    assert "\u202e" not in text and "\\u202e" in text, text
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text), text
+    assert "\\x1b" in text and "\\x07" in text and "\\r\\n" in text, text
+    widths = page.evaluate(
+        """() => ({ win: window.innerWidth, doc: document.documentElement.scrollWidth,
+                    card: document.querySelector('section[data-run-id=run]').getBoundingClientRect().width })"""
+    )
+    assert widths["doc"] <= widths["win"] and widths["card"] <= widths["win"], widths
+    chip = section.locator(".items li").nth(1)
+    clipped = chip.locator(".name").evaluate("(n) => [n.scrollWidth, n.clientWidth]")
+    assert clipped[1] < clipped[0] and clipped[1] < widths["win"], clipped  # clipped, with its ellipsis
+    assert chip.locator(".name").evaluate("(n) => getComputedStyle(n).textOverflow") == "ellipsis"
+    assert chip.get_attribute("title") == f"{long_name}: pending"
+    # The pid's digits, as laid out: each one right of the one before it.
+    lefts = now.evaluate(
+        """(n, pid) => {
+          const walker = document.createTreeWalker(n, NodeFilter.SHOW_TEXT);
+          let node;
+          while ((node = walker.nextNode()) && node.data !== pid) {}
+          if (!node) return null;
+          return [...pid].map((_, i) => {
+            const r = document.createRange();
+            r.setStart(node, i);
+            r.setEnd(node, i + 1);
+            return r.getBoundingClientRect().left;
+          });
+        }""",
+        str(v.pid),
+    )
+    assert lefts is not None and lefts == sorted(lefts) and len(set(lefts)) == len(lefts), lefts
+    assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+    runs.wait_engine_exit(rd)
+
+
+def test_failed_items_are_red_on_the_progress_bar(runs, dashboard, page):
+    """Path: page.js update(): the bar has a done (green) and a failed (red) segment;
+    a run whose items all failed shows a bar all red, no green. Ablation
+    dashboard-failed-bar turns it red."""
+    rd = runs.start(runs.spec(items=["a", "b", "c"], provider=["false"]))
+    runs.wait_engine_exit(rd)
+    dash = dashboard()
+    open_dashboard(page, dash, "run", status="failed")
+    section = row(page, "run")
+    assert section.locator(".items").is_hidden()  # a finished run is collapsed
+    section.get_by_role("button", name="details").click()
+    bar = section.locator(".bar")
+    bar.wait_for()
+    got = bar.evaluate(
+        """(b) => {
+          const done = b.querySelector(".done"), failed = b.querySelector(".failed");
+          return { bar: b.getBoundingClientRect().width, done: done.getBoundingClientRect().width,
+                   failed: failed.getBoundingClientRect().width, red: getComputedStyle(failed).backgroundColor };
+        }"""
+    )
+    assert got["done"] == 0 and abs(got["failed"] - got["bar"]) < 1 and got["red"] == RED, got
+    assert section.locator(".progress .muted").text_content() == "0/3 items done, 3 failed"
+
+
+def _start_many(runs, specs_and_names):
+    """`runner run` in the foreground for each (spec, name), a few at a time."""
+    batch = []
+    for spec, name in specs_and_names:
+        run_dir = runs.tmp_path / name
+        runs.started.append(run_dir)
+        argv = [*runs.RUNNER, "run", str(spec), "--run-dir", str(run_dir)]
+        batch.append(
+            subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        )
+        if len(batch) == 6:
+            for p in batch:
+                p.wait(timeout=120)
+            batch = []
+    for p in batch:
+        p.wait(timeout=120)
+
+
+def test_sixty_runs_header_counts_filter_and_finished_runs_collapse(runs, victim, dashboard, page):
+    """Path: page.js renderSummary/setFilter: the header counts runs by status (running,
+    stopped, failed, crashed, completed) and each count filters the cards; a finished
+    run's card is collapsed to its head and buttons. Sixty real runs: one live, one
+    crashed (its engine SIGKILLed), three stopped, five failed, fifty completed."""
+    done = runs.spec(name="done.toml", items=["a", "b"], provider=["true"])
+    failed = runs.spec(name="failed.toml", items=["a"], provider=["false"])
+    _start_many(runs, [(done, f"c-{n:02d}") for n in range(50)] + [(failed, f"f-{n}") for n in range(5)])
+    stopped = []
+    for n in range(3):
+        rd, _ = runs.live_trap_term(victim, stop={"kill_grace": 0.3}, name=f"s-{n}")
+        stopped.append(rd)
+    for rd in stopped:
+        assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+    crashed, _ = runs.live_trap_term(victim, stop={"kill_grace": 0.3}, name="x-crashed")
+    os.kill(identity.read(crashed.engine_identity).pid, signal.SIGKILL)
+    runs.wait_engine_exit(crashed)
+    live, _ = runs.live_trap_term(victim, stop={"kill_grace": 0.3}, name="z-live")
+    try:
+        dash = dashboard()
+        page.goto(dash.url)
+        page.wait_for_function("() => document.querySelectorAll('section[data-run-id]').length === 60", polling=50)
+        summary = page.locator("#summary")
+        want = {"all": "60 runs", "running": "1 running", "stopped": "3 stopped", "failed": "5 failed"}
+        want |= {"crashed": "1 crashed", "completed": "50 completed"}
+        for f, text in want.items():
+            summary.locator(f'button[data-filter="{f}"]').get_by_text(text, exact=True).wait_for(timeout=30_000)
+        visible = "() => [...document.querySelectorAll('section[data-run-id]')].filter((s) => !s.hidden)"
+        for f, n in (("failed", 5), ("crashed", 1), ("running", 1), ("stopped", 3)):
+            summary.locator(f'button[data-filter="{f}"]').click()
+            shown = page.evaluate(f"({visible})().map((s) => s.dataset.status)")
+            assert shown == [f] * n, (f, shown)
+            assert summary.locator(f'button[data-filter="{f}"]').get_attribute("aria-pressed") == "true"
+        summary.locator('button[data-filter="stopped"]').click()  # pressed again: every run
+        assert page.evaluate(f"({visible})().length") == 60
+        heights = page.evaluate(
+            "() => Object.fromEntries([...document.querySelectorAll('section[data-run-id]')]"
+            ".map((s) => [s.dataset.runId, [s.getBoundingClientRect().height, s.querySelector('.items').hidden]]))"
+        )
+        assert heights["z-live"][1] is False  # the live run shows its items
+        finished = {k: v for k, v in heights.items() if k != "z-live"}
+        assert all(hidden for _, hidden in finished.values()), finished
+        assert max(h for h, _ in finished.values()) < heights["z-live"][0], heights
+        row(page, "z-live").get_by_role("button", name="Stop now", exact=True).click()
+        row(page, "z-live").locator('[data-field=status]:text-is("stopped")').wait_for(timeout=30_000)
+    finally:
+        if live.is_live():
+            runs.runner("stop", "--now", "--run-dir", live.path)
+        # The crashed run: resume kills its dead attempt's provider; then stop it.
+        if runs.runner("resume", "--detach", "--run-dir", crashed.path).returncode == Exit.OK:
+            runs.runner("stop", "--now", "--run-dir", crashed.path)
+        for rd in (live, crashed):
+            runs.wait_engine_exit(rd)
