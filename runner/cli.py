@@ -87,7 +87,7 @@ def _add_logs(p: argparse.ArgumentParser) -> None:
 
 def _add_list(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
-    p.add_argument("--json", action="store_true", help="one JSON object per run, in a list")
+    p.add_argument("--json", action="store_true", help="one JSON object per run, in a list (docs/list-json.md)")
 
 
 def _add_wait(p: argparse.ArgumentParser) -> None:
