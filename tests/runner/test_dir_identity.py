@@ -169,7 +169,7 @@ def test_a_copy_of_a_live_run_is_refused_and_nothing_is_touched(runs, victim, co
 @pytest.mark.parametrize("containment", CONTAINMENTS)
 def test_plain_resume_and_stop_never_pick_a_copy(runs, victim, containment):
     """Path: a plain `runner resume` (no --run-dir) chooses among the runs under
-    .runner/runs: lifecycle.resumable is false for a copy, so with A live and its copy C
+    .runner/runs: status.resumable is false for a copy, so with A live and its copy C
     beside it there is no resumable run (NO_LIVE_RUN) and nothing is touched. A plain
     `runner stop --graceful` picks A, the one live run, never the copy. Red under
     ablation `dir-identity-check` (resume picks the copy C and runs a second attempt of
