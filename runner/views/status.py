@@ -179,7 +179,7 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     elif view.cgroup is not None:
         containment = {"mode": "cgroup", "cgroup": str(view.cgroup.path), "subreaper": None}
     pending = pending_stop(rd)
-    taken = running and fold.run_t0 is not None and stop_request.taken_since(rd, fold.run_t0)
+    taken = running and fold.run_t0 is not None and stop_request.taken_since(rd, fold.run_t0)  # ablate: stopping-taken
     items = item_rows(fold, state, running, now)
     return {
         "version": STATUS_VERSION,
