@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from runner.errors import Damaged
 from runner.exitcodes import Exit
-from runner.files import captured, stop_request
+from runner.files import captured
 from runner.files.follow import JournalTail
 from runner.files.state import StateStore
 from runner.views import overview, render
@@ -177,9 +177,9 @@ class Progress:
         now = self.clock()
         if self.stop_since is not None:
             return f"{self.stop_what}… {render.seconds(now - self.stop_since)}{self.stop_hint}"
-        request = stop_request.peek(self.rd)
-        if request is not None:
-            return f"stop requested ({request.mode.label}, {request.origin.value}), waiting for the engine…"
+        stop = status_model.pending_stop(self.rd)  # the request, or the STOP file, as `status` shows it
+        if stop is not None:
+            return f"stop requested ({stop['mode']}, {stop['origin']}), waiting for the engine…"
         phase = self.fold.current
         wall = time.time()
         if phase is None:
