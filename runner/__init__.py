@@ -26,8 +26,7 @@ _EXPORTS = {
     "list_runs": ("runner.files.rundir", "list_runs"),
     # the life cycle
     "run": ("runner.control.lifecycle", "run"),
-    "resume": ("runner.control.lifecycle", "resume"),
-    "status_of": ("runner.control.lifecycle", "status_of"),
+    "status_of": ("runner.views.status", "status_of"),
     # stops
     "stop_hard": ("runner.control.stop_command", "stop_hard"),
     "stop_graceful": ("runner.control.stop_command", "stop_graceful"),
@@ -43,7 +42,17 @@ _EXPORTS = {
     "RunLocked": ("runner.errors", "RunLocked"),
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "resume"])
+
+
+def resume(run_dir: Any = None, **kwargs: Any) -> Any:
+    """`runner resume` (control/lifecycle.py), picking the run, when `run_dir` is not
+    given, by the status model's resumable (views/status.py)."""
+    from runner.control import lifecycle
+    from runner.views import status
+
+    kwargs.setdefault("resumable", status.resumable_run)
+    return lifecycle.resume(run_dir, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
     Args: TypeAlias = argparse.Namespace | SimpleNamespace  # argparse's, or _stop_args'
 
+    from runner.control import lifecycle
     from runner.files.rundir import RunDir
-    from runner.views import progress
 
 # Each command imports only what it runs (inside its function below): a `runner stop`
 # never pays for the spec parser, subprocess or the engine. Start-up is part of the
@@ -87,7 +87,7 @@ def _add_logs(p: argparse.ArgumentParser) -> None:
 
 def _add_list(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs-dir", help=RUNS_DIR_HELP)
-    p.add_argument("--json", action="store_true", help="one JSON object per run, in a list")
+    p.add_argument("--json", action="store_true", help="one JSON object per run, in a list (docs/list-json.md)")
 
 
 def _add_wait(p: argparse.ArgumentParser) -> None:
@@ -402,17 +402,26 @@ def _say(line: str) -> None:
     print(f"runner: {printable(line, None)}", file=sys.stderr)
 
 
-def _show(args: Args) -> progress.Show | None:
+def _watcher(args: Args) -> lifecycle.Watcher | None:
+    """The foreground's progress (views/progress.py), unless detached."""
     from runner.views import progress
 
-    return None if args.detach else progress.Show.terminal()
+    if args.detach:
+        return None
+    show = progress.Show.terminal()
+    return lambda rd, spec, since: progress.Progress(rd, spec, show, _say, since=since)
 
 
 def _run(args: Args) -> int:
     from runner.control import lifecycle
 
     code, rd = lifecycle.run(
-        args.spec, args.run_dir, detach=args.detach, say=_say, show=_show(args), allow_foreign=args.allow_foreign_dir
+        args.spec,
+        args.run_dir,
+        detach=args.detach,
+        say=_say,
+        watch=_watcher(args),
+        allow_foreign=args.allow_foreign_dir,
     )
     if args.detach and code == Exit.OK:
         print(rd.path)
@@ -421,9 +430,15 @@ def _run(args: Args) -> int:
 
 def _resume(args: Args) -> int:
     from runner.control import lifecycle
+    from runner.views import status
 
     code, rd = lifecycle.resume(
-        args.run_dir, detach=args.detach, say=_say, show=_show(args), allow_foreign=args.allow_foreign_dir
+        args.run_dir,
+        detach=args.detach,
+        say=_say,
+        watch=_watcher(args),
+        allow_foreign=args.allow_foreign_dir,
+        resumable=status.resumable_run,
     )
     if args.detach and code == Exit.OK:
         print(rd.path)
@@ -499,11 +514,10 @@ def _known(run_dir: str | None) -> RunDir:
 def _status(args: Args) -> Exit:
     import json
 
-    from runner.control import lifecycle
-    from runner.views import render
+    from runner.views import render, status
 
     rd = _known(args.run_dir)
-    info = lifecycle.status_of(rd)
+    info = status.status_of(rd)
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
     else:

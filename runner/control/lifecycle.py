@@ -1,6 +1,8 @@
-"""The life cycle of a run: start it, resume it, watch it in the foreground, read its
-status. The CLI (cli.py) only parses arguments and prints; everything that happens to
-a run between `runner run` and its engine's exit is here.
+"""The life cycle of a run: start it, resume it, watch it in the foreground. The CLI
+(cli.py) only parses arguments and prints; everything that happens to a run between
+`runner run` and its engine's exit is here. What a run's status is (and so which run
+is resumable) is decided by the status model, views/status.py, which the CLI and the
+dashboard hand in; what the foreground shows, by the Watch they hand in.
 """
 
 from __future__ import annotations
@@ -13,22 +15,21 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Protocol
 
 from runner import defaults
-from runner.control import run_view, stop_command
+from runner.control import stop_command
 from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked
 from runner.events import Event
 from runner.exitcodes import Exit
 from runner.files import ownership, stop_request, untrusted
 from runner.files.journal import Journal
-from runner.files.rundir import EngineLock, RunDir, copy_line, default_base, new_run_id, refuse_copy, resolve
+from runner.files.rundir import EngineLock, RunDir, default_base, new_run_id, refuse_copy, resolve
 from runner.files.spec import Spec, load_frozen
 from runner.files.spec import load_bytes as load_spec_bytes
 from runner.files.state import StateStore
 from runner.proc import identity, signals
 from runner.proc.membership import Membership
-from runner.views import overview, progress
 
 if TYPE_CHECKING:
     from runner.proc.identity import Identity
@@ -38,45 +39,20 @@ Say = Callable[[str], None]
 it to stderr behind "runner: ")."""
 
 
-class ChildStatus(TypedDict):
-    """One live call of a run, as `runner status` shows it."""
+class Watch(Protocol):
+    """What the foreground shows of its run between its waits for the engine (the CLI
+    hands in views/progress.py's Progress): it reads the files the engine writes and
+    never delays a forwarded signal."""
 
-    pid: int
-    pgid: int
-    name: object  # the call's recorded name, as its identity file holds it (None if unreadable)
-    runtime: float | None  # seconds since it started
+    def say(self, line: str) -> None: ...
+    def stopping(self, what: str, hint: str = "") -> None: ...
+    def tick(self) -> None: ...
+    def finish(self, code: int) -> None: ...
 
 
-class RunStatus(TypedDict):
-    """What status_of() returns: `runner status --json` prints it as it is. Every key is
-    documented in docs/status-json.md (the web dashboard reads the same structure)."""
-
-    version: int
-    run_id: str | None
-    run_dir: str
-    live: bool | None
-    engine_pid: int | None
-    status: str
-    attempt: int | None
-    current_item: str | None
-    phase: str | None
-    stopped: bool
-    stop_origin: str | None
-    items: list[overview.ItemRow]
-    provider_calls: int
-    children: list[ChildStatus]
-    damaged: list[str]
-    started: float | None
-    elapsed: float | None
-    phase_started: float | None
-    phase_elapsed: float | None
-    pending_stop: dict[str, Any] | None
-    paused: bool
-    pause_held: bool
-    containment: dict[str, Any] | None
-    copy: str | None
-    cause: str | None
-    journal_skipped: int
+Watcher = Callable[[RunDir, Spec, float], Watch]
+"""Makes the foreground's Watch: (the run, its spec, when this command started the
+engine, epoch seconds)."""
 
 
 def run(
@@ -85,12 +61,12 @@ def run(
     *,
     detach: bool,
     say: Say,
-    show: progress.Show | None = None,
+    watch: Watcher | None = None,
     allow_foreign: bool = False,
 ) -> tuple[int, RunDir]:
     """`runner run`: validate the spec completely, freeze it into a new run directory,
     start the engine; detached, return once it is up, else wait for it (showing its
-    progress on `show`, if given). A directory that is not this user's alone is refused
+    progress on the Watch `watch` makes, if given). A directory that is not this user's alone is refused
     (ownership.py) unless `allow_foreign`."""
     spec, raw = load_spec_bytes(spec_path)  # validated completely before anything starts
     if run_dir is not None:
@@ -105,7 +81,7 @@ def run(
             ownership.check(rd.path, creating_in=_nearest_existing(rd.path.parent))
     rd = RunDir.create(rd.path, spec_path, data=raw, refuse_foreign=not (allow_foreign or ownership.allowed_by_env()))
     with rd.acquire_lock() as lock:
-        return start_engine(rd, spec, detach, say, lock, show), rd
+        return start_engine(rd, spec, detach, say, lock, watch), rd
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -121,13 +97,15 @@ def resume(
     *,
     detach: bool,
     say: Say,
-    show: progress.Show | None = None,
+    watch: Watcher | None = None,
     allow_foreign: bool = False,
+    resumable: Callable[[RunDir], bool],
 ) -> tuple[int, RunDir]:
     """`runner resume`: a new attempt of a stopped or crashed run. What the dead attempt
     left running is killed first (only what is proven the run's), pending control files
     are archived, the dead attempt's identity files removed. Another user's directory is
-    refused (ownership.py) unless `allow_foreign`."""
+    refused (ownership.py) unless `allow_foreign`. `resumable`: the status model's
+    answer (views/status.py), which picks the run when `run_dir` is not given."""
     if run_dir is not None:
         ownership.check_access(run_dir)
     rd = resolve(run_dir, want=resumable, what="resumable")
@@ -145,10 +123,10 @@ def resume(
     except RunLocked:
         raise RunLocked(f"{rd.path}: an engine of this run is alive, or another resume is starting one") from None
     with lock:
-        return _resume_locked(rd, lock, detach, say, show), rd
+        return _resume_locked(rd, lock, detach, say, watch), rd
 
 
-def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, show: progress.Show | None) -> int:
+def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, watch: Watcher | None) -> int:
     if rd.readopt_identity():
         say(
             f"{rd.path}: the run directory's identity was recorded in another boot or on another machine: recorded anew"
@@ -192,19 +170,11 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, show: p
                 stale.unlink()
         store.save(store.new_attempt(state))
         journal.append(Event.RESUME, attempt=state.attempt + 1)
-    return start_engine(rd, spec, detach, say, lock, show)
-
-
-def resumable(rd: RunDir) -> bool:
-    """A run with no live engine whose last attempt was stopped or never finished."""
-    if rd.is_live() or copy_line(rd) is not None:
-        return False
-    state = StateStore(rd.state).load_or_none()
-    return state is not None and (state.stopped or state.status in ("stopped", "crashed", "running"))
+    return start_engine(rd, spec, detach, say, lock, watch)
 
 
 def start_engine(
-    rd: RunDir, spec: Spec, detach: bool, say: Say, lock: EngineLock, show: progress.Show | None = None
+    rd: RunDir, spec: Spec, detach: bool, say: Say, lock: EngineLock, watcher: Watcher | None = None
 ) -> int:
     """Start the engine with the run's tag in its initial environment, handing it the
     engine lock this command holds (the locked descriptor is inherited; the kernel's lock
@@ -235,7 +205,7 @@ def start_engine(
         return code if code > 0 else Exit.INTERNAL
     if detach:
         return Exit.OK
-    watch = progress.Progress(rd, spec, show, say, since=since) if show is not None else None
+    watch = watcher(rd, spec, since) if watcher is not None else None
     return _foreground(rd, spec, proc, engine, say, watch)
 
 
@@ -265,7 +235,7 @@ def _log_tail(rd: RunDir) -> str:
 
 
 def _foreground(
-    rd: RunDir, spec: Spec, proc: subprocess.Popen[bytes], engine: Identity, say: Say, watch: progress.Progress | None
+    rd: RunDir, spec: Spec, proc: subprocess.Popen[bytes], engine: Identity, say: Say, watch: Watch | None
 ) -> int:
     """Wait for the engine, forwarding the terminal's signals: the engine has its own
     session and never sees them. Ctrl-C is a hard stop (lodged first, then SIGINT);
@@ -355,80 +325,3 @@ def _lodge(rd: RunDir, origin: str) -> None:
         stop_request.lodge(rd, stop_request.Mode.HARD, origin)
     except (Damaged, BadInput):
         pass
-
-
-def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
-    """What `runner status` shows. Each file is read on its own (run_view.py): a damaged
-    one is listed under "damaged" and the others are still shown. `folds`: a cache for
-    a caller that asks again and again (only new journal records are read)."""
-    view = run_view.view(rd, wait_for_engine=False)
-    try:
-        state = StateStore(rd.state).load_or_none()
-    except Damaged as exc:
-        view.note(exc)
-        state = None
-    now = time.time()
-    spec = run_view.spec_of(view)
-    if folds is not None:
-        fold = folds.fold(rd, spec, view.damaged)
-    else:
-        fold = overview.fold_journal(rd, spec, view.damaged)
-    children: list[ChildStatus] = []
-    members = Membership(view.key, view.cgroup.relative if view.cgroup else None)
-    engine = view.engine
-    if engine is not None and identity.is_running(engine) and members.foreign(engine.pid, engine.start_ticks):
-        # engine.json names a live process that is not this directory's run (copied or
-        # planted from another run): never shown as this run's engine.
-        view.note(Damaged(rd.engine_identity, f"not the run's engine: {members.why_not(engine.pid)}"))
-        engine = None
-    for ident in view.children:
-        if not identity.is_running(ident):
-            continue
-        if members.proof(ident.pid, ident.start_ticks) is None:  # ablate: status-child-proof
-            # A child file naming a process that a stop would refuse to signal (forged,
-            # copied from another run, or a call that left the run): never shown as a child.
-            view.note(Damaged(rd.children / f"{ident.pid}.json", f"not the run's: {members.why_not(ident.pid)}"))
-            continue
-        children.append(
-            {
-                "pid": ident.pid,
-                "pgid": ident.pgid,
-                "name": view.child_names.get(ident.pid),
-                "runtime": overview.runtime(ident),
-            }
-        )
-    live = view.live
-    running = bool(live) and fold.ended is None
-    phase = fold.current if running else None
-    containment = fold.containment
-    if containment is None and view.cgroup is not None:
-        containment = dict.fromkeys(overview.CONTAINMENT_KEYS)
-        containment.update(mode="cgroup", cgroup=str(view.cgroup.path))
-    return {
-        "version": overview.STATUS_VERSION,
-        "run_id": view.run_id,
-        "run_dir": str(rd.path),
-        "live": live,
-        "engine_pid": engine.pid if engine else None,
-        "status": state.status if state else ("unknown" if view.damaged else "starting"),
-        "attempt": state.attempt if state else None,
-        "current_item": state.current_item if state else None,
-        "phase": state.phase if state else None,
-        "stopped": state.stopped if state else False,
-        "stop_origin": state.stop_origin if state else None,
-        "items": overview.item_rows(fold, state, running, now),
-        "provider_calls": state.provider_calls if state else 0,
-        "children": children,
-        "damaged": list(view.damaged),
-        "started": fold.run_t0,
-        "elapsed": round(now - fold.run_t0, 3) if running and fold.run_t0 is not None else None,
-        "phase_started": phase.t if phase else None,
-        "phase_elapsed": round(max(0.0, now - phase.t), 3) if phase else None,
-        "pending_stop": overview.pending_stop(rd),
-        "paused": stop_request.pause_file(rd),
-        "pause_held": running and fold.pause_held,
-        "containment": containment,
-        "copy": view.copy,
-        "cause": fold.cause,
-        "journal_skipped": fold.skipped,
-    }

@@ -22,6 +22,7 @@ from runner.exitcodes import Exit
 from runner.files import stop_request
 from runner.files.rundir import RunDir, refuse_copy
 from runner.proc import identity
+from runner.views import status
 
 Action = Callable[[RunDir], tuple[Exit, str]]
 """One button's work: the exit code the CLI command would exit with, and its message."""
@@ -60,7 +61,7 @@ def _unpause(rd: RunDir) -> tuple[Exit, str]:
 
 def _resume(rd: RunDir) -> tuple[Exit, str]:
     said: list[str] = []
-    code, _ = lifecycle.resume(rd.path, detach=True, say=said.append)
+    code, _ = lifecycle.resume(rd.path, detach=True, say=said.append, resumable=status.resumable_run)
     if code == Exit.OK:
         _reap_engine_later(rd)
         said.insert(0, f"resumed: a new attempt of run {rd.run_id} is running")

@@ -10,23 +10,16 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
-from runner.files.rundir import RUN_ID_SHAPE, RunDir
+from runner.files.rundir import RUN_ID_SHAPE, RunDir, RunEntry, run_entries
+
+Entry = RunEntry
+"""One row of the page: a run, or what is wrong with an entry that looks like one."""
 
 
 class NotARun(Exception):
     """A name in a URL that is not a run under the base directory (one line: why)."""
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One row of the page: a run, or what is wrong with an entry that looks like one."""
-
-    name: str
-    rd: RunDir | None
-    error: str | None = None
 
 
 class Base:
@@ -36,30 +29,11 @@ class Base:
         # was half a poll's CPU with sixty runs).
         self._rundirs: dict[str, RunDir] = {}
 
-    def entries(self) -> list[Entry]:
-        """Every run under the base, sorted by name (run ids sort by start time). An
-        entry named like a run that is a symlink is shown as an error row; anything
-        else that holds no spec is not a run and not shown."""
-        try:
-            with os.scandir(self.path) as it:
-                found = sorted(it, key=lambda e: e.name)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        out: list[Entry] = []
-        for entry in found:
-            if not RUN_ID_SHAPE.fullmatch(entry.name):
-                continue
-            try:
-                if entry.is_symlink():
-                    out.append(Entry(entry.name, None, "a symlink (never followed)"))
-                elif entry.is_dir(follow_symlinks=False) and os.path.lexists(os.path.join(entry.path, "spec.toml")):
-                    rd = self._rundirs.get(entry.name)
-                    if rd is None:
-                        rd = self._rundirs[entry.name] = RunDir(entry.path)
-                    out.append(Entry(entry.name, rd))
-            except OSError as exc:  # gone or unreadable between the listing and the look
-                out.append(Entry(entry.name, None, f"cannot look at it ({exc.strerror or exc})"))
-        return out
+    def entries(self) -> list[RunEntry]:
+        """Every run under the base (rundir.run_entries: the rule `list` and `stop --all`
+        use too), sorted by name. An entry named like a run that is a symlink is shown as
+        an error row; anything else that holds no spec is not a run and not shown."""
+        return run_entries(self.path, self._rundirs)
 
     def run(self, name: str) -> RunDir:
         """The run a URL names; NotARun when the name is not one of the base's runs."""

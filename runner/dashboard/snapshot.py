@@ -1,8 +1,8 @@
 """What the page shows of every run, looked at for each poll (at most every MIN_AGE) and
 read again only where something changed.
 
-Each run is read with `lifecycle.status_of`, the code `runner status` uses, plus the tail
-of its journal and its PAUSE file. Reading one run never fails the page: whatever it
+Each run is read with the status model (`views/status.py`: `status_of`, the code
+`runner status --json` prints), plus the tail of its journal. Reading one run never fails the page: whatever it
 raises becomes that run's error row, and a run that disappears while shown stays on the
 page as an error row. A run whose files have not changed is not read again (a live one
 at least every LIVE_MAX_AGE): `status_of` of a dead run scans every process for the
@@ -21,13 +21,13 @@ import time
 from typing import Any
 
 from runner import defaults
-from runner.control import lifecycle
 from runner.dashboard.actions import Actions
 from runner.dashboard.runs import Base, Entry
 from runner.errors import printable
-from runner.files import stop_request, untrusted
+from runner.files import untrusted
 from runner.files.rundir import RunDir
-from runner.proc import identity
+from runner.views import render, status
+from runner.views.schema import ChildStatus, ItemRow, RunStatus
 
 MIN_AGE = 0.1
 """Polls closer together than this (several pages open) share one snapshot."""
@@ -229,113 +229,61 @@ def _fingerprint(path: os.PathLike[str] | str) -> tuple[Any, ...]:
 
 
 def _run_row(entry: Entry) -> dict[str, Any]:
+    """One run's row: the status model (views/status.py) as `runner status --json` has
+    it, its text made safe for the page, and the buttons it offers."""
     rd = entry.rd
     assert rd is not None
-    info: dict[str, Any] = dict(lifecycle.status_of(rd))
+    info: RunStatus = status.status_of(rd)
     tail = _journal_tail(rd.journal)
     stops = [r for r in tail if r["event"] == "run-stop"]
-    live = info.get("live")
-    status = str(info.get("status"))
-    copy = info.get("copy")
-    if live is False and status == "running":
-        status = "crashed"  # the engine died without recording an end; resume continues it
-    if copy is not None:
-        status = "copy"  # read-only: no button acts on it (the CLI's own code refuses it too)
-    items = _items(info.get("items"))
-    paused = bool(info["paused"]) if "paused" in info else stop_request.pause_file(rd)
-    pending = info["pending_stop"] if "pending_stop" in info else _pending_stop(rd)
-    resumable = live is False and copy is None and (bool(info.get("stopped")) or status in ("stopped", "crashed"))
+    live, copy, pending = info["live"], info["copy"], info["pending_stop"]
     return {
         "name": entry.name,
         "error": None,
-        "run_id": info.get("run_id"),
-        "status": status,
-        "attempt": info.get("attempt"),
+        "run_id": info["run_id"],
+        "status": info["status"],
+        "stopping": info["stopping"],
+        "attempt": info["attempt"],
         "live": live,
-        "engine_pid": info.get("engine_pid"),
-        "current_item": printable(info["current_item"], ITEM_CHARS) if info.get("current_item") else None,
-        "phase": info.get("phase"),
+        "engine_pid": info["engine_pid"],
+        "current_item": printable(info["current_item"], ITEM_CHARS) if info["current_item"] else None,
+        "phase": info["phase"],
         # The journal's run-stop names who asked (a stopper's own record says `forced`
         # in state.json, and `dashboard` in the journal when the dashboard asked).
-        "stop_origin": _text(stops[-1].get("origin")) if stops else info.get("stop_origin"),
-        "children": [_child(c) for c in info.get("children") or []],
-        "items": items,
-        "done": sum(1 for i in items if i.get("status") == "done"),
-        "failed": sum(1 for i in items if i.get("status") == "failed"),
-        "total": len(items),
-        "paused": paused,
-        # The engine holds at the PAUSE (not merely asked to): the item is not working.
-        "pause_held": bool(info.get("pause_held")),
-        # The status model's own "a stop is under way", where it says so.
-        "engine_stopping": bool(info.get("stopping")),
-        "pending_stop": _summary(pending) if pending else None,
-        "containment": _summary(info["containment"]) if info.get("containment") else None,
-        "damaged": [printable(d, LINE_CHARS) for d in info.get("damaged") or []],
+        "stop_origin": _text(stops[-1].get("origin")) if stops else info["stop_origin"],
+        "children": [_child(c) for c in info["children"]],
+        "items": [_item(i) for i in info["items"]],
+        "done": info["done"],
+        "failed": info["failed"],
+        "total": len(info["items"]),
+        "paused": info["paused"],
+        "pause_held": info["pause_held"],
+        # The status model's own "a stop is under way" (_stopping adds the dashboard's click).
+        "engine_stopping": info["stopping"],
+        "pending_stop": _text(render.pending_stop_phrase(pending)) if pending else None,
+        "containment": _text(info["containment"]["mode"]) if info["containment"] else None,
+        "damaged": [printable(d, LINE_CHARS) for d in info["damaged"]],
         "copy": printable(copy, LINE_CHARS) if copy is not None else None,
         "journal": [_record_line(r) for r in tail],
         "buttons": {
-            "stop": live is not False,  # a run whose lock is damaged is still stoppable
-            "pause": live is True and not paused,
-            "unpause": live is True and paused,
-            "resume": resumable,
+            "stop": live is not False and copy is None,  # a run whose lock is damaged is still stoppable
+            "pause": live is True and not info["paused"],
+            "unpause": live is True and info["paused"],
+            "resume": info["resumable"],
         },
     }
 
 
-def _items(raw: object) -> list[dict[str, Any]]:
-    """Today's {item: status}, or a list of {item, status, attempts, duration, reason}."""
-    if isinstance(raw, dict):
-        return [{"item": str(k), "status": str(v)} for k, v in raw.items()]
-    if isinstance(raw, list):
-        return [
-            {
-                k: (printable(v, ITEM_CHARS) if k == "item" else _text(v)) if isinstance(v, str) else v
-                for k, v in i.items()
-            }
-            for i in raw
-            if isinstance(i, dict)
-        ]
-    return []
-
-
-def _child(child: Any) -> dict[str, Any]:
-    if not isinstance(child, dict):
-        return {"pid": None, "name": _text(child)}
-    out = {"pid": child.get("pid"), "name": _text(child.get("name")) if child.get("name") is not None else None}
-    runtime = child.get("runtime")
-    if isinstance(runtime, (int, float)) and not isinstance(runtime, bool):
-        out["runtime"] = float(runtime)
-    elif isinstance(child.get("pid"), int):
-        out["runtime"] = _runtime(child["pid"])
+def _item(row: ItemRow) -> dict[str, Any]:
+    out: dict[str, Any] = dict(row)
+    out["item"] = printable(row["item"], ITEM_CHARS)
+    out["reason"] = _text(row["reason"]) if row["reason"] is not None else None
     return out
 
 
-def _runtime(pid: int) -> float | None:
-    """Seconds since the process started (its start ticks against the uptime)."""
-    ticks = identity.start_ticks(pid)
-    if ticks is None:
-        return None
-    try:
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return max(uptime - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
-
-
-def _pending_stop(rd: RunDir) -> str | None:
-    request = stop_request.peek(rd)
-    if request is None:
-        return None
-    return f"{request.mode.label} ({'unreadable' if request.unreadable else request.origin.value})"
-
-
-def _summary(value: object) -> str:
-    """A pending stop or a containment as one phrase: "hard (dashboard)", "cgroup"."""
-    if isinstance(value, dict) and "mode" in value:
-        origin = value.get("origin")
-        return _text(f"{value['mode']} ({origin})" if origin else str(value["mode"]))
-    return _text(value)
+def _child(child: ChildStatus) -> dict[str, Any]:
+    name = child["name"]
+    return {"pid": child["pid"], "name": _text(name) if name is not None else None, "runtime": child["runtime"]}
 
 
 def _text(value: object) -> str:

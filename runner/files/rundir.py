@@ -400,13 +400,52 @@ def default_base() -> Path:
     return Path(".runner/runs")
 
 
-def list_runs(base: str | os.PathLike[str]) -> list[RunDir]:
-    """Every run under `base` (directories holding a frozen spec), oldest id first."""
+class RunEntry:
+    """One entry under a base directory named like a run: `rd` when it is a run, else
+    `error`, one line saying why it is not acted on (a plain class: see values.py)."""
+
+    __slots__ = ("name", "rd", "error")
+
+    def __init__(self, name: str, rd: RunDir | None, error: str | None = None) -> None:
+        self.name, self.rd, self.error = name, rd, error
+
+
+def run_entries(base: str | os.PathLike[str], rundirs: dict[str, RunDir] | None = None) -> list[RunEntry]:
+    """The one rule for which directories under `base` are runs, for every command that
+    lists them (`list`, `stop --all`, a plain `stop`/`resume`, the dashboard): a name of
+    a run id's shape (no '/', no leading '.'), a real directory (a symlink is refused,
+    never followed: a run is its directory, principle 10), holding a frozen spec. Sorted
+    by name (run ids sort by start time). A symlink named like a run, or an entry that
+    cannot be looked at, is an entry with its `error`; anything else is not listed.
+    `rundirs`: a caller that lists again and again (the dashboard) keeps its RunDirs,
+    made once per name (pathlib's cost was half a poll's CPU with sixty runs)."""
     try:
-        entries = sorted(Path(base).iterdir())
+        with os.scandir(base) as it:
+            found = sorted(it, key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return [RunDir(e) for e in entries if e.is_dir() and os.path.lexists(e / "spec.toml")]
+    out: list[RunEntry] = []
+    for entry in found:
+        if not RUN_ID_SHAPE.fullmatch(entry.name):
+            continue
+        try:
+            if entry.is_symlink():  # ablate: list-refuses-links
+                out.append(RunEntry(entry.name, None, "a symlink (never followed)"))
+            elif entry.is_dir(follow_symlinks=False) and os.path.lexists(os.path.join(entry.path, "spec.toml")):
+                rd = rundirs.get(entry.name) if rundirs is not None else None
+                if rd is None:
+                    rd = RunDir(entry.path)
+                    if rundirs is not None:
+                        rundirs[entry.name] = rd
+                out.append(RunEntry(entry.name, rd))
+        except OSError as exc:  # gone or unreadable between the listing and the look
+            out.append(RunEntry(entry.name, None, f"cannot look at it ({exc.strerror or exc})"))
+    return out
+
+
+def list_runs(base: str | os.PathLike[str]) -> list[RunDir]:
+    """Every run under `base` (run_entries' rule), oldest id first."""
+    return [e.rd for e in run_entries(base) if e.rd is not None]
 
 
 def _live_run(rd: RunDir) -> bool:

@@ -174,6 +174,22 @@ def _rename(src: Path, dst: Path) -> None:
         os.close(sfd)
 
 
+def taken_since(run_dir: RunDir, t: float) -> bool:
+    """A request was consumed (moved into archive/ under its _archive_name, which starts
+    with the time it was moved) at or after `t`, epoch seconds: while the engine of an
+    attempt started at `t` lives, it has taken a stop and is ending the run."""
+    try:
+        names = untrusted.list_dir(run_dir.archive)
+    except (Damaged, OSError):
+        return False
+    since = int(t * 1e9)
+    for name in names:
+        ns, _, rest = name.partition("-")
+        if rest.endswith(f"-{run_dir.stop_request.name}") and ns.isdigit() and int(ns) >= since:
+            return True
+    return False
+
+
 def consume(run_dir: RunDir) -> StopRequest | None:
     """Take the pending request: one atomic rename into archive/, then read the moved file.
 

@@ -3,7 +3,7 @@ journal folded into phases (when each started and ended, and how), per-item dura
 and failure reasons, the containment in use and whether the engine holds at a PAUSE.
 
 The same fold serves the foreground progress (fed record by record as the journal
-grows, progress.py) and `runner status` (fed the whole journal, status_extras). The
+grows, progress.py) and the status model (fed the journal's end, status.py). The
 engine is never asked anything: a watcher of a run can neither slow it nor its stop.
 
 No phase-end event is journaled: a phase ends where the next one starts, or where its
@@ -19,52 +19,19 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from runner import defaults
 from runner.errors import Damaged
 from runner.events import Event, Outcome
-from runner.files import stop_request
 from runner.files.follow import JournalTail
 from runner.files.spec import substitute
+from runner.views.schema import CONTAINMENT_KEYS, Failure
 
 if TYPE_CHECKING:
     from runner.files.rundir import RunDir
     from runner.files.spec import Spec
-    from runner.files.state import State
     from runner.proc.identity import Identity
-
-STATUS_VERSION = 1
-"""`version` of `runner status --json` (docs/status-json.md): raised when a key changes
-meaning or goes away; keys are only ever added within a version."""
-
-
-CONTAINMENT_KEYS = ("mode", "cgroup", "subreaper")
-"""`containment`: as the engine journaled it (the `containment` event)."""
-PENDING_STOP_KEYS = ("mode", "origin", "age", "unreadable", "stop_file")
-"""`pending_stop`, when a request or the STOP file waits for the engine."""
-
-
-class Failure(TypedDict):
-    """Why an item failed: the command that decided it and how it ended."""
-
-    phase: str  # "session", "repair" or "verify"
-    outcome: str  # events.Outcome: "failed" or "timeout"
-    index: int | None  # which verify command ([[verify]] entry), None for a session
-    command: list[str] | None  # its argv (item substituted); None when the spec is unreadable
-    rc: int | None  # its exit code; None when it was killed on a timeout
-
-
-class ItemRow(TypedDict):
-    """One item, as `runner status --json` and the summary table show it."""
-
-    item: str
-    status: str  # pending, running, done, failed, stopped
-    attempts: int  # provider calls: the session and each repair session
-    repairs: int
-    duration: float  # seconds spent in the item's phases, over every attempt
-    reason: str | None  # one line, for a failed item
-    failure: Failure | None
 
 
 @dataclass
@@ -324,55 +291,6 @@ def st_size(path: Path) -> int:
         return os.lstat(path).st_size
     except OSError:
         return 0
-
-
-def item_rows(fold: Fold, state: State | None, live: bool, now: float) -> list[ItemRow]:
-    """Every item of the queue: its status and attempts from the state (the engine's own
-    record), its duration and failure from the journal."""
-    names = list(state.items) if state is not None else list(fold.items)
-    rows: list[ItemRow] = []
-    for name in names:
-        st = state.items.get(name) if state is not None else None
-        status = st.status if st is not None else fold.outcomes.get(name, "pending")
-        if state is not None and state.current_item == name and status == "pending":
-            if live and state.status == "running":
-                status = "running"
-            elif state.stopped:
-                status = "stopped"  # the item the stop cut short (resume runs it again)
-        failure = fold.failures.get(name) if status == "failed" else None
-        rows.append(
-            {
-                "item": name,
-                "status": status,
-                "attempts": st.calls if st is not None else fold.sessions.get(name, 0),
-                "repairs": st.repairs if st is not None else fold.repair_attempt.get(name, 0),
-                "duration": round(fold.duration(name, now if live else None), 3),
-                "reason": fold.reasons.get(name) if status == "failed" else None,
-                "failure": failure,
-            }
-        )
-    return rows
-
-
-def pending_stop(rd: RunDir) -> dict[str, Any] | None:
-    """The stop request the engine has not yet taken, and the STOP file: None when
-    neither is there."""
-    request = stop_request.peek(rd)
-    stop_file = stop_request.stop_file(rd)
-    if request is None and not stop_file:
-        return None
-    out: dict[str, Any] = dict.fromkeys(PENDING_STOP_KEYS)
-    out.update(unreadable=False, stop_file=stop_file)
-    if request is not None:
-        out.update(
-            mode=request.mode.label,
-            origin=request.origin.value,
-            age=round(max(0.0, time.time() - request.t), 3),
-            unreadable=request.unreadable,
-        )
-    elif stop_file:
-        out.update(mode="graceful", origin="file")
-    return out
 
 
 def runtime(ident: Identity) -> float | None:

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, TextIO
 
 from runner.errors import Damaged
 from runner.exitcodes import Exit
-from runner.files import captured, stop_request
+from runner.files import captured
 from runner.files.follow import JournalTail
 from runner.files.state import StateStore
 from runner.views import overview, render
+from runner.views import status as status_model
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -127,8 +128,9 @@ class Progress:
         except Damaged as exc:
             self._tell(f"summary: {' '.join(str(exc).split())}")
             state = None
-        rows = overview.item_rows(self.fold, state, live=False, now=time.time())
-        status = state.status if state is not None else "unknown"
+        rows = status_model.item_rows(self.fold, state, live=False, now=time.time())
+        # The engine has exited: a state still "running" is a crash, as `status` says.
+        status = status_model.run_status(state, live=False, copy=False)
         if code == Exit.NOT_RECORDED:  # state.json still says what it said before
             status = "stopped (every process ended), but the stop could not be recorded (a full or read-only disk)"
         try:
@@ -175,9 +177,9 @@ class Progress:
         now = self.clock()
         if self.stop_since is not None:
             return f"{self.stop_what}… {render.seconds(now - self.stop_since)}{self.stop_hint}"
-        request = stop_request.peek(self.rd)
-        if request is not None:
-            return f"stop requested ({request.mode.label}, {request.origin.value}), waiting for the engine…"
+        stop = status_model.pending_stop(self.rd)  # the request, or the STOP file, as `status` shows it
+        if stop is not None:
+            return f"stop requested ({stop['mode']}, {stop['origin']}), waiting for the engine…"
         phase = self.fold.current
         wall = time.time()
         if phase is None:

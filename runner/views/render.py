@@ -1,5 +1,5 @@
 """Text for the terminal: tables, durations, the status view and the end-of-run summary.
-Pure functions of data already read (status_of's dict, item rows): nothing here reads
+Pure functions of data already read (the status model, views/status.py): nothing here reads
 a file or a clock, so what a command prints is tested from what it was given.
 """
 
@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from runner.errors import printable
 
 if TYPE_CHECKING:
-    from runner.control.lifecycle import RunStatus
-    from runner.views.overview import ItemRow
-    from runner.views.run_list import RunRow
+    from runner.views.schema import Containment, ItemRow, PendingStop, RunRow, RunStatus
 
 
 def seconds(value: float | None) -> str:
@@ -54,8 +52,12 @@ def item_table(rows: Sequence[ItemRow], *, outcome: str = "status") -> list[str]
     """item, status (or outcome), attempts, duration, reason."""
     return table(
         ["item", outcome, "attempts", "duration", "reason"],
-        [[r["item"], r["status"], r["attempts"], seconds(r["duration"]), r["reason"] or ""] for r in rows],
+        [[r["item"], r["status"], r["attempts"], _duration(r["duration"]), r["reason"] or ""] for r in rows],
     )
+
+
+def _duration(value: float | None) -> str:
+    return "-" if value is None else seconds(value)  # an item never started has no duration
 
 
 def summary(run_id: str | None, status: str, code: int, rows: Sequence[ItemRow], cause: str | None = None) -> list[str]:
@@ -75,9 +77,11 @@ def status_view(info: RunStatus) -> list[str]:
     engine = f"engine pid {info['engine_pid']}" if info["live"] else "engine not running"
     status = clean(info["status"])
     if info["copy"] is not None:
-        status, engine = f"copy of a run {status} when copied", "read-only"
-    elif status == "running" and info["live"] is False:
-        status += " (but its engine died: `runner resume` continues it)"
+        status, engine = f"copy of a run {clean(info['recorded_status'])} when copied", "read-only"
+    elif info["status"] == "crashed" and info["recorded_status"] == "running":
+        status += " (its engine died without recording an end: `runner resume` continues it)"
+    elif info["stopping"]:
+        status += " (stopping)"
     if info["cause"]:
         status += f": {clean(info['cause'], 400)}"
     lines = [
@@ -112,25 +116,31 @@ def status_view(info: RunStatus) -> list[str]:
     return lines
 
 
-def containment(value: dict[str, Any] | None) -> str:
+def containment(value: Containment | None) -> str:
     if not value:
         return "unknown (not journaled yet)"
-    if value.get("mode") == "cgroup":
-        return f"cgroup {clean(value.get('cgroup'), 1000)}"
+    if value["mode"] == "cgroup":
+        return f"cgroup {clean(value['cgroup'], 1000)}"
     return "process groups and the run's tag (no cgroup)"
 
 
-def pending_stop(stop: dict[str, Any]) -> str:
-    if stop.get("mode") is None:
+def pending_stop(stop: PendingStop) -> str:
+    """The pending stop as `runner status` says it."""
+    if stop["age"] is None and stop["stop_file"]:
         return "STOP file present: a graceful stop"
     text = f"stop requested: {clean(stop['mode'])}, origin {clean(stop['origin'])}"
-    if stop.get("age") is not None:
+    if stop["age"] is not None:
         text += f", {seconds(stop['age'])} ago"
-    if stop.get("unreadable"):
+    if stop["unreadable"]:
         text += " (request file unreadable: read as graceful)"
-    if stop.get("stop_file"):
+    if stop["stop_file"]:
         text += "; STOP file present"
     return text + " (not yet taken by the engine)"
+
+
+def pending_stop_phrase(stop: PendingStop) -> str:
+    """The pending stop in a few words, for the dashboard: "hard (dashboard)"."""
+    return f"{stop['mode']} ({'unreadable' if stop['unreadable'] else stop['origin']})"
 
 
 def run_list(rows: Sequence[RunRow], now: float) -> list[str]:

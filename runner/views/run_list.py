@@ -9,27 +9,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TypedDict
 
 from runner.errors import Damaged
-from runner.files.rundir import RunDir, copy_origin, list_runs
+from runner.files.rundir import RunDir, copy_origin, run_entries
 from runner.files.state import StateStore
 from runner.proc import vanished
-
-
-class RunRow(TypedDict):
-    run_id: str
-    run_dir: str
-    status: str  # running, completed, failed, stopped, crashed, starting, "damaged", or "vanished"
-    live: bool | None  # None: the lock file is damaged
-    attempt: int | None
-    items: int | None
-    done: int | None
-    failed: int | None
-    created: float | None  # when the run directory got its spec (epoch seconds)
-    updated: float | None  # the state's last save
-    damaged: list[str]
-    copy_of: str | None  # a copy of a run: the run's own directory, "" when not found; else None
+from runner.views import status as model
+from runner.views.schema import RunRow
 
 
 def row(rd: RunDir) -> RunRow:
@@ -50,28 +36,24 @@ def row(rd: RunDir) -> RunRow:
     except (Damaged, OSError) as exc:
         damaged.append(f"{rd.lock}: {exc}" if not isinstance(exc, Damaged) else " ".join(str(exc).split()))
         live = None
+    state_unreadable = False
     try:
         state = StateStore(rd.state).load_or_none()
     except Damaged as exc:
         note(exc)
-        state = None
+        state, state_unreadable = None, True
     try:
         created: float | None = os.lstat(rd.spec).st_mtime
     except OSError:
         created = None
-    if state is not None:
-        status = state.status
-        if status == "running" and live is False and copy_of is None:
-            status = "crashed"  # no engine, and it never wrote how the run ended
-        if copy_of is not None:
-            status = "copy"  # read-only: never stopped or resumed; `status` shows its records
-    else:
-        status = "damaged" if damaged else ("starting" if live else "unknown")
+    copy = copy_of is not None
+    status = model.run_status(state, live, copy=copy, state_unreadable=state_unreadable)
     items = list(state.items.values()) if state is not None else None
     return {
         "run_id": run_id,
         "run_dir": str(rd.path),
         "status": status,
+        "resumable": model.resumable(state, live, copy=copy),
         "live": live,
         "attempt": state.attempt if state is not None else None,
         "items": len(items) if items is not None else None,
@@ -88,13 +70,14 @@ def rows(base: str | os.PathLike[str]) -> list[RunRow]:
     """Every run under `base`, oldest first (run ids sort by their start time), then the
     live runs whose directory under `base` is gone (vanished.py: the kernel's word, no
     file is left to read), as status "vanished"."""
-    out = [row(rd) for rd in list_runs(Path(base))]
+    out = [row(e.rd) if e.rd is not None else _refused(Path(base), e.name, e.error) for e in run_entries(Path(base))]
     for v in vanished.engines(base):
         out.append(
             {
                 "run_id": v.run_id,
                 "run_dir": v.run_dir,
                 "status": "vanished",
+                "resumable": False,
                 "live": True,
                 "attempt": None,
                 "items": None,
@@ -109,6 +92,26 @@ def rows(base: str | os.PathLike[str]) -> list[RunRow]:
             }
         )
     return out
+
+
+def _refused(base: Path, name: str, error: str | None) -> RunRow:
+    """An entry named like a run that no command acts on (rundir.run_entries: a symlink
+    is never followed), as a row that says why."""
+    return {
+        "run_id": name,
+        "run_dir": str(base / name),
+        "status": "unknown",
+        "resumable": False,
+        "live": None,
+        "attempt": None,
+        "items": None,
+        "done": None,
+        "failed": None,
+        "created": None,
+        "updated": None,
+        "damaged": [f"{base / name}: {error}"],
+        "copy_of": None,
+    }
 
 
 def age(row: RunRow, now: float | None = None) -> float | None:

@@ -204,8 +204,9 @@ def test_bad_flags_are_one_line_and_bad_input(runs, tmp_path, args, message):
 
 
 def test_a_crashed_run_offers_resume_which_runs_the_clis_resume(runs, victim, dashboard):
-    """Path: snapshot._run_row calls a dead engine's `running` run crashed and offers
-    only "Resume"; actions._resume runs lifecycle.resume (detached) in the dashboard's
+    """Path: snapshot._run_row shows the status model's "crashed" (a dead engine's
+    `running` run) and offers only "Resume"; actions._resume runs lifecycle.resume
+    (detached, with the model's resumable) in the dashboard's
     process, which kills the dead attempt's provider first (the CLI's kill of leftovers)
     and starts attempt 2; "Stop" then stops it with origin `dashboard`."""
     rd, v = runs.live_trap_term(victim, stop={"kill_grace": KILL_GRACE})

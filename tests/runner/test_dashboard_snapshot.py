@@ -1,5 +1,5 @@
 """runner/dashboard/snapshot.py in-process, over real finished runs: what a row shows of
-the richer `status_of` (items with attempts and reasons, pending stop, PAUSE,
+the status model (`status.status_of`) (items with attempts and reasons, pending stop, PAUSE,
 containment), the journal tail (torn and hostile lines), a run whose read raises, and
 the cache that spares fifty dead runs a process scan at every poll."""
 
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from runner.control import lifecycle
 from runner.dashboard import snapshot
 from runner.dashboard.actions import Actions
 from runner.dashboard.runs import Base
+from runner.views import status
 
 
 @pytest.fixture
@@ -25,29 +25,54 @@ def rows(base):
     return snap, {r["name"]: r for r in json.loads(snap.json())["runs"]}
 
 
-def test_a_row_shows_the_richer_status_when_status_of_gives_it(done, tmp_path, monkeypatch):
-    """Path: _run_row renders the keys the terminal view adds to status_of (items as a
-    list with attempts, duration and reason; pending_stop; paused; containment) and
-    works with today's keys alone."""
-    _, today = rows(tmp_path)
-    assert [(i["item"], i["status"], i["attempts"]) for i in today["done"]["items"]] == [
+def test_a_row_is_the_status_model_made_safe_for_the_page(done, tmp_path, monkeypatch):
+    """Path: _run_row reads the status model typed (status.status_of, as `runner status
+    --json` prints it): items in queue order with attempts, duration and reason; the
+    per-run done and failed counts; the pending stop as a phrase; paused, pause_held,
+    stopping; the containment's mode."""
+    _, now = rows(tmp_path)
+    assert [(i["item"], i["status"], i["attempts"]) for i in now["done"]["items"]] == [
         ("a", "done", 1),
         ("b", "done", 1),
     ]
-    real = lifecycle.status_of
+    assert (now["done"]["stopping"], now["done"]["pause_held"], now["done"]["failed"]) == (False, False, 0)
+    real = status.status_of
 
     def richer(rd):
-        info = dict(real(rd))
+        info = real(rd)
         info["items"] = [
-            {"item": "a", "status": "done", "attempts": 1, "duration": 0.5, "reason": None},
-            {"item": "b", "status": "failed", "attempts": 2, "duration": 1.5, "reason": "verify `x` exited 1"},
+            {
+                "item": "a",
+                "status": "done",
+                "attempts": 1,
+                "repairs": 0,
+                "duration": 0.5,
+                "reason": None,
+                "failure": None,
+            },
+            {
+                "item": "b",
+                "status": "failed",
+                "attempts": 2,
+                "repairs": 1,
+                "duration": 1.5,
+                "reason": "verify `x` exited 1",
+                "failure": None,
+            },
         ]
-        info["pending_stop"] = {"mode": "graceful", "origin": "dashboard", "t": 1.0}
+        info["done"], info["failed"] = 1, 1
+        info["pending_stop"] = {
+            "mode": "graceful",
+            "origin": "dashboard",
+            "age": 1.0,
+            "unreadable": False,
+            "stop_file": False,
+        }
         info["paused"] = True
-        info["containment"] = {"mode": "cgroup", "cgroup": "/sys/fs/cgroup/runner/x"}
+        info["containment"] = {"mode": "cgroup", "cgroup": "/sys/fs/cgroup/runner/x", "subreaper": True}
         return info
 
-    monkeypatch.setattr(lifecycle, "status_of", richer)
+    monkeypatch.setattr(status, "status_of", richer)
     _, now = rows(tmp_path)
     row = now["done"]
     assert (row["done"], row["failed"], row["total"]) == (1, 1, 2)
@@ -79,7 +104,7 @@ def test_a_run_whose_read_raises_is_an_error_row(done, tmp_path, monkeypatch):
     def broken(rd):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(lifecycle, "status_of", broken)
+    monkeypatch.setattr(status, "status_of", broken)
     _, now = rows(tmp_path)
     assert now["done"]["error"] == "cannot be read: RuntimeError: boom"
     assert not any(now["done"]["buttons"].values())
@@ -89,8 +114,8 @@ def test_a_dead_runs_row_is_read_again_only_when_its_files_change(done, tmp_path
     """Path: Snapshots' cache: a run dead before and after its read is not read again
     while its files are unchanged; a new journal line reads it again."""
     calls = []
-    real = lifecycle.status_of
-    monkeypatch.setattr(lifecycle, "status_of", lambda rd: calls.append(rd) or real(rd))
+    real = status.status_of
+    monkeypatch.setattr(status, "status_of", lambda rd: calls.append(rd) or real(rd))
     monkeypatch.setattr(snapshot, "MIN_AGE", 0.0)
     snap, _ = rows(tmp_path)
     for _ in range(3):

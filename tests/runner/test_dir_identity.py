@@ -169,7 +169,7 @@ def test_a_copy_of_a_live_run_is_refused_and_nothing_is_touched(runs, victim, co
 @pytest.mark.parametrize("containment", CONTAINMENTS)
 def test_plain_resume_and_stop_never_pick_a_copy(runs, victim, containment):
     """Path: a plain `runner resume` (no --run-dir) chooses among the runs under
-    .runner/runs: lifecycle.resumable is false for a copy, so with A live and its copy C
+    .runner/runs: status.resumable is false for a copy, so with A live and its copy C
     beside it there is no resumable run (NO_LIVE_RUN) and nothing is touched. A plain
     `runner stop --graceful` picks A, the one live run, never the copy. Red under
     ablation `dir-identity-check` (resume picks the copy C and runs a second attempt of
@@ -228,7 +228,8 @@ def test_status_and_list_show_a_copy_as_a_copy(runs, victim, containment):
 
 def test_a_copy_of_a_finished_run_is_read_not_resumed(runs, victim):
     """Path: what a user may do with a copy of a finished (stopped) run: `status` and
-    `logs` read it (exit OK, the copy said), `resume` is refused with COPY, and nothing
+    `logs` read it (exit OK, the copy said: status "copy", the copied status recorded,
+    not resumable), `resume` is refused with COPY, and nothing
     is written into the copy or the original. Red under ablation `dir-identity-check`
     (resume starts a new attempt in the copy)."""
     live = Live(runs, victim, "group")
@@ -236,8 +237,9 @@ def test_a_copy_of_a_finished_run_is_read_not_resumed(runs, victim):
     copy = copy_of(live)
     before, original = tree_bytes(copy.path), tree_bytes(live.rd.path)
     status = cli(live.base, "status", "--json", "--run-dir", copy.path)
-    assert status.returncode == Exit.OK and json.loads(status.stdout)["status"] == "stopped"
-    assert json.loads(status.stdout)["copy"]
+    info = json.loads(status.stdout)
+    assert status.returncode == Exit.OK and (info["status"], info["recorded_status"]) == ("copy", "stopped")
+    assert info["copy"] and info["resumable"] is False
     logs = cli(live.base, "logs", "--run-dir", copy.path)
     assert logs.returncode == Exit.OK, logs.stderr
     resume = cli(live.base, "resume", "--detach", "--run-dir", copy.path)

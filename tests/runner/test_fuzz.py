@@ -27,7 +27,7 @@ from runner.events import Event
 from runner.exitcodes import Exit
 from runner.files import spec
 from runner.files.rundir import RunDir
-from runner.views import logs, overview, render
+from runner.views import logs, overview, render, status
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -178,10 +178,8 @@ def test_reading_a_run_directory_never_crashes(tmp_path_factory, runs, name, con
     (rd.path / name).write_bytes(content)
     view = run_view.view(rd, wait_for_engine=False)
     assert all("\n" not in d for d in view.damaged)
-    from runner.control import lifecycle
-
     try:
-        info = lifecycle.status_of(rd)
+        info = status.status_of(rd)
     except RunnerError as exc:
         assert "\n" not in str(exc)
     else:
@@ -225,7 +223,7 @@ def test_folding_any_journal_never_crashes(records):
     fold = overview.Fold(loaded)
     for rec in records:
         fold.add(rec)
-    rows = overview.item_rows(fold, None, live=True, now=time.time())
+    rows = status.item_rows(fold, None, live=True, now=time.time())
     json.dumps(rows, allow_nan=False)
     render.summary("r", "failed", 3, rows)
     render.item_table(rows)

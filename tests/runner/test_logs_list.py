@@ -2,20 +2,25 @@
 runner`): the captured output of each command under a header naming its item, attempt
 and command, across a resume; `--follow` printing a live command's output as it comes
 and ending by itself when the run ends; a bad item name as one line and BAD_INPUT; the
-list of runs with a damaged run as a row of its own."""
+list of runs with a damaged run as a row of its own, and its --json keys documented
+(docs/list-json.md)."""
 
 import json
 import os
+import re
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import runs as R
 
 from runner.exitcodes import Exit
+from runner.views import schema
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
+LIST_DOC = Path(__file__).resolve().parents[2] / "docs" / "list-json.md"
 
 
 def test_logs_prints_each_commands_output_under_its_header(runs):
@@ -128,7 +133,7 @@ def test_list_shows_runs_and_a_damaged_run_as_a_row(runs, tmp_path):
     """Path: `runner list` from the directory holding .runner/runs (the default base)
     and with --runs-dir: a completed run, a failed run, and a run whose state.json is
     binary: one row each with status, items and age; the damaged run's row says
-    "damaged" and names state.json; exit OK, no traceback. --json has the same rows."""
+    "unknown" (as `status` does) and "damaged:", naming state.json; exit OK, no traceback. --json has the same rows."""
     base = tmp_path / ".runner" / "runs"
     done = R.start(runs.spec(name="ok.toml", items=("a", "b"), provider=["true"], stop=STOP), base / "r1-done")
     runs.started.append(done.path)
@@ -155,12 +160,23 @@ def test_list_shows_runs_and_a_damaged_run_as_a_row(runs, tmp_path):
         assert rows[done.run_id].split()[1:5] == ["completed", "1", "2/2", "done"]
         assert rows[failed.run_id].split()[1:7] == ["failed", "1", "0/1", "done,", "1", "failed"]
         assert "s ago" in rows[done.run_id]
-        assert rows[broken.run_id].split()[1] == "damaged" and "state.json" in rows[broken.run_id]
+        assert rows[broken.run_id].split()[1] == "unknown" and "damaged: " in rows[broken.run_id]
+        assert "state.json" in rows[broken.run_id]
 
     data = json.loads(R.runner("list", "--json", "--runs-dir", base).stdout)
+    assert all(set(r) == set(schema.RunRow.__annotations__) for r in data), data  # every key documented
     by_id = {r["run_id"]: r for r in data}
     assert by_id[done.run_id]["status"] == "completed" and by_id[done.run_id]["done"] == 2
-    assert by_id[broken.run_id]["status"] == "damaged" and "state.json" in by_id[broken.run_id]["damaged"][0]
+    assert by_id[broken.run_id]["status"] == "unknown" and "state.json" in by_id[broken.run_id]["damaged"][0]
+
+
+def test_list_json_keys_are_documented():
+    """Path: every key `runner list --json` prints (schema.RunRow; the test above checks
+    that the printed rows have exactly these keys) is named in docs/list-json.md, and
+    every key the document names is printed."""
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", LIST_DOC.read_text(), re.M))
+    keys = set(schema.RunRow.__annotations__)
+    assert keys == documented, (sorted(keys - documented), sorted(documented - keys))
 
 
 def test_list_of_an_empty_or_missing_base(tmp_path):

@@ -14,7 +14,8 @@ import runs as R
 
 from runner.exitcodes import Exit
 from runner.proc import identity
-from runner.views import overview
+from runner.views import overview, schema
+from runner.views import status as model
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -61,7 +62,7 @@ def test_live_run_view_and_json(runs, victim):
     assert table[1].split()[:3] == ["a", "running", "1"] and table[2].split()[:3] == ["b", "pending", "0"]
 
     info = status_json(rd)
-    assert info["version"] == overview.STATUS_VERSION
+    assert info["version"] == schema.STATUS_VERSION
     assert (info["run_id"], info["status"], info["attempt"], info["live"]) == (rd.run_id, "running", 1, True)
     assert (info["current_item"], info["phase"]) == ("a", "session")
     assert [(c["pid"], c["name"]) for c in info["children"]] == [(v.pid, "session")]
@@ -147,20 +148,31 @@ def test_damaged_journal_still_gives_a_status(runs, damage):
 
 
 def test_status_json_keys_are_documented():
-    """Path: every key `runner status --json` prints (lifecycle.RunStatus, the item rows,
-    the failure, the child) is named in docs/status-json.md, and every key the document
-    names is printed."""
-    from runner.control import lifecycle
-
+    """Path: every key `runner status --json` prints (schema.RunStatus, the item rows,
+    the failure, the child, the pending stop, the containment) is named in
+    docs/status-json.md, and every key the document names is printed."""
     doc = DOC.read_text()
     documented = set(re.findall(r"^\| `([a-z_.\[\]]+)` \|", doc, re.M))
-    keys = set(lifecycle.RunStatus.__annotations__)
-    keys |= {f"items[].{k}" for k in overview.ItemRow.__annotations__}
-    keys |= {f"items[].failure.{k}" for k in overview.Failure.__annotations__}
-    keys |= {f"children[].{k}" for k in lifecycle.ChildStatus.__annotations__}
-    keys |= {f"pending_stop.{k}" for k in overview.PENDING_STOP_KEYS}
-    keys |= {f"containment.{k}" for k in overview.CONTAINMENT_KEYS}
+    keys = set(schema.RunStatus.__annotations__)
+    keys |= {f"items[].{k}" for k in schema.ItemRow.__annotations__}
+    keys |= {f"items[].failure.{k}" for k in schema.Failure.__annotations__}
+    keys |= {f"children[].{k}" for k in schema.ChildStatus.__annotations__}
+    keys |= {f"pending_stop.{k}" for k in schema.PendingStop.__annotations__}
+    keys |= {f"containment.{k}" for k in schema.Containment.__annotations__}
     assert keys == documented, (sorted(keys - documented), sorted(documented - keys))
+
+
+def test_every_stop_origin_is_documented():
+    """Path: `stop_origin` and `pending_stop.origin` hold an events.Origin value (the
+    engine's, a stopper's, the dashboard's): docs/status-json.md names every one in both
+    rows (it once left out `dashboard`)."""
+    from runner.events import Origin
+
+    doc = DOC.read_text()
+    for key in ("stop_origin", "pending_stop.origin"):
+        row = next(ln for ln in doc.splitlines() if ln.startswith(f"| `{key}` |"))
+        named = set(re.findall(r"`([a-z-]+)`", row.split("|")[3]))
+        assert {o.value for o in Origin} <= named, (key, sorted({o.value for o in Origin} - named))
 
 
 def _stable(info):
@@ -172,13 +184,11 @@ def _stable(info):
 
 
 def test_a_fold_cache_answers_as_a_fresh_fold(runs, tmp_path):
-    """Path: lifecycle.status_of with an overview.FoldCache (what a process asking again
+    """Path: model.status_of with an overview.FoldCache (what a process asking again
     and again uses), on a live run, then on the same run finished, then on its journal
     replaced by a shorter one: each answer equals status_of without a cache (the
     cache reads only the new records, and folds again from the start a journal that
     was replaced)."""
-    from runner.control import lifecycle
-
     gate = tmp_path / "gate"
     gate.touch()
     provider = R.sh('[ "$1" != b ] || while [ -e "$2" ]; do sleep 0.05; done', "{item}", str(gate))
@@ -186,16 +196,16 @@ def test_a_fold_cache_answers_as_a_fresh_fold(runs, tmp_path):
     rd = runs.start(runs.spec(items=("a", "b", "c"), provider=provider, verify=verify, stop=STOP))
     R.wait_event(rd, "session-start", item="b")
     cache = overview.FoldCache()
-    live = lifecycle.status_of(rd, cache)
+    live = model.status_of(rd, cache)
     assert [r["status"] for r in live["items"]] == ["failed", "running", "pending"]
-    assert _stable(live) == _stable(lifecycle.status_of(rd))
+    assert _stable(live) == _stable(model.status_of(rd))
     gate.unlink()
     assert R.runner("wait", "--run-dir", rd.path).returncode == Exit.FAILED
-    done = lifecycle.status_of(rd, cache)
-    assert done == lifecycle.status_of(rd)
+    done = model.status_of(rd, cache)
+    assert done == model.status_of(rd)
     assert [r["status"] for r in done["items"]] == ["failed", "done", "done"]
     lines = rd.journal.read_bytes().splitlines(keepends=True)
     shorter = rd.path / "journal.new"
     shorter.write_bytes(b"".join(lines[: len(lines) // 2]))
     os.replace(shorter, rd.journal)
-    assert lifecycle.status_of(rd, cache) == lifecycle.status_of(rd)
+    assert model.status_of(rd, cache) == model.status_of(rd)

@@ -15,11 +15,12 @@ import time
 import pytest
 
 from bench import faults
-from runner.control import lifecycle, stop_command
+from runner.control import stop_command
 from runner.exitcodes import Exit
 from runner.files.rundir import RunDir
 from runner.files.state import StateStore
 from runner.proc import identity, reaper
+from runner.views import status
 
 KILL_GRACE = 0.5
 MOMENTS = (0.02, 0.05, 0.15, 0.3, 1.0)
@@ -337,7 +338,7 @@ def test_pid1_reaps_every_zombie_and_sigkill_leaves_it_resumable(runs):
     proc.communicate(timeout=30)
     assert not zombies, f"zombies left under the init: {zombies}"
     assert not runs.tagged(rd.run_id)
-    assert lifecycle.resumable(rd)
+    assert status.resumable_run(rd)
     assert StateStore(rd.state).load().status == "running"  # crashed: no end recorded
     # What the killed engine could not remove (its cgroup), a plain stop does.
     assert runs.runner("stop", "--run-dir", rd.path).returncode == Exit.OK

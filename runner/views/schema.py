@@ -1,0 +1,122 @@
+"""The structures `runner status --json` (docs/status-json.md) and `runner list --json`
+(docs/list-json.md) print, and the web dashboard reads: their types, version and keys,
+in one place. status.py decides what goes in them; this module only names them (it
+imports nothing of the views, so that the fold, the model and the renderers can all
+name these types without an import circle).
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+STATUS_VERSION = 1
+"""`version` of `runner status --json` (docs/status-json.md): raised when a key changes
+meaning or goes away; keys are only ever added within a version."""
+
+CONTAINMENT_KEYS = ("mode", "cgroup", "subreaper")
+"""`containment`'s keys (Containment), as the engine journaled them (the `containment` event)."""
+
+
+class Failure(TypedDict):
+    """Why an item failed: the command that decided it and how it ended."""
+
+    phase: str  # "session", "repair" or "verify"
+    outcome: str  # events.Outcome: "failed" or "timeout"
+    index: int | None  # which verify command ([[verify]] entry), None for a session
+    command: list[str] | None  # its argv (item substituted); None when the spec is unreadable
+    rc: int | None  # its exit code; None when it was killed on a timeout
+
+
+class ItemRow(TypedDict):
+    """One item, as `runner status --json`, the summary table and the dashboard show it."""
+
+    item: str
+    status: str  # pending, running, done, failed, stopped
+    attempts: int  # provider calls: the session and each repair session
+    repairs: int
+    duration: float | None  # seconds in the item's phases, over every attempt; None: never started
+    reason: str | None  # one line, for a failed item
+    failure: Failure | None
+
+
+class ChildStatus(TypedDict):
+    """One live call of a run, as `runner status` shows it."""
+
+    pid: int
+    pgid: int
+    name: object  # the call's recorded name, as its identity file holds it (None if unreadable)
+    runtime: float | None  # seconds since it started
+
+
+class PendingStop(TypedDict):
+    """A stop request the engine has not taken yet, or the STOP file."""
+
+    mode: str  # hard or graceful
+    origin: str  # events.Origin
+    age: float | None  # seconds since it was lodged; None for the STOP file alone
+    unreadable: bool
+    stop_file: bool
+
+
+class Containment(TypedDict):
+    """The containment the engine set up, as it journaled it (CONTAINMENT_KEYS)."""
+
+    mode: object  # "cgroup" or "group", as journaled
+    cgroup: object
+    subreaper: object
+
+
+class RunStatus(TypedDict):
+    """What status.status_of() returns: `runner status --json` prints it as it is. Every
+    key is documented in docs/status-json.md; the web dashboard reads the same."""
+
+    version: int
+    run_id: str | None
+    run_dir: str
+    live: bool | None
+    engine_pid: int | None
+    status: str
+    recorded_status: str | None
+    resumable: bool
+    stopping: bool
+    attempt: int | None
+    current_item: str | None
+    phase: str | None
+    stopped: bool
+    stop_origin: str | None
+    items: list[ItemRow]
+    done: int
+    failed: int
+    provider_calls: int
+    children: list[ChildStatus]
+    damaged: list[str]
+    started: float | None
+    elapsed: float | None
+    phase_started: float | None
+    phase_elapsed: float | None
+    pending_stop: PendingStop | None
+    paused: bool
+    pause_held: bool
+    containment: Containment | None
+    copy: str | None
+    cause: str | None
+    journal_skipped: int
+
+
+class RunRow(TypedDict):
+    """One run of `runner list --json`: read cheaply (its state, its lock, its run-id; no
+    process and no journal). Every key is documented in docs/list-json.md."""
+
+    run_id: str
+    run_dir: str
+    status: str  # as status.run_status decides, or "vanished"
+    resumable: bool
+    live: bool | None  # None: the lock file is damaged
+    attempt: int | None
+    items: int | None
+    done: int | None
+    failed: int | None
+    created: float | None  # when the run directory got its spec (epoch seconds)
+    updated: float | None  # the state's last save
+    damaged: list[str]
+    copy_of: str | None  # a copy of a run: the run's own directory, "" when not found; else None
