@@ -179,6 +179,9 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     elif view.cgroup is not None:
         containment = {"mode": "cgroup", "cgroup": str(view.cgroup.path), "subreaper": None}
     pending = pending_stop(rd)
+    # The engine journals the stop before it saves the state: for that instant the
+    # journal says stopped while the state (and so the status word) still says running.
+    ending = bool(live) and not copy and fold.ended == "stopped" and state is not None and state.status == "running"
     taken = running and fold.run_t0 is not None and stop_request.taken_since(rd, fold.run_t0)  # ablate: stopping-taken
     items = item_rows(fold, state, running, now)
     return {
@@ -190,7 +193,7 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
         "status": run_status(state, live, copy=copy, state_unreadable=state_unreadable),
         "recorded_status": state.status if state else None,
         "resumable": resumable(state, live, copy=copy),
-        "stopping": stopping(running, pending, fold, taken),
+        "stopping": ending or stopping(running, pending, fold, taken),
         "attempt": state.attempt if state else None,
         "current_item": state.current_item if state else None,
         "phase": state.phase if state else None,
