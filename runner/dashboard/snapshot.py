@@ -21,7 +21,7 @@ from runner.control import lifecycle
 from runner.dashboard.actions import Actions
 from runner.dashboard.runs import Base, Entry
 from runner.errors import printable
-from runner.files import stop_request, untrusted
+from runner.files import journal, stop_request, untrusted
 from runner.files.rundir import RunDir
 from runner.proc import identity
 
@@ -197,16 +197,9 @@ def _child(child: Any) -> dict[str, Any]:
 
 
 def _runtime(pid: int) -> float | None:
-    """Seconds since the process started (its start ticks against the uptime)."""
+    """Seconds since the process started (identity.age); None once it is gone."""
     ticks = identity.start_ticks(pid)
-    if ticks is None:
-        return None
-    try:
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return max(uptime - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    return None if ticks is None else identity.age(ticks)
 
 
 def _pending_stop(rd: RunDir) -> str | None:
@@ -244,17 +237,8 @@ def _journal_tail(path: os.PathLike[str] | str) -> list[dict[str, Any]]:
     lines = data.split(b"\n")
     if start > 0:
         lines = lines[1:]  # cut by the window
-    out: list[dict[str, Any]] = []
-    for raw in lines:
-        if not raw.strip():
-            continue
-        try:
-            record = untrusted.parse_json(raw, path)
-        except Exception:
-            continue  # a torn line, as journal.read skips it
-        if isinstance(record, dict) and isinstance(record.get("event"), str):
-            out.append(record)
-    return out[-JOURNAL_TAIL_RECORDS:]
+    records = [r for r in (journal.parse_line(raw, path) for raw in lines) if r is not None]
+    return records[-JOURNAL_TAIL_RECORDS:]
 
 
 def _record_line(record: dict[str, Any]) -> str:

@@ -107,7 +107,7 @@ def read(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         data = untrusted.read_bytes(path, untrusted.JOURNAL_CAP)
     except FileNotFoundError:
         return []
-    return [r for r in (_record(raw, path) for raw in data.split(b"\n")) if r is not None]
+    return [r for r in (parse_line(raw, path) for raw in data.split(b"\n")) if r is not None]
 
 
 ATTEMPT_STARTS = ("run-start", "resume")
@@ -169,14 +169,17 @@ def _backwards(path: str | os.PathLike[str], budget: int | None) -> Iterator[dic
                 raise Damaged(path, f"cannot read ({exc.strerror or exc})") from None
             head = lines.pop(0) if pos > 0 else b""
             for raw in reversed(lines):
-                record = _record(raw, path)
+                record = parse_line(raw, path)
                 if record is not None:
                     yield record
     finally:
         os.close(fd)
 
 
-def _record(raw: bytes, path: str | os.PathLike[str]) -> dict[str, Any] | None:
+def parse_line(raw: bytes, path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """One journal line as its record, or None: blank, torn by a crash mid-append, nested
+    too deep, or not a record (an object with a string `event`). Every reader of the
+    journal (read, the backwards tail, follow.JournalTail, the dashboard) parses lines here."""
     if not raw.strip():
         return None
     try:

@@ -12,6 +12,7 @@ every stop command 74 M of its 205 M start-up instructions (valgrind), about 20 
 from __future__ import annotations
 
 import os
+import time
 
 from runner.errors import Damaged, IdentityError
 from runner.files import atomic, untrusted
@@ -163,14 +164,11 @@ class Scan:
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def age(st: Stat) -> float:
-    """Seconds since the process started (its start ticks against the boot clock)."""
-    try:
-        with open("/proc/uptime", "rb") as f:
-            uptime = float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    return uptime - st.start_ticks / _CLK_TCK
+def age(start_ticks: int) -> float:
+    """Seconds since the process that started at `start_ticks` started: field 22 of its
+    stat against the boot clock (CLOCK_BOOTTIME, the clock /proc/uptime and the start
+    ticks count on: time asleep included), never negative."""
+    return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / _CLK_TCK)
 
 
 def start_ticks(pid: int) -> int | None:
@@ -178,8 +176,9 @@ def start_ticks(pid: int) -> int | None:
     return None if st is None else st.start_ticks
 
 
-def _from_stat(st: Stat) -> Identity:
-    return Identity(pid=st.pid, pgid=st.pgid, sid=st.sid, start_ticks=st.start_ticks, boot_id=boot_id())
+def from_stat(st: Stat, boot: str | None = None) -> Identity:
+    """The identity a stat reading proves (`boot`: boot_id(), when the caller has it)."""
+    return Identity(st.pid, st.pgid, st.sid, st.start_ticks, boot_id() if boot is None else boot)
 
 
 def current(pid: int) -> Identity | None:
@@ -187,14 +186,14 @@ def current(pid: int) -> Identity | None:
     st = stat(pid)
     if st is None or st.zombie:
         return None
-    return _from_stat(st)
+    return from_stat(st)
 
 
 def current_or_zombie(pid: int) -> Identity | None:
     """Identity even of a zombie: an unreaped child still pins its pid, so its identity
     is exactly as good as a living one's (used when registering a child that died fast)."""
     st = stat(pid)
-    return None if st is None else _from_stat(st)
+    return None if st is None else from_stat(st)
 
 
 def matches(ident: Identity, st: Stat | None) -> bool:

@@ -194,7 +194,7 @@ def _environ(pid: int) -> bytes:
         # Only a process that has just started can be mid-exec. One that started long
         # ago with an empty environment (`env -i`) keeps it: retrying would cost every
         # sweep 7.5 ms per such process on the machine.
-        if identity.age(st) > EMPTY_ENVIRON_WINDOW:
+        if identity.age(st.start_ticks) > EMPTY_ENVIRON_WINDOW:
             return b""
         time.sleep(0.0005 * (attempt + 1))
     return b""

@@ -49,7 +49,7 @@ def tagged(
         if untagged is not None and (pid, st.start_ticks) in untagged:
             continue
         if signals.has_tag(pid, run_id):
-            out.append(Identity(st.pid, st.pgid, st.sid, st.start_ticks, boot))
+            out.append(identity.from_stat(st, boot))
         elif untagged is not None:
             untagged.add((pid, st.start_ticks))
     return out
@@ -77,7 +77,7 @@ def descendants(pid: int) -> list[Identity]:
             seen.add(st.pid)
             stack.append(st.pid)
             if not st.zombie:
-                out.append(Identity(st.pid, st.pgid, st.sid, st.start_ticks, identity.boot_id()))
+                out.append(identity.from_stat(st))
     return out
 
 

@@ -27,6 +27,7 @@ from runner.events import Event, Outcome
 from runner.files import stop_request
 from runner.files.follow import JournalTail
 from runner.files.spec import substitute
+from runner.proc import identity
 
 if TYPE_CHECKING:
     from runner.files.rundir import RunDir
@@ -376,9 +377,5 @@ def pending_stop(rd: RunDir) -> dict[str, Any] | None:
 
 
 def runtime(ident: Identity) -> float | None:
-    """Seconds since the process started (its start ticks against the boot clock)."""
-    try:
-        ticks = os.sysconf("SC_CLK_TCK")
-        return round(max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - ident.start_ticks / ticks), 3)
-    except (OSError, ValueError, AttributeError):
-        return None
+    """Seconds since the process started (identity.age), to the millisecond."""
+    return round(identity.age(ident.start_ticks), 3)
