@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import faults  # noqa: E402
 from runner.control import stop_command  # noqa: E402
 from runner.exitcodes import Exit  # noqa: E402
-from runner.files import journal
+from runner.files import identity_file, journal
 from runner.files.rundir import RunDir  # noqa: E402
 from runner.files.state import StateStore  # noqa: E402
 from runner.proc import identity, sweep
@@ -113,10 +113,10 @@ def crash_and_resume(work: Path, kills: int, rng: random.Random) -> dict:
             rounds += 1
             time.sleep(rng.uniform(0.0, 0.6))
             try:
-                engine = identity.read(rd.engine_identity)
+                engine = identity_file.read(rd.engine_identity)
             except (FileNotFoundError, OSError):
                 break
-            children = [identity.read(p) for p in rd.children.glob("*.json") if p.exists()]
+            children = [identity_file.read(p) for p in rd.children.glob("*.json") if p.exists()]
             if not identity.is_running(engine):
                 break  # finished before the kill
             try:

@@ -20,7 +20,7 @@ from runner.control import run_view, stop_command
 from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked
 from runner.events import Event
 from runner.exitcodes import Exit
-from runner.files import ownership, stop_request, untrusted
+from runner.files import identity_file, ownership, stop_request, untrusted
 from runner.files.journal import Journal
 from runner.files.rundir import EngineLock, RunDir, copy_line, default_base, new_run_id, refuse_copy, resolve
 from runner.files.spec import Spec, load_frozen
@@ -31,7 +31,7 @@ from runner.proc.membership import Membership
 from runner.views import overview, progress
 
 if TYPE_CHECKING:
-    from runner.proc.identity import Identity
+    from runner.ident import Identity
 
 Say = Callable[[str], None]
 """How the life cycle tells the operator something, one line at a time (the CLI prints
@@ -244,7 +244,7 @@ def _await_engine(rd: RunDir, proc: subprocess.Popen[bytes]) -> Identity | None:
     while time.monotonic() < deadline:
         if rd.engine_identity.exists():
             try:
-                ident = identity.read(rd.engine_identity)
+                ident = identity_file.read(rd.engine_identity)
             except (IdentityError, FileNotFoundError):
                 ident = None
             if ident is not None and ident.pid == proc.pid:

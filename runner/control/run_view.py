@@ -20,11 +20,11 @@ import time
 from runner import defaults
 from runner.errors import Damaged, NoLiveRun, RunnerError, disk_fault
 from runner.exitcodes import Exit
-from runner.files import state, untrusted
+from runner.files import identity_file, state, untrusted
 from runner.files.rundir import RUN_ID_SHAPE, RunDir, copy_line
+from runner.ident import Identity
 from runner.proc import identity, pidns, signals, sweep
 from runner.proc.cgroup import RunCgroup, run_cgroup_path
-from runner.proc.identity import Identity
 from runner.values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
@@ -209,7 +209,7 @@ def _engine(view: RunView, wait: bool) -> None:
 
     while True:
         try:
-            recorded, extra = identity.read_record(rd.engine_identity)
+            recorded, extra = identity_file.read_record(rd.engine_identity)
             view.pidns = pidns.foreign(extra.get("pidns"))
             if view.pidns is not None:
                 return _engine_elsewhere(view, recorded, extra, tagged_holders())
@@ -275,7 +275,7 @@ def _children(view: RunView) -> None:
         if not name.endswith(".json"):
             continue
         try:
-            ident, extra = identity.read_record(rd.children / name)
+            ident, extra = identity_file.read_record(rd.children / name)
         except FileNotFoundError:
             continue
         except Damaged as exc:

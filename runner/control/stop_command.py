@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from runner.control.run_view import RunView
     from runner.files.rundir import EngineLock
-    from runner.proc.identity import Identity
+    from runner.ident import Identity
     from runner.proc.reaper import ReapReport
     from runner.proc.vanished import Vanished
 

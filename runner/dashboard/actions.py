@@ -19,9 +19,8 @@ from runner.control import lifecycle, stop_command
 from runner.errors import IdentityError, RunnerError, printable
 from runner.events import Origin
 from runner.exitcodes import Exit
-from runner.files import stop_request
+from runner.files import identity_file, stop_request
 from runner.files.rundir import RunDir, refuse_copy
-from runner.proc import identity
 
 Action = Callable[[RunDir], tuple[Exit, str]]
 """One button's work: the exit code the CLI command would exit with, and its message."""
@@ -71,7 +70,7 @@ def _reap_engine_later(rd: RunDir) -> None:
     """The engine that resume started is this process's child: wait for it in a thread
     of its own, so that it never lingers as a zombie of a long-lived dashboard."""
     try:
-        pid = identity.read(rd.engine_identity).pid
+        pid = identity_file.read(rd.engine_identity).pid
     except (IdentityError, OSError, RunnerError):
         return
 

@@ -22,6 +22,7 @@ from runner.engine.stop_controller import StopController
 from runner.errors import RunLocked, RunnerError, disk_fault
 from runner.events import Event
 from runner.exitcodes import Exit
+from runner.files import identity_file
 from runner.files.atomic import atomic_write_text
 from runner.files.journal import Journal
 from runner.files.reserve import Reserve
@@ -135,7 +136,7 @@ def _run_locked(rd: RunDir) -> Exit:
         # file, instead of parsing the spec (the TOML parser's import is on its clock).
         stop = {"grace": spec.stop.grace, "kill_grace": spec.stop.kill_grace, "channel": spec.stop.channel}
         # The pid namespace beside the pids: a stopper outside it translates them (pidns.py).
-        identity.write(
+        identity_file.write(
             rd.engine_identity,
             me,
             role="engine",

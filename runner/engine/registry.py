@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner import log as _log
-from runner.files import dirfd, reserve
+from runner.files import dirfd, identity_file, reserve
+from runner.ident import Identity
 from runner.proc import identity, reaper, sweep
-from runner.proc.identity import Identity
 from runner.proc.reaper import ReapReport
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
@@ -81,7 +81,7 @@ class Registry:
         entry = Entry(name=name, ident=ident, popen=popen, path=path)
         argv = list(map(str, popen.args)) if isinstance(popen.args, (list, tuple)) else str(popen.args)
         # A record of the engine like its state and journal: on a full disk, the reserve.
-        reserve.retrying(lambda: identity.write(path, ident, name=name, argv=argv), self.spare, path)
+        reserve.retrying(lambda: identity_file.write(path, ident, name=name, argv=argv), self.spare, path)
         with self._lock:
             self._entries[id(entry)] = entry
             late = self.stopping

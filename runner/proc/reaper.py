@@ -23,8 +23,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from runner import defaults
 from runner import log as _log
+from runner.ident import Identity
 from runner.proc import identity, signals, sweep
-from runner.proc.identity import Identity
 from runner.proc.membership import Membership, Proof
 from runner.values import Value
 

@@ -16,8 +16,8 @@ import signal
 import time
 
 from runner import log as _log
+from runner.ident import Identity, boot_id
 from runner.proc import identity
-from runner.proc.identity import Identity
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
@@ -64,7 +64,7 @@ def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
     Order matters: open first, then compare. If the pid was reused before the open, the
     ticks differ (STALE). If it dies after the open, the pidfd still names the old
     process and a signal through it is a harmless ESRCH."""
-    if ident.boot_id != identity.boot_id():
+    if ident.boot_id != boot_id():
         log.warning("refusing pid %d: its identity is from another boot", ident.pid)
         return None, Outcome.STALE
     for attempt in range(_ENOENT_RETRIES):

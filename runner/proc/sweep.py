@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 
+from runner import ident
 from runner import log as _log
+from runner.ident import Identity
 from runner.proc import identity, signals
-from runner.proc.identity import Identity
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def tagged(
     # Start ticks first (the scan), the tag second: the reaper re-checks the ticks after
     # it opens a pidfd, so a tag read in between belongs to the very process it signals.
     stats = (scan or identity.Scan()).stats
-    boot = identity.boot_id()
+    boot = ident.boot_id()
     out: list[Identity] = []
     for pid, st in stats.items():
         if pid in protected or pid in skip or st.zombie:

@@ -15,8 +15,9 @@ import os
 import re
 import stat
 
+from runner import ident
+from runner.ident import Identity
 from runner.proc import identity, signals
-from runner.proc.identity import Identity
 
 _ENGINE_ARGV = (b"-m", b"runner", b"_engine")
 _IDENTITY = re.compile(r"\d+-\d+")
@@ -65,7 +66,7 @@ def _holds_deleted_dir(pid: int) -> bool:
 def engines(base: str | os.PathLike[str]) -> list[Vanished]:
     """The live engines of runs that lived under `base` and whose directory is gone."""
     where = os.path.abspath(base)
-    boot = identity.boot_id()
+    boot = ident.boot_id()
     found: list[Vanished] = []
     for pid in identity.all_pids():
         run_dir = _engine_dir(pid)

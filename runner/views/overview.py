@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from runner.files.rundir import RunDir
     from runner.files.spec import Spec
     from runner.files.state import State
-    from runner.proc.identity import Identity
+    from runner.ident import Identity
 
 STATUS_VERSION = 1
 """`version` of `runner status --json` (docs/status-json.md): raised when a key changes

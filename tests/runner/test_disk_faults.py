@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from runner.exitcodes import Exit
-from runner.files import reserve
+from runner.files import identity_file, reserve
 from runner.files.rundir import RunDir
 from runner.proc import identity
 
@@ -238,7 +238,7 @@ def test_full_disk_stopper_gives_up_the_dead_engines_reserve(tmpfs, runs):
     rd = runs.start(spec, name="disk/run")
     try:
         runs.wait_event(rd, "phase-start", phase="session")
-        engine = identity.read(rd.engine_identity)
+        engine = identity_file.read(rd.engine_identity)
         os.kill(engine.pid, 9)
         deadline = time.monotonic() + 5
         while identity.is_running(engine):

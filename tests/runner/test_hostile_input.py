@@ -17,7 +17,7 @@ import runs as R
 from runner import defaults
 from runner.control import stop_command
 from runner.exitcodes import Exit
-from runner.proc import identity
+from runner.files import identity_file
 
 PROVIDER = '[provider]\ncommand = ["true"]\n'
 ITEMS = 'items = ["a"]\n'
@@ -208,7 +208,7 @@ def test_wait_on_a_run_whose_engine_was_killed_says_crashed(runs, victim):
     SIGKILL (no end recorded) exits CRASHED with one line saying resume continues it,
     not INTERNAL with nothing printed."""
     rd, v = live_run(runs, victim)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
     assert stop_command.wait_engine_gone(engine, 5)
     proc = R.runner("wait", "--run-dir", rd.path)

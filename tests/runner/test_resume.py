@@ -14,8 +14,7 @@ import pytest
 import runs as R
 
 from runner.exitcodes import Exit
-from runner.files import stop_request
-from runner.proc import identity
+from runner.files import identity_file, stop_request
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -183,7 +182,7 @@ def test_resume_after_sigkill_of_the_engine(runs, tmp_path):
     while sc.provider_calls() != ["a"]:
         assert time.monotonic() < deadline, sc.provider_calls()
         time.sleep(0.01)
-    engine = identity.read(sc.rd.engine_identity)
+    engine = identity_file.read(sc.rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
     R.wait_engine_exit(sc.rd, timeout=10)
     st = R.state(sc.rd)  # loadable after a SIGKILL

@@ -14,8 +14,8 @@ import time
 import pytest
 from runs import spawn_at_pid
 
+from runner.ident import Identity
 from runner.proc import identity, reaper, signals
-from runner.proc.identity import Identity
 from runner.proc.membership import Membership
 from runner.proc.signals import Outcome
 

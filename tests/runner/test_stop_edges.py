@@ -7,7 +7,7 @@ import time
 import runs as R
 
 from runner.exitcodes import Exit
-from runner.files import stop_request
+from runner.files import identity_file, stop_request
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -170,7 +170,7 @@ def test_resume_kills_what_a_killed_engine_left_running(runs, victim):
     rd = runs.start(runs.spec(provider=prepared.argv, stop=STOP))
     runs.wait_event(rd, "phase-start", phase="session")
     orphan = identity.current(prepared.adopt(timeout=10).pid)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signals.SIGKILL)
     assert stop_command.wait_engine_gone(engine, 5.0)
     assert identity.is_running(orphan)  # the engine died without a stop: its call lives on

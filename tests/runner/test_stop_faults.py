@@ -17,6 +17,7 @@ import pytest
 from bench import faults
 from runner.control import lifecycle, stop_command
 from runner.exitcodes import Exit
+from runner.files import identity_file
 from runner.files.rundir import RunDir
 from runner.files.state import StateStore
 from runner.proc import identity, reaper
@@ -70,7 +71,7 @@ def test_plain_stop_after_a_dead_engine_kills_and_records(runs, tmp_path):
     `stop-total-dead-engine` (NO_LIVE_RUN at once for a dead engine) turns it red."""
     rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
     assert faults.wait_children(rd)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     deadline = time.monotonic() + 10
     while len(runs.tagged(rd.run_id)) < 4:  # the engine, the provider and its two children
         assert time.monotonic() < deadline, runs.tagged(rd.run_id)
@@ -95,7 +96,7 @@ def test_forced_record_is_never_half_written_by_an_interrupt(runs, monkeypatch):
     block) leaves state.json stopped/forced with no run-stop: red."""
     rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
     assert faults.wait_children(rd)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
     assert stop_command.wait_engine_gone(engine, 10)
     stop_command.kill_leftovers(rd, KILL_GRACE)
@@ -343,7 +344,7 @@ def test_resume_completes_a_half_written_stop_record(runs):
     opens the new attempt, so state.json and the journal agree about the stop."""
     rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
     assert faults.wait_children(rd)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
     assert stop_command.wait_engine_gone(engine, 10)
     store = StateStore(rd.state)
