@@ -26,7 +26,7 @@ from runner.files.rundir import EngineLock, RunDir, copy_line, default_base, new
 from runner.files.spec import Spec, load_frozen
 from runner.files.spec import load_bytes as load_spec_bytes
 from runner.files.state import StateStore
-from runner.proc import identity, signals
+from runner.proc import identity, membership, signals
 from runner.proc.membership import Membership
 from runner.views import overview, progress
 
@@ -214,7 +214,7 @@ def start_engine(
     key = rd.key(rd.run_id)
     if key is None:
         raise NoLiveRun(f"{rd.path}: the run directory is gone")
-    env = dict(os.environ, RUNNER_RUN_ID=key)
+    env = {**os.environ, membership.TAG: key}
     # Never through a link, relative to the run directory's descriptor (dirfd.py).
     log_fd = untrusted.open_regular(rd.engine_log, flags=os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     with os.fdopen(log_fd, "ab") as log:

@@ -23,7 +23,7 @@ from runner.exitcodes import Exit
 from runner.files import identity_file, state, untrusted
 from runner.files.rundir import RUN_ID_SHAPE, RunDir, copy_line
 from runner.ident import Identity
-from runner.proc import identity, pidns, signals, sweep
+from runner.proc import identity, membership, pidns, sweep
 from runner.proc.cgroup import RunCgroup, run_cgroup_path
 from runner.values import Value
 
@@ -163,7 +163,7 @@ def _environ_run_id(pid: int, here: str | None) -> str | None:
     """The run id in the tag of a holder of the run's lock, if the tag is this
     directory's (the key ends with the identity measured here): a hard link to another
     run's lock file never lends this directory that run's id."""
-    value = signals.tag_of(pid)
+    value = membership.tag_of(pid)
     if value is None:
         return None
     run_id, dot, tail = value.rpartition(".")
@@ -423,7 +423,7 @@ def view(rd: RunDir, *, wait_for_engine: bool = True) -> RunView:
         and v.engine is not None
         and v.key
         and identity.is_running(v.engine)
-        and signals.has_tag(v.engine.pid, v.key)
+        and membership.has_tag(v.engine.pid, v.key)
     ):
         # A run-tagged engine runs, yet nobody holds `lock`: the file was replaced (the
         # engine's flock is on the old inode). The run is live all the same.

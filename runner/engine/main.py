@@ -29,7 +29,7 @@ from runner.files.reserve import Reserve
 from runner.files.rundir import RunDir, refuse_copy
 from runner.files.spec import load_frozen
 from runner.files.state import State, StateStore
-from runner.proc import identity, pidns, signals, sweep
+from runner.proc import identity, membership, pidns, sweep
 from runner.proc.cgroup import RunCgroup, resolve_containment
 
 
@@ -75,10 +75,10 @@ def _own_key(rd: RunDir) -> str:
     may carry a tag that names another directory's run."""
     refuse_copy(rd)
     key = rd.key(rd.run_id)
-    if key is None or os.environ.get(signals.TAG) != key:
+    if key is None or os.environ.get(membership.TAG) != key:
         raise RunLocked(
             f"{rd.path}: this directory's run key {key} is not the tag the engine was started with "
-            f"({os.environ.get(signals.TAG)}): the directory was replaced or moved while it started"
+            f"({os.environ.get(membership.TAG)}): the directory was replaced or moved while it started"
         )
     return key
 

@@ -31,7 +31,7 @@ from runner.exitcodes import Exit
 from runner.files import captured, stop_request
 from runner.files.atomic import atomic_write_text
 from runner.files.spec import substitute
-from runner.proc import reaper, sweep
+from runner.proc import membership, reaper, sweep
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 
@@ -99,7 +99,7 @@ class Engine:
         self.env = dict(os.environ if env is None else env)
         # The run's membership key (rundir.RunDir.key), not the bare id: the tag says
         # which directory's run a process is.
-        self.env["RUNNER_RUN_ID"] = registry.run_id
+        self.env[membership.TAG] = registry.run_id
         self._seq = 0
         self._item_index = {name: i for i, name in enumerate(spec.items)}
         self._cleaned = False

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 log = _log.get("runner.proc.signals")
 
 HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
-TAG = "RUNNER_RUN_ID"
 # Attempts at pidfd_open while it says ENOENT yet /proc shows the process (see open_pidfd).
 _ENOENT_RETRIES = 20
 
@@ -154,50 +153,6 @@ def _signal_process_psutil(ident: Identity, sig: int) -> Outcome:
     except psutil.NoSuchProcess:
         return Outcome.GONE
     return Outcome.SENT
-
-
-EMPTY_ENVIRON_WINDOW = 2.0
-"""Seconds after its start during which an empty environment is read again (mid-exec)."""
-
-
-def has_tag(pid: int, run_id: str | None) -> bool:
-    """Whether /proc/PID/environ holds exactly RUNNER_RUN_ID=run_id."""
-    if not run_id:
-        return False
-    return f"{TAG}={run_id}".encode() in _environ(pid).split(b"\0")
-
-
-def tag_of(pid: int) -> str | None:
-    """The value of the RUNNER_RUN_ID tag in /proc/PID/environ (a run's key), if any."""
-    prefix = TAG.encode() + b"="
-    for entry in _environ(pid).split(b"\0"):
-        if entry.startswith(prefix):
-            return os.fsdecode(entry[len(prefix) :]) or None
-    return None
-
-
-def _environ(pid: int) -> bytes:
-    """/proc/PID/environ. Empty for a kernel thread, and also for a user process caught
-    mid-exec: a vfork parent (subprocess) resumes before the kernel has laid out the
-    new image's environment. So an empty read is retried briefly for user processes."""
-    for attempt in range(5):
-        try:
-            with open(f"/proc/{int(pid)}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            return b""
-        if env:
-            return env
-        st = identity.stat(pid)
-        if st is None or st.zombie or st.ppid == 2 or st.pid == 2:  # gone, dead, or a kernel thread
-            return b""
-        # Only a process that has just started can be mid-exec. One that started long
-        # ago with an empty environment (`env -i`) keeps it: retrying would cost every
-        # sweep 7.5 ms per such process on the machine.
-        if identity.age(st.start_ticks) > EMPTY_ENVIRON_WINDOW:
-            return b""
-        time.sleep(0.0005 * (attempt + 1))
-    return b""
 
 
 def group_stats(pgid: int) -> list[identity.Stat]:

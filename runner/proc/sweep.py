@@ -9,7 +9,7 @@ import os
 from runner import ident
 from runner import log as _log
 from runner.ident import Identity
-from runner.proc import identity, signals
+from runner.proc import identity, membership, signals
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def tagged(
             continue
         if untagged is not None and (pid, st.start_ticks) in untagged:
             continue
-        if signals.has_tag(pid, run_id):
+        if membership.has_tag(pid, run_id):
             out.append(identity.from_stat(st, boot))
         elif untagged is not None:
             untagged.add((pid, st.start_ticks))

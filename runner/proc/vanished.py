@@ -17,7 +17,7 @@ import stat
 
 from runner import ident
 from runner.ident import Identity
-from runner.proc import identity, signals
+from runner.proc import identity, membership
 
 _ENGINE_ARGV = (b"-m", b"runner", b"_engine")
 _IDENTITY = re.compile(r"\d+-\d+")
@@ -74,7 +74,7 @@ def engines(base: str | os.PathLike[str]) -> list[Vanished]:
             continue
         if not _holds_deleted_dir(pid):
             continue
-        run_id = signals.tag_of(pid)
+        run_id = membership.tag_of(pid)
         st = identity.stat(pid)
         if run_id is None or st is None or st.zombie:
             continue

@@ -15,7 +15,7 @@ import pytest
 from runs import spawn_at_pid
 
 from runner.ident import Identity
-from runner.proc import identity, reaper, signals
+from runner.proc import identity, membership, reaper, signals
 from runner.proc.membership import Membership
 from runner.proc.signals import Outcome
 
@@ -126,7 +126,7 @@ def test_own_group_is_refused_even_when_tagged(usr2_counter, monkeypatch):
     """Our own group carries the tag here (as a `runner stop` run from a hook would),
     and still no signal reaches it. Ablation: drop the own-group refusal and SIGUSR2
     lands in this process (red)."""
-    monkeypatch.setattr(signals, "has_tag", lambda pid, run_id: True)
+    monkeypatch.setattr(membership, "has_tag", lambda pid, run_id: True)
     monkeypatch.setattr(signals, "protected_pids", lambda: {0, 1})  # only the own-group rule left
     assert group_signal(os.getpgrp(), signal.SIGUSR2, run_id="x")[0] is False
     signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a syscall: pending handlers run
@@ -166,9 +166,9 @@ def test_tagged_group_passes_the_guard_and_untagged_does_not(procs):
 
 def test_has_tag_matches_the_whole_entry_only(procs):
     p = procs(env=dict(os.environ, RUNNER_RUN_ID="run-abc"))
-    assert signals.has_tag(p.pid, "run-abc")
-    assert not signals.has_tag(p.pid, "run-ab")
-    assert not signals.has_tag(p.pid, None)
+    assert membership.has_tag(p.pid, "run-abc")
+    assert not membership.has_tag(p.pid, "run-ab")
+    assert not membership.has_tag(p.pid, None)
 
 
 def _pidfd_open_failing(monkeypatch, times):
