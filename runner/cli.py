@@ -8,12 +8,8 @@ import signal
 import sys
 
 from runner.errors import DISK_ERRNOS, BadInput, NoLiveRun, RunnerError, printable
+from runner.events import STOP_SIGNALS
 from runner.exitcodes import Exit
-
-# getattr: off Linux (no SIGHUP on Windows) this module must still import, to say where
-# the runner cannot run (unsupported()).
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-"""The signals that stop a run when its foreground command or its engine receives them."""
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from runner import defaults
 from runner.control import run_view, stop_command
 from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked
-from runner.events import Event
+from runner.events import Event, Mode, Origin
 from runner.exitcodes import Exit
 from runner.files import identity_file, ownership, stop_request, untrusted
 from runner.files.journal import Journal
@@ -305,7 +305,7 @@ def _foreground(
             if signum == signal.SIGINT:
                 interrupts += 1
                 if interrupts == 1:
-                    _lodge(rd, "ctrl-c")
+                    _lodge(rd, Origin.CTRL_C)
                     signals.signal_process(engine, signal.SIGINT, tagged)
                     forwarded = time.monotonic()
                     tell("stopping (Ctrl-C again to kill now)")
@@ -318,7 +318,7 @@ def _foreground(
                     for line in result.lines():
                         tell(line)
             else:
-                _lodge(rd, "signal")
+                _lodge(rd, Origin.SIGNAL)
                 signals.signal_process(engine, signum, tagged)
                 forwarded = time.monotonic() if forwarded is None else forwarded
                 if watch is not None:
@@ -348,11 +348,11 @@ def reap_orphans(proc: subprocess.Popen[bytes]) -> None:
             proc.returncode = os.waitstatus_to_exitcode(status)
 
 
-def _lodge(rd: RunDir, origin: str) -> None:
+def _lodge(rd: RunDir, origin: Origin) -> None:
     """The foreground's hard request; without it (a full or read-only disk, a damaged
     file) the signal that follows is the stop all the same."""
     try:
-        stop_request.lodge(rd, stop_request.Mode.HARD, origin)
+        stop_request.lodge(rd, Mode.HARD, origin)
     except (Damaged, BadInput):
         pass
 

@@ -30,7 +30,7 @@ from runner.errors import (
     RunLocked,
     Unwritable,
 )
-from runner.events import Event, Mode, Origin
+from runner.events import STOP_SIGNALS, Event, Mode, Origin
 from runner.exitcodes import Exit
 from runner.files import stop_request, untrusted
 from runner.files.journal import Journal, read_attempt, stop_recorded
@@ -454,7 +454,7 @@ def _stop_now(rd: RunDir, kill_grace: float | None = None, *, origin: Origin | N
     if origin is not None:
         view = _not_a_copy(run_view.view(rd))
         try:
-            stop_request.lodge(rd, stop_request.Mode.HARD, origin)
+            stop_request.lodge(rd, Mode.HARD, origin)
         except (ControlFileError, Damaged) as exc:
             view.note(exc)  # no request file: the kill needs none
     return force(rd, kill_grace, fallback=False, view=view, origin=origin)
@@ -479,9 +479,6 @@ def _record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: 
         _release_interrupts(held)
 
 
-_INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
 def _hold_interrupts() -> tuple[list[int], dict[int, Any]] | None:
     """Handlers that note an interrupt instead of acting on it, until released. Python
     runs every signal handler in the main thread, whichever thread the kernel hands the
@@ -491,7 +488,7 @@ def _hold_interrupts() -> tuple[list[int], dict[int, Any]] | None:
     noted: list[int] = []
     old: dict[int, Any] = {}
     try:
-        for signum in _INTERRUPTS:
+        for signum in STOP_SIGNALS:
             old[signum] = signal.signal(signum, lambda s, f: noted.append(s))
     except ValueError:
         return None
@@ -581,7 +578,7 @@ def _stop_hard(
     engine = view.engine
     use_signal = channel in ("signal", "auto") and os.name == "posix"
     try:
-        stop_request.lodge(rd, stop_request.Mode.HARD, origin or ("signal" if use_signal else "file"))
+        stop_request.lodge(rd, Mode.HARD, origin or (Origin.SIGNAL if use_signal else Origin.FILE))
     except (ControlFileError, Damaged) as exc:
         view.note(exc)
         use_signal = os.name == "posix"  # no file channel left: the signal is all there is
@@ -705,12 +702,12 @@ def stop_graceful(rd: RunDir, *, origin: Origin = Origin.FILE) -> StopResult:
     if not rd.is_live():
         raise NoLiveRun(f"{rd.path}: no live engine")
     try:
-        request = stop_request.lodge(rd, stop_request.Mode.GRACEFUL, origin)
+        request = stop_request.lodge(rd, Mode.GRACEFUL, origin)
     except Unwritable as exc:  # nothing was asked of the engine: not a stop that went unrecorded
         raise ControlFileError(
             f"{exc}: the graceful stop is not lodged (`runner stop` still reaches the engine by signal)"
         ) from None
-    if request.mode == stop_request.Mode.HARD:
+    if request.mode == Mode.HARD:
         return StopResult(Exit.OK, f"a hard stop is already pending for run {rd.run_id}; it is not downgraded", 0.0)
     return StopResult(
         Exit.OK, f"graceful stop lodged for run {rd.run_id}: the phase in flight completes, then the run stops", 0.0
@@ -760,9 +757,6 @@ _WORST_FIRST = (
 )
 """Which code `stop --all` exits with when runs disagree: the first of these that any run
 gave (a run left alive outranks a damaged file, which outranks a run already gone)."""
-
-MAX_STOPPERS = 64
-"""`stop --all` stops this many runs at a time, each in its own thread."""
 
 
 def stop_vanished(v: Vanished, kill_grace: float = defaults.KILL_GRACE) -> tuple[Exit, list[str]]:
@@ -836,7 +830,7 @@ def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]
             return exc.exit_code, [f"{rd.path}: {exc}"]
         return result.code, result.lines()
 
-    with ThreadPoolExecutor(max_workers=min(MAX_STOPPERS, len(runs) + len(gone))) as pool:
+    with ThreadPoolExecutor(max_workers=min(defaults.MAX_STOPPERS, len(runs) + len(gone))) as pool:
         lost = pool.map(stop_vanished, gone)
         outcomes = list(pool.map(one, runs))  # ablate: stop-all-at-once
         outcomes += list(lost)

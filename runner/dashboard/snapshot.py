@@ -1,4 +1,4 @@
-"""What the page shows of every run, recomputed for each poll (at most every MIN_AGE).
+"""What the page shows of every run, recomputed for each poll (at most every DASHBOARD_MIN_AGE).
 
 Each run is read with `lifecycle.status_of`, the code `runner status` uses, plus the tail
 of its journal and its PAUSE file. Reading one run never fails the page: whatever it
@@ -21,18 +21,11 @@ from runner.control import lifecycle
 from runner.dashboard.actions import Actions
 from runner.dashboard.runs import Base, Entry
 from runner.errors import printable
+from runner.events import Event
 from runner.files import journal, stop_request, untrusted
 from runner.files.rundir import RunDir
 from runner.proc import identity
 
-MIN_AGE = 0.1
-"""Polls closer together than this (several pages open) share one snapshot."""
-GONE_SHOWN = 300.0
-"""How long a run removed while shown stays on the page as an error row."""
-JOURNAL_TAIL_BYTES = 16 * 1024
-JOURNAL_TAIL_RECORDS = 8
-FIELD_CHARS = 80
-LINE_CHARS = 240
 _WATCHED = (
     *("state.json", "journal.jsonl", "engine.json", "children", "lock", "run-id", "cgroup", "spec.toml"),
     *("stop-request.json", "PAUSE", "STOP"),
@@ -50,10 +43,10 @@ class Snapshots:
         self._last: tuple[float, bytes] | None = None
 
     def json(self) -> bytes:
-        """The page's data as JSON bytes, shared by polls less than MIN_AGE apart."""
+        """The page's data as JSON bytes, shared by polls less than DASHBOARD_MIN_AGE apart."""
         with self._lock:
             now = time.monotonic()
-            if self._last is not None and now - self._last[0] < MIN_AGE:
+            if self._last is not None and now - self._last[0] < defaults.DASHBOARD_MIN_AGE:
                 return self._last[1]
             body = json.dumps(self._compute(), default=str, separators=(",", ":")).encode()
             self._last = (time.monotonic(), body)
@@ -67,7 +60,7 @@ class Snapshots:
         now = time.monotonic()
         for name in sorted(self._seen - names):
             self._cache.pop(name, None)
-            if now - self._gone.setdefault(name, now) < GONE_SHOWN:
+            if now - self._gone.setdefault(name, now) < defaults.DASHBOARD_GONE_SHOWN:
                 rows.append(_error_row(name, "the run directory is gone (removed while shown)"))
             else:
                 self._seen.discard(name)
@@ -105,7 +98,11 @@ class Snapshots:
 
 
 def _error_row(name: str, error: str) -> dict[str, Any]:
-    return {"name": name, "error": printable(error, LINE_CHARS), "buttons": dict.fromkeys(_BUTTONS, False)}
+    return {
+        "name": name,
+        "error": printable(error, defaults.DASHBOARD_LINE_CHARS),
+        "buttons": dict.fromkeys(_BUTTONS, False),
+    }
 
 
 def _fingerprint(path: os.PathLike[str] | str) -> tuple[Any, ...]:
@@ -130,7 +127,7 @@ def _run_row(entry: Entry) -> dict[str, Any]:
     assert rd is not None
     info: dict[str, Any] = dict(lifecycle.status_of(rd))
     tail = _journal_tail(rd.journal)
-    stops = [r for r in tail if r["event"] == "run-stop"]
+    stops = [r for r in tail if r["event"] == Event.RUN_STOP]
     live = info.get("live")
     status = str(info.get("status"))
     copy = info.get("copy")
@@ -163,8 +160,8 @@ def _run_row(entry: Entry) -> dict[str, Any]:
         "paused": paused,
         "pending_stop": _summary(pending) if pending else None,
         "containment": _summary(info["containment"]) if info.get("containment") else None,
-        "damaged": [printable(d, LINE_CHARS) for d in info.get("damaged") or []],
-        "copy": printable(copy, LINE_CHARS) if copy is not None else None,
+        "damaged": [printable(d, defaults.DASHBOARD_LINE_CHARS) for d in info.get("damaged") or []],
+        "copy": printable(copy, defaults.DASHBOARD_LINE_CHARS) if copy is not None else None,
         "journal": [_record_line(r) for r in tail],
         "buttons": {
             "stop": live is not False,  # a run whose lock is damaged is still stoppable
@@ -218,19 +215,21 @@ def _summary(value: object) -> str:
 
 
 def _text(value: object) -> str:
-    return printable(value if isinstance(value, str) else json.dumps(value, default=str), FIELD_CHARS)
+    return printable(
+        value if isinstance(value, str) else json.dumps(value, default=str), defaults.DASHBOARD_FIELD_CHARS
+    )
 
 
 def _journal_tail(path: os.PathLike[str] | str) -> list[dict[str, Any]]:
     """The last records of the journal. Only the file's last
-    JOURNAL_TAIL_BYTES are read (a journal grows with the run), through untrusted.py."""
+    DASHBOARD_JOURNAL_TAIL_BYTES are read (a journal grows with the run), through untrusted.py."""
     try:
         fd = untrusted.open_regular(path)
     except FileNotFoundError:
         return []
     try:
         size = os.fstat(fd).st_size
-        start = max(0, size - JOURNAL_TAIL_BYTES)
+        start = max(0, size - defaults.DASHBOARD_JOURNAL_TAIL_BYTES)
         data = os.pread(fd, size - start, start)
     finally:
         os.close(fd)
@@ -238,7 +237,7 @@ def _journal_tail(path: os.PathLike[str] | str) -> list[dict[str, Any]]:
     if start > 0:
         lines = lines[1:]  # cut by the window
     records = [r for r in (journal.parse_line(raw, path) for raw in lines) if r is not None]
-    return records[-JOURNAL_TAIL_RECORDS:]
+    return records[-defaults.DASHBOARD_JOURNAL_TAIL_RECORDS :]
 
 
 def _record_line(record: dict[str, Any]) -> str:
@@ -250,4 +249,4 @@ def _record_line(record: dict[str, Any]) -> str:
     fields = " ".join(
         f"{k}={_text(v)}" for k, v in record.items() if k not in ("event", "t") and v not in (None, [], {})
     )
-    return printable(f"{when} {record['event']} {fields}".rstrip(), LINE_CHARS)
+    return printable(f"{when} {record['event']} {fields}".rstrip(), defaults.DASHBOARD_LINE_CHARS)

@@ -26,9 +26,9 @@ from types import FrameType
 from runner import defaults
 from runner import log as _log
 from runner.errors import RunStopped
-from runner.events import Event
+from runner.events import Event, Mode, Origin
 from runner.files import dirfd, stop_request
-from runner.files.stop_request import Mode, Origin, StopRequest
+from runner.files.stop_request import StopRequest
 from runner.proc import inotify
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)

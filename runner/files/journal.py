@@ -17,6 +17,7 @@ import time
 
 from runner import defaults
 from runner.errors import Damaged
+from runner.events import Event
 from runner.files import reserve, untrusted
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
@@ -110,7 +111,7 @@ def read(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return [r for r in (parse_line(raw, path) for raw in data.split(b"\n")) if r is not None]
 
 
-ATTEMPT_STARTS = ("run-start", "resume")
+ATTEMPT_STARTS = (Event.RUN_START, Event.RESUME)
 """The records that open an attempt (`resume` is journaled by `runner resume` before its
 engine's `run-start`)."""
 
@@ -140,7 +141,7 @@ def stop_recorded(path: str | os.PathLike[str], budget: int = defaults.STOP_JOUR
     in the state), so only what a stopper appends after it can push it out of the budget;
     beyond the budget, not found: a stopper then records the stop again rather than miss it."""
     for record in _backwards(path, budget):
-        if record["event"] == "run-stop":
+        if record["event"] == Event.RUN_STOP:
             return True
         if record["event"] in ATTEMPT_STARTS:
             return False

@@ -23,8 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner.errors import DISK_ERRNOS, ControlFileError, Damaged, Unwritable
-from runner.events import Mode as Mode
-from runner.events import Origin as Origin
+from runner.events import Mode, Origin
 from runner.files import dirfd, untrusted
 from runner.files.atomic import atomic_write_json
 from runner.values import Value
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
 
 # The stop vocabularies live with the others (events.py); re-exported here, where the
 # request file spells them.
-UNKNOWN_ORIGIN = Origin.UNKNOWN
 
 
 class StopRequest(Value):
@@ -103,7 +101,7 @@ def _read(path: str | os.PathLike[str]) -> StopRequest | None:
         return _unreadable(path)
     try:
         mode = data["mode"]
-        if mode not in ("graceful", "hard"):
+        if mode not in (Mode.GRACEFUL.label, Mode.HARD.label):
             return _unreadable(path)
     except (TypeError, KeyError, IndexError):
         return _unreadable(path)
@@ -122,7 +120,7 @@ def _mtime(path: str | os.PathLike[str]) -> float:
 
 
 def _unreadable(path: str | os.PathLike[str]) -> StopRequest:
-    return StopRequest(Mode.GRACEFUL, UNKNOWN_ORIGIN, _mtime(path), unreadable=True)
+    return StopRequest(Mode.GRACEFUL, Origin.UNKNOWN, _mtime(path), unreadable=True)
 
 
 def _rank(request: StopRequest) -> tuple[Mode, bool]:

@@ -118,7 +118,7 @@ class Watch:
             return None
         fd, outcome = signals.open_pidfd(ident)
         if fd is None:
-            if named and outcome is signals.Outcome.STALE:
+            if named and outcome is signals.Delivery.STALE:
                 self.refuse(f"pid {ident.pid}: it is no longer the recorded process (pid reused)")
             return None
         if proof is not None:

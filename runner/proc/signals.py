@@ -33,7 +33,9 @@ HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 _ENOENT_RETRIES = 20
 
 
-class Outcome(enum.Enum):
+class Delivery(enum.Enum):
+    """What became of one signal (events.Outcome is what became of a command)."""
+
     SENT = "sent"
     GONE = "gone"  # already dead (or a zombie): nothing to do
     STALE = "stale"  # the pid now belongs to another process (or another boot): refused
@@ -57,7 +59,7 @@ def protected_pids() -> set[int]:
     return seen
 
 
-def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
+def open_pidfd(ident: Identity) -> tuple[int | None, Delivery]:
     """A pidfd verified to refer to `ident`'s process, or (None, why not).
 
     Order matters: open first, then compare. If the pid was reused before the open, the
@@ -65,18 +67,18 @@ def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
     process and a signal through it is a harmless ESRCH."""
     if ident.boot_id != boot_id():
         log.warning("refusing pid %d: its identity is from another boot", ident.pid)
-        return None, Outcome.STALE
+        return None, Delivery.STALE
     for attempt in range(_ENOENT_RETRIES):
         try:
             fd = os.pidfd_open(ident.pid)
             break
         except ProcessLookupError:
-            return None, Outcome.GONE
+            return None, Delivery.GONE
         except OSError as exc:
             if exc.errno == errno.EINVAL:
                 # The pid now names a thread that leads no process: certainly not ours.
                 log.warning("refusing pid %d: it now names a thread of another process", ident.pid)
-                return None, Outcome.STALE
+                return None, Delivery.STALE
             if exc.errno != errno.ENOENT:
                 raise
             # Not in the man page, but seen on Linux 6.18 (pidfs) for the pid of a
@@ -87,23 +89,23 @@ def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
             # worth a short retry, never a crash.
             st = identity.stat(ident.pid)
             if st is None or st.zombie:
-                return None, Outcome.GONE
+                return None, Delivery.GONE
             if not identity.matches(ident, st):
                 log.warning("refusing pid %d: it now names another process", ident.pid)
-                return None, Outcome.STALE
+                return None, Delivery.STALE
             time.sleep(0.001 * (attempt + 1))
     else:
         raise OSError(errno.ENOENT, f"pidfd_open({ident.pid}) kept failing while /proc shows the process")
     st = identity.stat(ident.pid)
     if st is None or st.zombie:
         os.close(fd)
-        return None, Outcome.GONE
+        return None, Delivery.GONE
     if st.start_ticks != ident.start_ticks:  # ablate: identity-check
         return _refuse_stale(fd, ident, st)
-    return fd, Outcome.SENT
+    return fd, Delivery.SENT
 
 
-def _refuse_stale(fd: int, ident: Identity, st: identity.Stat) -> tuple[None, Outcome]:
+def _refuse_stale(fd: int, ident: Identity, st: identity.Stat) -> tuple[None, Delivery]:
     os.close(fd)
     log.warning(
         "refusing to signal pid %d: start ticks %d, expected %d (pid reused by another process)",
@@ -111,18 +113,18 @@ def _refuse_stale(fd: int, ident: Identity, st: identity.Stat) -> tuple[None, Ou
         st.start_ticks,
         ident.start_ticks,
     )
-    return None, Outcome.STALE
+    return None, Delivery.STALE
 
 
-def signal_process(ident: Identity, sig: int, membership: Membership) -> Outcome:
+def signal_process(ident: Identity, sig: int, membership: Membership) -> Delivery:
     """Signal one recorded process, if it is still itself and proven the run's."""
     if ident.pid in protected_pids():
         log.warning("refusing to signal pid %d: it is this process or one of its ancestors", ident.pid)
-        return Outcome.PROTECTED
+        return Delivery.PROTECTED
     if not HAVE_PIDFD:
         if membership.proof(ident.pid, ident.start_ticks) is None:
             log.warning("refusing to signal %s", membership.why_not(ident.pid))
-            return Outcome.NOT_MEMBER
+            return Delivery.NOT_MEMBER
         return _signal_process_psutil(ident, sig)
     fd, outcome = open_pidfd(ident)
     if fd is None:
@@ -130,17 +132,17 @@ def signal_process(ident: Identity, sig: int, membership: Membership) -> Outcome
     if membership.proof(ident.pid, ident.start_ticks) is None:
         os.close(fd)
         log.warning("refusing to signal %s", membership.why_not(ident.pid))
-        return Outcome.NOT_MEMBER
+        return Delivery.NOT_MEMBER
     try:
         signal.pidfd_send_signal(fd, sig)
     except ProcessLookupError:
-        return Outcome.GONE
+        return Delivery.GONE
     finally:
         os.close(fd)
-    return Outcome.SENT
+    return Delivery.SENT
 
 
-def _signal_process_psutil(ident: Identity, sig: int) -> Outcome:
+def _signal_process_psutil(ident: Identity, sig: int) -> Delivery:
     # Elsewhere (no pidfd): psutil compares the create time before sending; a window
     # between its check and the kill remains, which pidfd closes on Linux.
     import psutil
@@ -148,11 +150,11 @@ def _signal_process_psutil(ident: Identity, sig: int) -> Outcome:
     try:
         proc = psutil.Process(ident.pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
-            return Outcome.GONE
+            return Delivery.GONE
         proc.send_signal(sig)
     except psutil.NoSuchProcess:
-        return Outcome.GONE
-    return Outcome.SENT
+        return Delivery.GONE
+    return Delivery.SENT
 
 
 def group_stats(pgid: int) -> list[identity.Stat]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from runner import defaults
 from runner.errors import Damaged
-from runner.events import Event, Outcome
+from runner.events import Event, Mode, Origin, Outcome
 from runner.files import stop_request
 from runner.files.follow import JournalTail
 from runner.files.spec import substitute
@@ -372,7 +372,7 @@ def pending_stop(rd: RunDir) -> dict[str, Any] | None:
             unreadable=request.unreadable,
         )
     elif stop_file:
-        out.update(mode="graceful", origin="file")
+        out.update(mode=Mode.GRACEFUL.label, origin=Origin.FILE.value)
     return out
 
 

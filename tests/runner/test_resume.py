@@ -13,6 +13,7 @@ import time
 import pytest
 import runs as R
 
+from runner.events import Mode
 from runner.exitcodes import Exit
 from runner.files import identity_file, stop_request
 
@@ -225,7 +226,7 @@ def test_resume_archives_pending_control_files_and_starts_unstopped(runs, tmp_pa
     stop(sc.rd)
     st1 = R.state(sc.rd)
     assert (st1.attempt, st1.stopped, st1.status) == (1, True, "stopped")
-    stop_request.lodge(sc.rd, stop_request.Mode.HARD, "file")
+    stop_request.lodge(sc.rd, Mode.HARD, "file")
     sc.rd.stop_file.touch()
     sc.rd.pause_file.touch()
 
