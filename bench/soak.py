@@ -48,12 +48,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import faults  # noqa: E402
-from runner.control import stop_command  # noqa: E402
 from runner.exitcodes import Exit  # noqa: E402
 from runner.files import identity_file, journal
 from runner.files.rundir import RunDir  # noqa: E402
 from runner.files.state import StateStore  # noqa: E402
-from runner.proc import identity, sweep
+from runner.proc import (
+    identity,
+    signals,  # noqa: E402
+    sweep,
+)
 
 RUNNER = [sys.executable, "-m", "runner"]
 DOCUMENTED = {int(e) for e in Exit} - {int(Exit.INTERNAL)}
@@ -137,7 +140,7 @@ def crash_and_resume(work: Path, kills: int, rng: random.Random) -> dict:
                     os.kill(engine.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            stop_command.wait_engine_gone(engine, 10)
+            signals.wait_gone(engine, 10)
             done_kills += 1
             problems += check_after_kill(rd)
             resumed = runner("resume", "--run-dir", rd.path, "--detach")

@@ -29,11 +29,11 @@ _EXPORTS = {
     "resume": ("runner.control.lifecycle", "resume"),
     "status_of": ("runner.control.lifecycle", "status_of"),
     # stops
-    "stop_hard": ("runner.control.stop_command", "stop_hard"),
-    "stop_graceful": ("runner.control.stop_command", "stop_graceful"),
-    "stop_now": ("runner.control.stop_command", "stop_now"),
-    "wait_run": ("runner.control.stop_command", "wait_run"),
-    "StopResult": ("runner.control.stop_command", "StopResult"),
+    "stop_hard": ("runner.control.stop", "stop_hard"),
+    "stop_graceful": ("runner.control.stop", "stop_graceful"),
+    "stop_now": ("runner.control.stop", "stop_now"),
+    "wait_run": ("runner.control.waiting", "wait_run"),
+    "StopResult": ("runner.control.stop_result", "StopResult"),
     # outcomes and errors
     "Exit": ("runner.exitcodes", "Exit"),
     "RunnerError": ("runner.errors", "RunnerError"),

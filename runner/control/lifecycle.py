@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from runner import defaults
-from runner.control import run_view, stop_command
+from runner.control import leftovers, run_view, stop, stop_record, waiting
 from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked
 from runner.events import Event, Mode, Origin
 from runner.exitcodes import Exit
@@ -159,10 +159,10 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, show: p
     if state.status in ("completed", "failed") and not state.stopped:
         raise BadInput(f"{rd.state}: status: expected a stopped or crashed run, got {state.status!r}")
     with Journal(rd.journal) as journal:  # closed on every way out, a refusal included
-        stop_command.complete_record(rd, journal, state)
+        stop_record.complete_record(rd, journal, state)
         for name in stop_request.archive_pending(rd):
             journal.append(Event.CONTROL_FILE_ARCHIVED, file=name, reason="resume")
-        left, view = stop_command.kill_leftovers(rd, spec.stop.kill_grace)
+        left, view = leftovers.kill_leftovers(rd, spec.stop.kill_grace)
         if left.died_at_term or left.needed_kill or left.unkillable:
             journal.append(
                 Event.LEFTOVERS_KILLED,
@@ -298,7 +298,7 @@ def _foreground(
             # Treated as `runner stop`: the engine had its grace; the fallback kills the
             # run (recorded with fallback: true), and the wait above sees it gone.
             forwarded = None
-            for line in stop_command.force(rd, spec.stop.kill_grace, fallback=True).lines():
+            for line in stop.force(rd, spec.stop.kill_grace, fallback=True).lines():
                 tell(line)
         while received:
             signum = received.pop(0)
@@ -314,7 +314,7 @@ def _foreground(
                 else:
                     if watch is not None:
                         watch.stopping("killing now")
-                    result = stop_command.force(rd, spec.stop.kill_grace, fallback=False)
+                    result = stop.force(rd, spec.stop.kill_grace, fallback=False)
                     for line in result.lines():
                         tell(line)
             else:
@@ -328,7 +328,7 @@ def _foreground(
     if init:
         reap_orphans(proc)
     if code < 0:  # killed by a signal: the state says what the run was
-        code = stop_command.run_outcome(rd)
+        code = waiting.run_outcome(rd)
     if watch is not None:
         watch.finish(code)
     return code

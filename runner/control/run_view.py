@@ -18,13 +18,14 @@ import stat
 import time
 
 from runner import defaults
-from runner.errors import Damaged, NoLiveRun, RunnerError, disk_fault
+from runner.errors import CopyOfRun, Damaged, NoLiveRun, OtherPidNamespace, RunnerError, disk_fault
 from runner.exitcodes import Exit
 from runner.files import identity_file, state, untrusted
 from runner.files.rundir import RUN_ID_SHAPE, RunDir, copy_line
 from runner.ident import Identity
 from runner.proc import identity, membership, pidns, sweep
 from runner.proc.cgroup import RunCgroup, run_cgroup_path
+from runner.proc.membership import Membership
 from runner.values import Value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
@@ -442,3 +443,25 @@ def require_engine(v: RunView) -> Identity:
             f"(the engine never started, or is gone)"
         )
     return v.engine
+
+
+def not_a_copy(view: RunView) -> RunView:
+    """The view, unless its directory is a copy of a run: then CopyOfRun, before anything
+    is signalled or written (the copy's files name another directory's processes)."""
+    if view.copy is not None:
+        raise CopyOfRun(view.copy)
+    return view
+
+
+def acting_on(view: RunView) -> RunView:
+    """The view a signalling stop acts on: not a copy's, and not of a run in a pid
+    namespace this process cannot see into (OtherPidNamespace, nothing signalled)."""
+    view = not_a_copy(view)
+    if view.elsewhere is not None:
+        raise OtherPidNamespace(view.elsewhere)
+    return view
+
+
+def members(view: RunView) -> Membership:
+    """What proves a process this run's: its tag (the run's key) or its cgroup."""
+    return Membership(view.key, view.cgroup.relative if view.cgroup else None)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runner.control import lifecycle, stop_command
+from runner.control import lifecycle, stop
 from runner.errors import IdentityError, RunnerError, printable
 from runner.events import Origin
 from runner.exitcodes import Exit
@@ -29,17 +29,17 @@ MESSAGE_CHARS = 400
 
 
 def _stop(rd: RunDir) -> tuple[Exit, str]:
-    result = stop_command.stop_hard(rd, origin=Origin.DASHBOARD)
+    result = stop.stop_hard(rd, origin=Origin.DASHBOARD)
     return result.code, " / ".join(result.lines())
 
 
 def _stop_now(rd: RunDir) -> tuple[Exit, str]:
-    result = stop_command.stop_now(rd, origin=Origin.DASHBOARD)
+    result = stop.stop_now(rd, origin=Origin.DASHBOARD)
     return result.code, " / ".join(result.lines())
 
 
 def _stop_graceful(rd: RunDir) -> tuple[Exit, str]:
-    result = stop_command.stop_graceful(rd, origin=Origin.DASHBOARD)
+    result = stop.stop_graceful(rd, origin=Origin.DASHBOARD)
     return result.code, result.message
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import errno
 import os
+import select
 import signal
 import time
 
@@ -181,3 +182,33 @@ def refusal(pgid: int, protected: Collection[int] | None = None) -> str | None:
         if st is not None and st.pgid == pgid:
             return f"process group {pgid} holds pid {pid}, this process or one of its ancestors"
     return None
+
+
+def wait_gone(engine: Identity, timeout: float) -> bool:
+    """Wait until the engine process is gone (a zombie counts as gone). Event-driven
+    on Linux: a pidfd becomes readable when the process exits, child of ours or not."""
+    deadline = time.monotonic() + timeout
+    fd: int | None = None
+    try:
+        fd = os.pidfd_open(engine.pid)
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        # The pidfd is only ours to trust once the start time still matches.
+        if not identity.is_running(engine):
+            return True
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return not identity.is_running(engine)
+            if fd is not None:
+                select.select([fd], [], [], left)
+                if not identity.is_running(engine):
+                    return True
+            else:
+                time.sleep(min(0.02, left))
+                if not identity.is_running(engine):
+                    return True
+    finally:
+        if fd is not None:
+            os.close(fd)

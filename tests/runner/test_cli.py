@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 import runs as R
 
-from runner.control import stop_command
 from runner.exitcodes import Exit
 from runner.files import identity_file
 from runner.files.rundir import RunDir
-from runner.proc import identity
+from runner.proc import identity, signals
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -392,7 +391,7 @@ def test_stop_now_stops_a_run_whose_engine_identity_is_malformed(runs, tmp_path,
     assert proc.returncode == Exit.DAMAGED, (proc.returncode, proc.stderr)
     assert "engine.json" in proc.stderr and "Traceback" not in proc.stderr
     assert all(line.startswith("runner: ") for line in proc.stderr.splitlines()), proc.stderr
-    assert stop_command.wait_engine_gone(engine, 5.0) and not rd.is_live()
+    assert signals.wait_gone(engine, 5.0) and not rd.is_live()
     assert R.tagged(rd.run_id) == []
 
 

@@ -15,9 +15,9 @@ import subprocess
 import pytest
 import runs as R
 
-from runner.control import stop_command
 from runner.exitcodes import Exit
 from runner.files import identity_file
+from runner.proc import signals
 
 KILL_GRACE = 0.2
 STOP = {"kill_grace": KILL_GRACE, "grace": 3.0}
@@ -126,7 +126,7 @@ def damaged_run(runs, victim, name, kind):
 
 
 def check_stopped(rd, engine, v, run_id):
-    assert stop_command.wait_engine_gone(engine, 5.0), "the engine survived the stop"
+    assert signals.wait_gone(engine, 5.0), "the engine survived the stop"
     assert v.wait_gone(5.0), "the provider survived the stop"
     assert R.tagged(run_id) == [], "a process with the run's tag survived the stop"
 

@@ -230,7 +230,7 @@ def test_full_disk_at_the_stop_is_recorded_then_resumes(tmpfs, runs, victim, how
 
 
 def test_full_disk_stopper_gives_up_the_dead_engines_reserve(tmpfs, runs):
-    """Path: stop_command._record_forced_stop with the reserve a SIGKILLed engine left
+    """Path: stop_record.record_forced_stop with the reserve a SIGKILLed engine left
     behind (Reserve.leftover): on a full disk, `runner stop --now` kills what the dead
     engine left, and records the stop in the reserve's space: exit 0, stopped, one
     run-stop. Ablation stopper-leftover-reserve (no leftover reserve): NOT_RECORDED."""

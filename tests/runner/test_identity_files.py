@@ -8,10 +8,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from runner.control import stop_command
 from runner.exitcodes import Exit
 from runner.files import identity_file
-from runner.proc import identity
+from runner.proc import identity, signals
 
 KILL_GRACE = 0.3
 
@@ -50,7 +49,7 @@ def test_stale_engine_pid_now_naming_another_process_is_never_signalled(runs, vi
     v = prepared.adopt(timeout=10)
     engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
-    assert stop_command.wait_engine_gone(engine, 5.0)
+    assert signals.wait_gone(engine, 5.0)
     v.kill()
     assert v.wait_gone(5.0)
     deadline = time.monotonic() + 10  # PID 1 reaps the orphaned engine about a second late

@@ -16,13 +16,12 @@ from pathlib import Path
 import pytest
 import runs as R
 
-from runner.control import stop_command
 from runner.exitcodes import Exit
 from runner.files import identity_file
 from runner.files.atomic import atomic_write_text
 from runner.ident import Identity
 from runner.proc import cgroup as cgroups
-from runner.proc import identity, membership, reaper
+from runner.proc import identity, membership, reaper, signals
 
 KILL_GRACE = 0.2
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -55,7 +54,7 @@ def live_run(runs, victim):
 
 
 def assert_run_stopped(rd, engine, v, run_id):
-    assert stop_command.wait_engine_gone(engine, 5.0), "the engine survived the stop"
+    assert signals.wait_gone(engine, 5.0), "the engine survived the stop"
     assert v.wait_gone(5.0), "the provider survived the stop"
     assert R.tagged(run_id) == []
 
@@ -122,7 +121,7 @@ def test_reused_pid_of_a_real_child_file_never_kills_the_newcomer(runs, victim, 
     proc = R.runner("stop", "--now", "--run-dir", rd.path)
     assert proc.returncode in (Exit.OK, Exit.DAMAGED), (proc.returncode, proc.stderr)
     assert newcomer.poll() is None, "the stop killed the program that reused a stale call's pid"
-    assert stop_command.wait_engine_gone(engine, 5.0)
+    assert signals.wait_gone(engine, 5.0)
     assert R.tagged(rd.run_id) == []
 
 
@@ -198,7 +197,7 @@ def test_forged_cgroup_file_never_touches_a_foreign_cgroup(runs, victim, foreign
 
 
 def test_resume_never_kills_what_forged_files_name(runs, victim, foreign, foreign_cgroup):
-    """Path: resume's leftover kill (stop_command.kill_leftovers). After a stop, forged child
+    """Path: resume's leftover kill (leftovers.kill_leftovers). After a stop, forged child
     files and a forged cgroup file name foreign processes and a foreign cgroup: `runner
     resume` refuses them, names the damage, and exits DAMAGED without starting an
     engine; every foreign process lives. Ablation: `membership-proof` (red)."""

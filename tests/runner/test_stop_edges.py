@@ -161,23 +161,22 @@ def test_resume_kills_what_a_killed_engine_left_running(runs, victim):
     calls, the run's tag, the cgroup's work members), so an orphaned provider never
     works on an item beside its own replay."""
     import os
-    import signal as signals
+    import signal
 
-    from runner.control import stop_command
-    from runner.proc import identity
+    from runner.proc import identity, signals
 
     prepared = victim.prepare("trap-term")
     rd = runs.start(runs.spec(provider=prepared.argv, stop=STOP))
     runs.wait_event(rd, "phase-start", phase="session")
     orphan = identity.current(prepared.adopt(timeout=10).pid)
     engine = identity_file.read(rd.engine_identity)
-    os.kill(engine.pid, signals.SIGKILL)
-    assert stop_command.wait_engine_gone(engine, 5.0)
+    os.kill(engine.pid, signal.SIGKILL)
+    assert signals.wait_gone(engine, 5.0)
     assert identity.is_running(orphan)  # the engine died without a stop: its call lives on
     proc = R.runner("resume", "--run-dir", rd.path, "--detach")
     assert proc.returncode == Exit.OK, proc.stderr
     # By pid, not by token: the replayed session is the same victim command, same token.
-    assert stop_command.wait_engine_gone(orphan, 5.0), "the previous attempt's call outlived the resume"
+    assert signals.wait_gone(orphan, 5.0), "the previous attempt's call outlived the resume"
     (killed,) = runs.events(rd, "leftovers-killed")
     assert orphan.pid in killed["needed_kill"]
     # The replayed session is the prepared victim's command again: stop the run.

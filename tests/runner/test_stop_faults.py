@@ -15,12 +15,12 @@ import time
 import pytest
 
 from bench import faults
-from runner.control import lifecycle, stop_command
+from runner.control import leftovers, lifecycle, stop, stop_record
 from runner.exitcodes import Exit
 from runner.files import identity_file
 from runner.files.rundir import RunDir
 from runner.files.state import StateStore
-from runner.proc import identity, reaper
+from runner.proc import identity, reaper, signals
 
 KILL_GRACE = 0.5
 MOMENTS = (0.02, 0.05, 0.15, 0.3, 1.0)
@@ -77,7 +77,7 @@ def test_plain_stop_after_a_dead_engine_kills_and_records(runs, tmp_path):
         assert time.monotonic() < deadline, runs.tagged(rd.run_id)
         time.sleep(0.01)
     os.kill(engine.pid, signal.SIGKILL)
-    assert stop_command.wait_engine_gone(engine, 10)
+    assert signals.wait_gone(engine, 10)
     assert len(runs.tagged(rd.run_id)) == 3
     proc = runs.runner("stop", "--run-dir", rd.path)
     assert proc.returncode == Exit.OK, proc.stderr
@@ -98,8 +98,8 @@ def test_forced_record_is_never_half_written_by_an_interrupt(runs, monkeypatch):
     assert faults.wait_children(rd)
     engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
-    assert stop_command.wait_engine_gone(engine, 10)
-    stop_command.kill_leftovers(rd, KILL_GRACE)
+    assert signals.wait_gone(engine, 10)
+    leftovers.kill_leftovers(rd, KILL_GRACE)
     real_save = StateStore.save
 
     def save_then_interrupt(self, state):
@@ -108,10 +108,10 @@ def test_forced_record_is_never_half_written_by_an_interrupt(runs, monkeypatch):
 
     monkeypatch.setattr(StateStore, "save", save_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
-        stop_command._record_forced_stop(rd, reaper.ReapReport(), fallback=False)
+        stop_record.record_forced_stop(rd, reaper.ReapReport(), fallback=False)
     monkeypatch.undo()
     assert faults.recorded(rd), "state.json and the journal disagree about the stop"
-    stop_command.force(rd, KILL_GRACE, fallback=False)  # the dead engine's cgroup goes too
+    stop.force(rd, KILL_GRACE, fallback=False)  # the dead engine's cgroup goes too
 
 
 def test_fork_storm_exit_zero_only_with_nothing_left(tmp_path):
@@ -346,7 +346,7 @@ def test_resume_completes_a_half_written_stop_record(runs):
     assert faults.wait_children(rd)
     engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
-    assert stop_command.wait_engine_gone(engine, 10)
+    assert signals.wait_gone(engine, 10)
     store = StateStore(rd.state)
     state = store.load()
     state.stopped, state.status, state.stop_origin = True, "stopped", "signal"

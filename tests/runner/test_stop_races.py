@@ -110,7 +110,7 @@ def test_wedged_engine_falls_back_after_grace(runs, victim, stop_latency):
     control file), `runner stop` waits out grace (1 s), then force-kills: exit
     STOP_FORCED, journal run-stop fallback true origin forced (exactly one), the engine
     gone, nothing left with the run's tag. Ablation: remove the fallback in
-    stop_command.stop_hard and the stop returns with the engine still there."""
+    stop.stop_hard and the stop returns with the engine still there."""
     grace = 1.0
     rd, v = trap_term_run(runs, victim, grace=grace)
     engine = identity_file.read(rd.engine_identity)
