@@ -14,13 +14,12 @@ import os
 import signal
 import time
 
-from runner.control import run_view
+from runner.control import run_view, stop_result
 from runner.control.stop_lock import StopLock, force_bound
 from runner.control.stop_record import record_forced_stop, recorded_by_someone, unproven_children
-from runner.control.stop_result import StopResult, forced_result
+from runner.control.stop_result import RecordedBy, StopResult, forced_result
 from runner.errors import ControlFileError, Damaged, NoLiveRun, RunLocked, Unwritable
 from runner.events import Event, Mode, Origin
-from runner.exitcodes import Exit
 from runner.files import stop_request
 from runner.files.journal import Journal
 from runner.files.rundir import RunDir, refuse_copy
@@ -187,16 +186,8 @@ def _stop_hard(
         # it. Wait for any stopper that is forcing to finish recording before reading.
         with StopLock(rd, view, force_bound(view.stop.kill_grace)):
             pass
-        if recorded_by_someone(rd) == "other":
-            elapsed = time.monotonic() - started
-            return StopResult(
-                view.ok_code,
-                f"run {view.run_id} stopped by another stopper in {elapsed:.3f}s",
-                elapsed,
-                recorded_by="other",
-                damaged=view.damaged,
-                unwritten=view.unwritten,
-            )
+        if recorded_by_someone(rd) == RecordedBy.OTHER:
+            return stop_result.stopped_by_other(view, time.monotonic() - started)
         try:
             state = StateStore(rd.state).load()
         except Damaged as exc:
@@ -204,42 +195,17 @@ def _stop_hard(
             state = None
         elapsed = time.monotonic() - started
         if state is not None and state.stopped:
-            return StopResult(
-                view.ok_code,
-                f"run {view.run_id} stopped by its engine (origin {state.stop_origin}) in {elapsed:.3f}s",
-                elapsed,
-                damaged=view.damaged,
-                unwritten=view.unwritten,
-            )
+            return stop_result.stopped_by_engine(view, state.stop_origin, elapsed)
         if state is not None and state.status in ("completed", "failed"):
-            return StopResult(
-                view.ok_code,
-                f"run {view.run_id} had already {state.status}; the stop arrived late",
-                elapsed,
-                damaged=view.damaged,
-                unwritten=view.unwritten,
-            )
+            return stop_result.arrived_late(view, state.status, elapsed)
     kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
     result = force(rd, kill_grace, fallback=True, view=view, origin=origin)
     result.elapsed = time.monotonic() - started
-    if result.recorded_by == "engine":
-        # The engine recorded its own stop while the fallback ran: it honored it, late.
-        result.message = f"engine honored the stop after grace {grace}s: {result.message}"
-    elif result.recorded_by == "other":
-        result.message = f"another stopper stopped the run first: {result.message}"
-    elif result.code == Exit.STOP_FORCED:
-        result.message = f"engine did not honor the stop within grace {grace}s; force-killed: {result.message}"
-    elif result.code == Exit.NOT_RECORDED and gone and engine is not None:
-        # The engine ended the run itself within grace (the fallback found nothing left
-        # to kill) but could not record it; neither could this stopper.
-        what = result.message.split("could not be recorded: ", 1)[-1]
-        result.message = (
-            f"run {view.run_id} stopped by its engine in {result.elapsed:.3f}s; every process is gone, "
-            f"but the stop could not be recorded: {what}"
-        )
-    elif result.code == Exit.NOT_RECORDED:
-        result.message = f"engine did not honor the stop within grace {grace}s; force-killed: {result.message}"
-    return result
+    return stop_result.after_grace(view, result, grace, gone and engine is not None)
+
+
+_ENDED = (RecordedBy.ENGINE, RecordedBy.OTHER, RecordedBy.FINISHED)
+"""A stop that found the attempt's end already recorded (or a finished run)."""
 
 
 def _stop_without_engine(
@@ -254,18 +220,11 @@ def _stop_without_engine(
     kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
     result = force(rd, kill_grace, fallback=False, view=view, origin=origin)
     result.elapsed = time.monotonic() - started
-    if result.found == 0 and result.recorded_by in ("engine", "other", "finished"):  # ablate: stop-total-dead-engine
+    if result.found == 0 and result.recorded_by in _ENDED:  # ablate: stop-total-dead-engine
         raise NoLiveRun(
             f"{rd.path}: no live engine, nothing of the run alive and its end already recorded (see `runner status`)"
         )
-    if result.recorded_by == "stopper" and result.found == 0:
-        result.message = (
-            f"run {view.run_id}: its engine was dead and nothing of the run was alive; the stop is recorded "
-            "(`runner resume` continues the run)"
-        )
-    else:
-        result.message = f"its engine was dead: {result.message}"
-    return result
+    return stop_result.without_engine(view, result)
 
 
 def stop_graceful(rd: RunDir, *, origin: Origin = Origin.FILE) -> StopResult:
@@ -280,8 +239,4 @@ def stop_graceful(rd: RunDir, *, origin: Origin = Origin.FILE) -> StopResult:
         raise ControlFileError(
             f"{exc}: the graceful stop is not lodged (`runner stop` still reaches the engine by signal)"
         ) from None
-    if request.mode == Mode.HARD:
-        return StopResult(Exit.OK, f"a hard stop is already pending for run {rd.run_id}; it is not downgraded", 0.0)
-    return StopResult(
-        Exit.OK, f"graceful stop lodged for run {rd.run_id}: the phase in flight completes, then the run stops", 0.0
-    )
+    return stop_result.graceful_lodged(rd.run_id, request.mode == Mode.HARD)

@@ -9,6 +9,7 @@ import signal
 import time
 
 from runner import defaults
+from runner.control.stop_result import RecordedBy
 from runner.errors import DISK_ERRNOS, Damaged, RunLocked, Unwritable
 from runner.events import STOP_SIGNALS, Event, Mode, Origin
 from runner.exitcodes import Exit
@@ -26,17 +27,17 @@ if TYPE_CHECKING:
     from runner.proc.reaper import ReapReport
 
 
-def _who_recorded(rd: RunDir, state: State) -> str | None:
+def _who_recorded(rd: RunDir, state: State) -> RecordedBy | None:
     """ "engine" or "other" (another stopper) when this attempt's stop is already
     recorded: stopped in state.json and its run-stop journaled."""
     # The current attempt's records only, and a bounded tail of them (journal.stop_recorded,
     # read from the journal's end): the previous attempt's `run-stop` never counts for this one.
     if state.stopped and stop_recorded(rd.journal):
-        return "engine" if state.stop_origin != Origin.FORCED else "other"
+        return RecordedBy.ENGINE if state.stop_origin != Origin.FORCED else RecordedBy.OTHER
     return None
 
 
-def recorded_by_someone(rd: RunDir) -> str | None:
+def recorded_by_someone(rd: RunDir) -> RecordedBy | None:
     try:
         state = StateStore(rd.state).load()
     except Damaged:
@@ -57,7 +58,7 @@ def _recording_lock(rd: RunDir) -> EngineLock:
             time.sleep(defaults.FILE_POLL)
 
 
-def record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None = None) -> str:
+def record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None = None) -> RecordedBy:
     """Record a stop the engine did not record, once. Returns who recorded it:
     "engine" (it did, itself), "other" (another stopper forced it first, e.g. a
     `--now` racing this `runner stop`), "finished" (the run had completed: nothing to
@@ -104,7 +105,7 @@ def _release_interrupts(held: tuple[list[int], dict[int, Any]] | None) -> None:
         signal.raise_signal(signum)
 
 
-def _record_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None) -> str:
+def _record_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None) -> RecordedBy:
     # The engine is dead (this stopper holds its lock): a reserve it left behind is
     # this stopper's to give up, should the disk be full (reserve.py).
     spare = Reserve.leftover(rd.path)  # ablate: stopper-leftover-reserve
@@ -115,7 +116,7 @@ def _record_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origi
         if prior is not None:
             return prior
         if state.status in ("completed", "failed") and not state.stopped:
-            return "finished"
+            return RecordedBy.FINISHED
         # Not stopped, or stopped by an engine that died before journaling it: this
         # stopper records the stop (and the one run-stop of the attempt).
         if not state.stopped:
@@ -137,7 +138,7 @@ def _record_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origi
                 unkillable=sorted(report.unkillable),
                 left_running=sorted(report.left_running),
             )
-        return "stopper"
+        return RecordedBy.STOPPER
 
 
 def complete_record(rd: RunDir, journal: Journal, state: State) -> bool:
