@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 
 from runner import defaults
 from runner.engine.phases import Engine, say
@@ -60,6 +59,8 @@ def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
             say(f"cannot write the run's records: {exc}")
             return Exit.NOT_RECORDED
         try:
+            import traceback
+
             traceback.print_exc()
         except (OSError, ValueError):
             pass  # engine.log is on the disk that failed

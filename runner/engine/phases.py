@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-import traceback
 
 from runner import defaults
 from runner.engine.child import Result, run_child
@@ -33,7 +32,7 @@ from runner.files.atomic import atomic_write_text
 from runner.files.spec import substitute
 from runner.proc import membership, reaper, sweep
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -139,6 +138,8 @@ class Engine:
             if self.ctl.stopping:
                 # An error while a hard stop unwinds: the stop is what happened (the
                 # fallback must not be blamed on the engine); the error is kept.
+                import traceback
+
                 self.journal.append(Event.ENGINE_ERROR, error=traceback.format_exc(limit=20))
                 return self._record_stop(self.ctl.hard_stop())
             # A link or a stranger's file where the engine writes (dirfd.py) is damage,
@@ -148,6 +149,8 @@ class Engine:
             damaged = isinstance(exc, Damaged)
             why = f"damaged run directory: {exc}" if damaged else cause(exc)
             say(f"crashed: {why}")
+            import traceback
+
             error = why if damaged else traceback.format_exc(limit=20)
             self.journal.append(Event.ENGINE_CRASH, error=error, cause=why)
             self.state.status = "crashed"
@@ -388,6 +391,8 @@ class Engine:
             try:
                 result = step()
             except Exception:
+                import traceback
+
                 self.journal.append(Event.CLEANUP_ERROR, error=traceback.format_exc(limit=5))
                 continue
             unkillable = getattr(result, "unkillable", None)
