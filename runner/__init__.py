@@ -13,7 +13,7 @@ through this file, and must not pay for what they do not use).
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

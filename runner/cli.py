@@ -11,7 +11,7 @@ from runner.errors import DISK_ERRNOS, BadInput, NoLiveRun, RunnerError, printab
 from runner.events import STOP_SIGNALS
 from runner.exitcodes import Exit
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     import argparse

@@ -29,7 +29,7 @@ import os
 
 from runner.exitcodes import Exit
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from runner.events import Mode, Origin

@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 from enum import IntEnum, StrEnum
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from runner.errors import IdentityError
 from runner.values import FrozenValue
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Final
 

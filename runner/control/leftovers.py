@@ -7,7 +7,7 @@ from runner.control import run_view
 from runner.files.rundir import RunDir
 from runner.proc import reaper
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from runner.control.run_view import RunView

@@ -26,7 +26,7 @@ from runner.files.rundir import RunDir, refuse_copy
 from runner.files.state import StateStore
 from runner.proc import identity, reaper, signals, sweep
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from runner.control.run_view import RunView

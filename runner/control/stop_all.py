@@ -13,7 +13,7 @@ from runner.exitcodes import Exit
 from runner.files.rundir import RunDir, copy_line
 from runner.proc import reaper
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from runner.proc.vanished import Vanished

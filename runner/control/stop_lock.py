@@ -11,7 +11,7 @@ from runner.errors import Damaged
 from runner.files import untrusted
 from runner.files.rundir import RunDir
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from runner.control.run_view import RunView

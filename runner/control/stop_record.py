@@ -18,7 +18,7 @@ from runner.files.reserve import Reserve
 from runner.files.rundir import RunDir
 from runner.files.state import State, StateStore
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from typing import Any

@@ -10,7 +10,7 @@ from runner.files.rundir import RunDir
 from runner.files.state import StateStore
 from runner.proc import identity, signals
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     pass

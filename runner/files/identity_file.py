@@ -10,7 +10,7 @@ from runner.errors import Damaged, IdentityError
 from runner.files import atomic, untrusted
 from runner.ident import FIELDS, Identity
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

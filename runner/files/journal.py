@@ -20,7 +20,7 @@ from runner.errors import Damaged
 from runner.events import Event
 from runner.files import reserve, untrusted
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Any, Self

@@ -20,7 +20,7 @@ from runner.errors import BadInput, CopyOfRun, Damaged, NoLiveRun, RunLocked
 from runner.files import dirfd, untrusted
 from runner.files.atomic import atomic_write_text, temp_file
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Self
 

@@ -9,9 +9,6 @@ stop-request.lock. Readers outside the lock (peek) are safe because writes are a
 A request that cannot be read (torn, empty, hand-edited) reads as GRACEFUL with
 unreadable=True: an operator meant *some* stop, and a spurious hard stop is worse than
 a graceful one.
-
-Its classes are plain (values.py), not dataclasses: importing and applying dataclasses cost
-every stop command 74 M of its 205 M start-up instructions (valgrind), about 20 ms.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from runner.files import dirfd, untrusted
 from runner.files.atomic import atomic_write_json
 from runner.values import Value
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from runner.files.rundir import RunDir

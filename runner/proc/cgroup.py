@@ -22,7 +22,7 @@ from runner.ident import Identity
 from runner.proc import identity, signals
 from runner.proc.membership import Membership, cgroup_of
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     import threading

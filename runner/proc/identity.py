@@ -1,9 +1,6 @@
 """Process identity read live from /proc: a process's stat, its age, and whether a
 recorded identity (runner/ident.py: pid, start ticks, boot id) still names it. The
 identity files of the run directory are files/identity_file.py's.
-
-Its classes are plain (values.py), not dataclasses: importing and applying dataclasses cost
-every stop command 74 M of its 205 M start-up instructions (valgrind), about 20 ms.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from runner import ident
 from runner.ident import Identity
 from runner.values import FrozenValue
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 

@@ -20,7 +20,7 @@ from runner import log as _log
 from runner.ident import Identity, boot_id
 from runner.proc import identity
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Collection
