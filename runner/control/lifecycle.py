@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from runner import defaults
 from runner.control import leftovers, run_view, stop, stop_record, waiting
 from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked
-from runner.events import Event, Mode, Origin
+from runner.events import STOP_SIGNALS, Event, Mode, Origin
 from runner.exitcodes import Exit
 from runner.files import identity_file, ownership, stop_request, untrusted
 from runner.files.journal import Journal
@@ -276,12 +276,11 @@ def _foreground(
     received: list[int] = []
     signum: int  # a signal number: the forwarded ones, then whatever the terminal sent
     tagged = Membership(run_id=rd.key(rd.run_id))  # the engine carries the run's tag from its first instruction
-    stop_signals = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
-    for signum in stop_signals:
+    for signum in STOP_SIGNALS:
         signal.signal(signum, lambda s, f: received.append(s))
     # Blocked since this command's first instruction (cli.early_signals): one that came
     # while the engine started was held pending, and is delivered to the handler now.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     tell = watch.say if watch is not None else say
     interrupts = 0
     init = os.getpid() == 1  # a container's entrypoint: every orphan of the namespace is ours
@@ -374,7 +373,7 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     else:
         fold = overview.fold_journal(rd, spec, view.damaged)
     children: list[ChildStatus] = []
-    members = Membership(view.key, view.cgroup.relative if view.cgroup else None)
+    members = run_view.members(view)
     engine = view.engine
     if engine is not None and identity.is_running(engine) and members.proof(engine.pid, engine.start_ticks) is None:
         # engine.json names a live process that is not this directory's run (copied or
