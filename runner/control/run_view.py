@@ -138,15 +138,10 @@ def lock_holders(rd: RunDir, candidates: Iterable[int] | None = None) -> list[in
 
 
 def _holds_flock(pid: int, dev: int, ino: int) -> bool:
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
+    for fd, target in identity.descriptors(pid):
+        if (target.st_dev, target.st_ino) != (dev, ino):
+            continue
         try:
-            target = os.stat(f"/proc/{pid}/fd/{fd}")
-            if (target.st_dev, target.st_ino) != (dev, ino):
-                continue
             with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as f:
                 info = f.read(64 * 1024)
         except OSError:

@@ -143,17 +143,11 @@ def stop_hard(
     origin: Origin | None = None,
 ) -> StopResult:
     """`runner stop` (see _stop_hard), with the engine's unproven children named."""
-    result = _stop_hard(rd, channel=channel, grace=grace, kill_grace=kill_grace, origin=origin)
-    return _with_unproven(rd, result)
+    return _with_unproven(rd, _stop_hard(rd, channel, grace, kill_grace, origin))
 
 
 def _stop_hard(
-    rd: RunDir,
-    *,
-    channel: str | None = None,
-    grace: float | None = None,
-    kill_grace: float | None = None,
-    origin: Origin | None = None,
+    rd: RunDir, channel: str | None, grace: float | None, kill_grace: float | None, origin: Origin | None
 ) -> StopResult:
     """`runner stop`: lodge, signal (signal channel), wait up to grace for the engine's
     own teardown, and only then fall back to the force-kill. With a damaged run

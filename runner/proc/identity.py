@@ -14,6 +14,7 @@ from runner.values import FrozenValue
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Final
 
 
@@ -69,6 +70,21 @@ def killed_by(pid: int) -> int | None:
     if st is None or not st.zombie or st.wait_status is None:
         return None
     return st.wait_status & 0x7F or None
+
+
+def descriptors(pid: int) -> Iterator[tuple[str, os.stat_result]]:
+    """Each open descriptor of `pid` (its number in /proc/PID/fd) and what it names,
+    stat'ed through the link; one that closes meanwhile is passed over. Empty for a
+    process gone or not ours to read."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            yield fd, os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
 
 
 def all_pids() -> list[int]:

@@ -49,18 +49,7 @@ def _engine_dir(pid: int) -> str | None:
 
 
 def _holds_deleted_dir(pid: int) -> bool:
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            st = os.stat(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode) and st.st_nlink == 0:
-            return True
-    return False
+    return any(stat.S_ISDIR(st.st_mode) and st.st_nlink == 0 for _, st in identity.descriptors(pid))
 
 
 def engines(base: str | os.PathLike[str]) -> list[Vanished]:
@@ -78,5 +67,5 @@ def engines(base: str | os.PathLike[str]) -> list[Vanished]:
         st = identity.stat(pid)
         if run_id is None or st is None or st.zombie:
             continue
-        found.append(Vanished(Identity(st.pid, st.pgid, st.sid, st.start_ticks, boot), run_id, run_dir))
+        found.append(Vanished(identity.from_stat(st, boot), run_id, run_dir))
     return found
