@@ -18,7 +18,7 @@ from pathlib import Path
 from runner import defaults, ident
 from runner.errors import BadInput, CopyOfRun, Damaged, NoLiveRun, RunLocked
 from runner.files import dirfd, untrusted
-from runner.files.atomic import atomic_write_text, temp_file
+from runner.files.atomic import atomic_write_text, temp_file, write_synced
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -198,11 +198,7 @@ class RunDir:
             ownership.check_pinned(rd.path, dfd)
         fd, tmp = temp_file(str(rd.path), ".spec.", dir_fd=dfd)
         try:
-            dirfd.own(dfd, fd)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            write_synced(dfd, fd, data)
             try:
                 os.link(tmp, rd.spec.name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
             except FileExistsError:
