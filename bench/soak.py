@@ -49,12 +49,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import faults  # noqa: E402
 from bench.stoppers import commit as git_commit  # noqa: E402
-from runner.control import stop_command  # noqa: E402
 from runner.exitcodes import Exit  # noqa: E402
-from runner.files import journal
+from runner.files import identity_file, journal
 from runner.files.rundir import RunDir  # noqa: E402
 from runner.files.state import StateStore  # noqa: E402
-from runner.proc import identity, sweep
+from runner.proc import (
+    identity,
+    signals,  # noqa: E402
+    sweep,
+)
 
 RUNNER = [sys.executable, "-m", "runner"]
 DOCUMENTED = {int(e) for e in Exit} - {int(Exit.INTERNAL)}
@@ -120,10 +123,10 @@ def crash_and_resume(work: Path, kills: int, rng: random.Random) -> dict:
             rounds += 1
             time.sleep(rng.uniform(0.0, 0.6))
             try:
-                engine = identity.read(rd.engine_identity)
+                engine = identity_file.read(rd.engine_identity)
             except (FileNotFoundError, OSError):
                 break
-            children = [identity.read(p) for p in rd.children.glob("*.json") if p.exists()]
+            children = [identity_file.read(p) for p in rd.children.glob("*.json") if p.exists()]
             if not identity.is_running(engine):
                 break  # finished before the kill
             try:
@@ -144,7 +147,7 @@ def crash_and_resume(work: Path, kills: int, rng: random.Random) -> dict:
                     os.kill(engine.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            stop_command.wait_engine_gone(engine, 10)
+            signals.wait_gone(engine, 10)
             done_kills += 1
             problems += check_after_kill(rd)
             resumed = runner("resume", "--run-dir", rd.path, "--detach")

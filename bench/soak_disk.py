@@ -27,10 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner.exitcodes import Exit
-from runner.files import journal
+from runner.files import identity_file, journal
 from runner.files.rundir import RunDir
 from runner.files.state import StateStore
-from runner.proc import identity, reaper, sweep
+from runner.proc import reaper, sweep
 
 RUNNER = [sys.executable, "-m", "runner"]
 TRAP = ["/bin/sh", "-c", "trap '' TERM; sleep 7200 & setsid sleep 7200 & wait; wait"]
@@ -185,7 +185,7 @@ def run(work: Path, n: int) -> dict[str, object]:
     def engine_killed(mnt: Path) -> None:
         rd = _start(spec, mnt / "run")
         _call_running(rd)
-        engine = identity.read(rd.engine_identity)
+        engine = identity_file.read(rd.engine_identity)
         os.kill(engine.pid, 9)
         time.sleep(0.2)
         _fill(mnt)

@@ -25,7 +25,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "runner")]
 import runs as R  # noqa: E402  (the tests' helpers: `runner run --detach`, journal reads)
 from dashboard_browser import chromium, launch, status_is  # noqa: E402
 
-from runner.control import stop_command  # noqa: E402
+from runner.control import stop  # noqa: E402
 from runner.files.rundir import RunDir, new_run_id  # noqa: E402
 from runner.proc import reaper  # noqa: E402
 
@@ -108,7 +108,7 @@ def take(out: Path) -> None:
                 dashboard.wait(timeout=60)
             for rd in started:
                 if rd.is_live():
-                    stop_command.stop_now(rd, 0.2)
+                    stop.stop_now(rd, 0.2)
                 reaper.kill_tagged(rd.run_id, 0.2)
     print(f"dashboard_screenshot: wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
 

@@ -812,7 +812,7 @@ class Context:
         ),
         (
             'dashboard "Stop"',
-            "`runner stop`'s own code (`stop_command.stop_hard`, origin `dashboard`)",
+            "`runner stop`'s own code (`stop.stop_hard`, origin `dashboard`)",
             "hard",
             ("dashboard Stop / click to run-stop",),
             ("stop", ("OK", "STOP_FORCED", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED")),
@@ -820,7 +820,7 @@ class Context:
         ),
         (
             'dashboard "Stop now"',
-            "`runner stop --now`'s own code (`stop_command.stop_now`)",
+            "`runner stop --now`'s own code (`stop.stop_now`)",
             "now",
             ("dashboard Stop now / click to run-stop",),
             ("stop --now", ("OK", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED")),
@@ -828,7 +828,7 @@ class Context:
         ),
         (
             'dashboard "Stop gracefully"',
-            "`runner stop --graceful`'s own code (`stop_command.stop_graceful`)",
+            "`runner stop --graceful`'s own code (`stop.stop_graceful`)",
             "graceful",
             (),
             ("stop --graceful", ("OK",)),
@@ -850,10 +850,8 @@ class Context:
             shown = "<br>".join(cells) or "not measured"
             code_text = self._codes(*codes) if codes else "none (the run goes on)"
             if "{MAX_STOPPERS}" in what:
-                from runner.control import stop_command
-
-                n = stop_command.MAX_STOPPERS
-                what = what.replace("{MAX_STOPPERS}", f"{n} (DERIVED: `runner/control/stop_command.py: MAX_STOPPERS`)")
+                n = _defaults().MAX_STOPPERS
+                what = what.replace("{MAX_STOPPERS}", f"{n} (DERIVED: `runner/defaults.py: MAX_STOPPERS`)")
             rows.append(f"| {mode} | {what} | {self._worst(worst)} | {shown} | {code_text} | {resumable} |")
         return "\n".join(rows)
 

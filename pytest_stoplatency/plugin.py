@@ -2,8 +2,9 @@
 
 The plugin works on Linux only (/proc, pidfds, prctl, cgroup v2), yet it is installed into
 every pytest session of an environment, on a developer's Mac too. So this module imports
-nothing Linux-only, and nothing that reads /proc: on Linux it registers the working plugin
-(_linux.py); anywhere else the inactive one (_inactive.py), which says so once in the
+nothing Linux-only, and nothing that reads /proc: on Linux it registers one plugin object
+per feature, the stop latency's (_linux.py) and, when asked for, the process-leak check's
+(_leakplugin.py); anywhere else the inactive one (_inactive.py), which says so once in the
 header and skips what needs Linux. Help texts are module constants, shared by the options,
 the ini keys, the tests and docs/plugin.md.
 """
@@ -149,9 +150,20 @@ def pytest_configure(config):
     config.addinivalue_line("markers", LEAKS_MARKER_LINE)
     reason = inactive_reason()
     if reason is None:
+        # Two features, two plugin objects (as pytest's own LoggingPlugin, CaptureManager):
+        # the stop latency's always; the process-leak check's only when it is on (an
+        # unused check reads nothing and changes nothing).
         from . import _linux
 
-        config.pluginmanager.register(_linux, _linux.PLUGIN_NAME)
+        config.pluginmanager.register(_linux.StopLatency(config), _linux.PLUGIN_NAME)
+        if leaks_enabled(config):
+            from . import _leakplugin, _records, _token
+
+            # The owner's record directory marks this process as one whose processes a
+            # sweep may have to end (its tagged ones, its session cgroup) should it die:
+            # created before any test runs, removed at a clean end (_cleanup.drop_own_records).
+            _records.owner_dir(_token.me())
+            config.pluginmanager.register(_leakplugin.ProcessLeaks(config), _leakplugin.NAME)
         return
     # A check that cannot run must not pass for one that found nothing.
     asked = _leak_check_asked(config)

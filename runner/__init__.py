@@ -13,7 +13,7 @@ through this file, and must not pay for what they do not use).
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
@@ -28,11 +28,11 @@ _EXPORTS = {
     "run": ("runner.control.lifecycle", "run"),
     "status_of": ("runner.views.status", "status_of"),
     # stops
-    "stop_hard": ("runner.control.stop_command", "stop_hard"),
-    "stop_graceful": ("runner.control.stop_command", "stop_graceful"),
-    "stop_now": ("runner.control.stop_command", "stop_now"),
-    "wait_run": ("runner.control.stop_command", "wait_run"),
-    "StopResult": ("runner.control.stop_command", "StopResult"),
+    "stop_hard": ("runner.control.stop", "stop_hard"),
+    "stop_graceful": ("runner.control.stop", "stop_graceful"),
+    "stop_now": ("runner.control.stop", "stop_now"),
+    "wait_run": ("runner.control.waiting", "wait_run"),
+    "StopResult": ("runner.control.stop_result", "StopResult"),
     # outcomes and errors
     "Exit": ("runner.exitcodes", "Exit"),
     "RunnerError": ("runner.errors", "RunnerError"),

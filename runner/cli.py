@@ -8,14 +8,10 @@ import signal
 import sys
 
 from runner.errors import DISK_ERRNOS, BadInput, NoLiveRun, RunnerError, printable
+from runner.events import STOP_SIGNALS
 from runner.exitcodes import Exit
 
-# getattr: off Linux (no SIGHUP on Windows) this module must still import, to say where
-# the runner cannot run (unsupported()).
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-"""The signals that stop a run when its foreground command or its engine receives them."""
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     import argparse
@@ -362,10 +358,10 @@ def _dispatch(args: Args) -> int:
     if args.command == "status":
         return _status(args)
     if args.command == "wait":
-        from runner.control import stop_command
+        from runner.control import waiting
         from runner.files.rundir import resolve
 
-        return stop_command.wait_run(resolve(args.run_dir))
+        return waiting.wait_run(resolve(args.run_dir))
     if args.command == "logs":
         return _logs(args)
     if args.command == "list":
@@ -451,14 +447,16 @@ def _resume(args: Args) -> int:
 def _stop(args: Args) -> Exit:
     if args.wait and not args.graceful:
         raise BadInput("runner stop: --wait: expected together with --graceful")
-    from runner.control import stop_command
+    from runner.control import stop, waiting
     from runner.files.rundir import default_base, resolve
 
     if args.all:
+        from runner.control import stop_all
+
         if args.run_dir is not None or args.wait:
             raise BadInput("runner stop --all: expected without --run-dir and --wait")
         mode = "now" if args.now else "graceful" if args.graceful else "hard"
-        code, lines = stop_command.stop_every(args.runs_dir or default_base(), mode)
+        code, lines = stop_all.stop_every(args.runs_dir or default_base(), mode)
         for line in lines:
             print(f"runner: {printable(line, None)}", file=sys.stdout if code == Exit.OK else sys.stderr)
         return code
@@ -475,13 +473,13 @@ def _stop(args: Args) -> Exit:
             raise
         return _stop_vanished(args.run_dir)
     if args.now:
-        result = stop_command.stop_now(rd)
+        result = stop.stop_now(rd)
     elif args.graceful:
-        result = stop_command.stop_graceful(rd)
+        result = stop.stop_graceful(rd)
         print(f"runner: {printable(result.message, None)}")
-        return stop_command.wait_run(rd) if args.wait else result.code
+        return waiting.wait_run(rd) if args.wait else result.code
     else:
-        result = stop_command.stop_hard(rd)
+        result = stop.stop_hard(rd)
     stream = sys.stdout if result.code == Exit.OK else sys.stderr
     for line in result.lines():
         print(f"runner: {printable(line, None)}", file=stream)
@@ -491,14 +489,14 @@ def _stop(args: Args) -> Exit:
 def _stop_vanished(run_dir: str) -> Exit:
     """`runner stop [--now] --run-dir DIR` after `rm -rf DIR` of a live run: its engine,
     if it still lives (vanished.py), is killed as `stop --all` would; else no run."""
-    from runner.control import stop_command
+    from runner.control import stop_all
     from runner.proc import vanished
 
     where = os.path.abspath(run_dir)
     found = [v for v in vanished.engines(os.path.dirname(where)) if os.path.abspath(v.run_dir) == where]
     if not found:
         raise NoLiveRun(f"{where}: no run there (no spec.toml)")
-    code, lines = stop_command.stop_vanished(found[0])
+    code, lines = stop_all.stop_vanished(found[0])
     for line in lines:
         print(f"runner: {printable(line, None)}", file=sys.stdout if code == Exit.OK else sys.stderr)
     return code

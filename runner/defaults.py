@@ -118,6 +118,38 @@ FILE_POLL = 0.01
 """How often a command re-tries a lock held by another command (a stopper recording, a
 stopper forcing)."""
 
+MAX_STOPPERS = 64
+"""`stop --all` stops this many runs at a time, each in its own thread."""
+
+# `runner logs --follow` and the foreground progress
+LOGS_FOLLOW_POLL = 0.1
+"""How often `--follow` looks for new output and new files."""
+PROGRESS_REDRAW = 0.2
+"""The live line is redrawn at most this often."""
+PROGRESS_RELIST = 1.0
+"""The captured output directory is listed again at most this often (for the running
+command's file), and at once when a phase starts."""
+PROGRESS_JOURNAL_CHUNK = 256 * 1024
+"""Most journal bytes read per tick: a resumed run's long past is read over several
+ticks, each short, so the foreground is back to its signals at once."""
+
 # `runner dashboard`
 DASHBOARD_POLL = 0.25
 """The page asks the server for every run's state this often (the issue's bound: 0.5 s)."""
+DASHBOARD_MIN_AGE = 0.1
+"""Polls closer together than this (several pages open) share one snapshot."""
+DASHBOARD_GONE_SHOWN = 300.0
+"""How long a run removed while shown stays on the page as an error row."""
+DASHBOARD_JOURNAL_TAIL_BYTES = 16 * 1024
+"""Most bytes of each run's journal end the page reads for its last records."""
+DASHBOARD_JOURNAL_TAIL_RECORDS = 8
+"""How many of a run's last journal records the page shows."""
+DASHBOARD_FIELD_CHARS = 80
+"""A field shown on the page is cut to this many characters."""
+DASHBOARD_LINE_CHARS = 240
+"""A journal line shown on the page is cut to this many characters."""
+DASHBOARD_ITEM_CHARS = 10_000
+"""An item's name is sent whole up to this (the page clips it, its tooltip shows it)."""
+DASHBOARD_LIVE_MAX_AGE = 1.0
+"""A live run whose files have not changed is read again after this long anyway (its
+children come and go; their pid files are in a directory the fingerprint watches)."""

@@ -29,7 +29,7 @@ import os
 
 from runner.exitcodes import Exit
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from runner.events import Mode, Origin
@@ -144,8 +144,8 @@ class OtherPidNamespace(RunnerError):
 
 
 class RunStopped(BaseException):
-    """A stop delivered at a check point. `origin` (a stop_request.Origin) says where it
-    came from; `mode` (a stop_request.Mode) is HARD or GRACEFUL. Built only by the
+    """A stop delivered at a check point. `origin` (an events.Origin) says where it
+    came from; `mode` (an events.Mode) is HARD or GRACEFUL. Built only by the
     stop controller (stop_controller.py), which owns every stop request."""
 
     def __init__(self, origin: Origin, mode: Mode) -> None:

@@ -1,4 +1,5 @@
-"""The runner's vocabularies, each defined once: journal events, command outcomes.
+"""The runner's vocabularies, each defined once: journal events, command outcomes, stop
+origins and modes, the signals that stop.
 
 Every record of journal.jsonl is {"event": <Event>, "t": <epoch>, ...fields}. The events
 and their fields are listed in docs/architecture.md; a test checks that every event the
@@ -8,11 +9,19 @@ origins and modes are here too (the request file, the journal and the state use 
 
 from __future__ import annotations
 
+import signal
 from enum import IntEnum, StrEnum
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+# getattr: off Linux (no SIGHUP on Windows) the CLI must still import, to say where the
+# runner cannot run (cli.unsupported()).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+"""The signals that stop a run when its foreground command or its engine receives them
+(Origin.SIGNAL, Origin.CTRL_C): the CLI blocks them while it starts, and a stopper holds
+them while it records a stop."""
 
 
 class Event(StrEnum):

@@ -5,11 +5,19 @@ start, and a `runner stop` that warns about nothing should not pay them: the sta
 of the stop command is part of the stop's latency. Each logger here hands its message
 to the real `logging.getLogger(name)` on first use, so pytest's caplog and any
 handler an embedding program installs see exactly what they saw before.
+
+The rule is wider than logging: a stop (`runner stop`, `--now`) and the engine's start
+import no `dataclasses`, `typing`, `logging` or `contextlib` (each costs milliseconds at
+every start; tests/runner/test_startup_imports.py holds the code to it). Hence the plain
+value classes of values.py, the lazy loggers here, and the `TYPE_CHECKING = False` line
+of a module that imports names only for its annotations: it stands for
+`typing.TYPE_CHECKING` (False at run time, and read as True by mypy) without importing
+typing.
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

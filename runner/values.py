@@ -1,11 +1,13 @@
-"""The repr, == and hash of the plain value classes on the stop path, without `dataclasses`.
+"""The repr, == and hash of the plain value classes of the stop path and the engine's
+start, without `dataclasses`: the one place that says why (log.py says the rule).
 
 Every `runner stop` is a new interpreter, and its start-up is part of the stop's latency.
 Importing `dataclasses` (it imports inspect, ast, dis, tokenize) and decorating the ten
 classes a stop imports (each decoration compiles generated code) cost that start-up 74 M
-of its 205 M instructions (valgrind, `import runner.cli, runner.control.stop_command`: 204.7 M
-with them, 130.5 M without; `python -c pass` is 38.5 M), about 20 ms here. So
-those classes are plain ones: each names its fields once, in `__slots__` (in field order),
+of its 205 M instructions (valgrind, `import runner.cli, runner.control.stop_command`, the
+stop command's module before control/ split it by job: 204.7 M with them, 130.5 M
+without; `python -c pass` is 38.5 M), about 20 ms here. So those classes are plain ones:
+each names its fields once, in `__slots__` (in field order),
 and writes its own `__init__`; `Value` gives it the repr and == a dataclass would have,
 and `FrozenValue` also the hash of a frozen one.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, ClassVar
@@ -59,3 +61,17 @@ class FrozenValue(Value):
 
     def __hash__(self) -> int:
         return hash(type(self)._values(self))
+
+
+class SealedValue(FrozenValue):
+    """A FrozenValue whose fields cannot be assigned again once set (AttributeError, as a
+    frozen dataclass's FrozenInstanceError is one): for values built once and read
+    everywhere (the spec), where a stray assignment would be a bug and the check's cost
+    (a Python-level __setattr__ per field at construction) is paid once."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if hasattr(self, name):
+            raise AttributeError(f"cannot assign to field {name!r}: a {type(self).__name__} is frozen")
+        object.__setattr__(self, name, value)

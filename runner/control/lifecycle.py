@@ -18,21 +18,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from runner import defaults
-from runner.control import stop_command
+from runner.control import leftovers, stop, stop_record, waiting
 from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked
-from runner.events import Event
+from runner.events import STOP_SIGNALS, Event, Mode, Origin
 from runner.exitcodes import Exit
-from runner.files import ownership, stop_request, untrusted
+from runner.files import identity_file, ownership, stop_request, untrusted
 from runner.files.journal import Journal
 from runner.files.rundir import EngineLock, RunDir, default_base, new_run_id, refuse_copy, resolve
 from runner.files.spec import Spec, load_frozen
 from runner.files.spec import load_bytes as load_spec_bytes
 from runner.files.state import StateStore
-from runner.proc import identity, signals
+from runner.proc import membership, signals
 from runner.proc.membership import Membership
 
 if TYPE_CHECKING:
-    from runner.proc.identity import Identity
+    from runner.ident import Identity
 
 Say = Callable[[str], None]
 """How the life cycle tells the operator something, one line at a time (the CLI prints
@@ -137,10 +137,10 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, watch: 
     if state.status in ("completed", "failed") and not state.stopped:
         raise BadInput(f"{rd.state}: status: expected a stopped or crashed run, got {state.status!r}")
     with Journal(rd.journal) as journal:  # closed on every way out, a refusal included
-        stop_command.complete_record(rd, journal, state)
+        stop_record.complete_record(rd, journal, state)
         for name in stop_request.archive_pending(rd):
             journal.append(Event.CONTROL_FILE_ARCHIVED, file=name, reason="resume")
-        left, view = stop_command.kill_leftovers(rd, spec.stop.kill_grace)
+        left, view = leftovers.kill_leftovers(rd, spec.stop.kill_grace)
         if left.died_at_term or left.needed_kill or left.unkillable:
             journal.append(
                 Event.LEFTOVERS_KILLED,
@@ -184,7 +184,7 @@ def start_engine(
     key = rd.key(rd.run_id)
     if key is None:
         raise NoLiveRun(f"{rd.path}: the run directory is gone")
-    env = dict(os.environ, RUNNER_RUN_ID=key)
+    env = {**os.environ, membership.TAG: key}
     # Never through a link, relative to the run directory's descriptor (dirfd.py).
     log_fd = untrusted.open_regular(rd.engine_log, flags=os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     with os.fdopen(log_fd, "ab") as log:
@@ -214,7 +214,7 @@ def _await_engine(rd: RunDir, proc: subprocess.Popen[bytes]) -> Identity | None:
     while time.monotonic() < deadline:
         if rd.engine_identity.exists():
             try:
-                ident = identity.read(rd.engine_identity)
+                ident = identity_file.read(rd.engine_identity)
             except (IdentityError, FileNotFoundError):
                 ident = None
             if ident is not None and ident.pid == proc.pid:
@@ -246,12 +246,11 @@ def _foreground(
     received: list[int] = []
     signum: int  # a signal number: the forwarded ones, then whatever the terminal sent
     tagged = Membership(run_id=rd.key(rd.run_id))  # the engine carries the run's tag from its first instruction
-    stop_signals = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
-    for signum in stop_signals:
+    for signum in STOP_SIGNALS:
         signal.signal(signum, lambda s, f: received.append(s))
     # Blocked since this command's first instruction (cli.early_signals): one that came
     # while the engine started was held pending, and is delivered to the handler now.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     tell = watch.say if watch is not None else say
     interrupts = 0
     init = os.getpid() == 1  # a container's entrypoint: every orphan of the namespace is ours
@@ -268,14 +267,14 @@ def _foreground(
             # Treated as `runner stop`: the engine had its grace; the fallback kills the
             # run (recorded with fallback: true), and the wait above sees it gone.
             forwarded = None
-            for line in stop_command.force(rd, spec.stop.kill_grace, fallback=True).lines():
+            for line in stop.force(rd, spec.stop.kill_grace, fallback=True).lines():
                 tell(line)
         while received:
             signum = received.pop(0)
             if signum == signal.SIGINT:
                 interrupts += 1
                 if interrupts == 1:
-                    _lodge(rd, "ctrl-c")
+                    _lodge(rd, Origin.CTRL_C)
                     signals.signal_process(engine, signal.SIGINT, tagged)
                     forwarded = time.monotonic()
                     tell("stopping (Ctrl-C again to kill now)")
@@ -284,11 +283,11 @@ def _foreground(
                 else:
                     if watch is not None:
                         watch.stopping("killing now")
-                    result = stop_command.force(rd, spec.stop.kill_grace, fallback=False)
+                    result = stop.force(rd, spec.stop.kill_grace, fallback=False)
                     for line in result.lines():
                         tell(line)
             else:
-                _lodge(rd, "signal")
+                _lodge(rd, Origin.SIGNAL)
                 signals.signal_process(engine, signum, tagged)
                 forwarded = time.monotonic() if forwarded is None else forwarded
                 if watch is not None:
@@ -298,7 +297,7 @@ def _foreground(
     if init:
         reap_orphans(proc)
     if code < 0:  # killed by a signal: the state says what the run was
-        code = stop_command.run_outcome(rd)
+        code = waiting.run_outcome(rd)
     if watch is not None:
         watch.finish(code)
     return code
@@ -318,10 +317,10 @@ def reap_orphans(proc: subprocess.Popen[bytes]) -> None:
             proc.returncode = os.waitstatus_to_exitcode(status)
 
 
-def _lodge(rd: RunDir, origin: str) -> None:
+def _lodge(rd: RunDir, origin: Origin) -> None:
     """The foreground's hard request; without it (a full or read-only disk, a damaged
     file) the signal that follows is the stop all the same."""
     try:
-        stop_request.lodge(rd, stop_request.Mode.HARD, origin)
+        stop_request.lodge(rd, Mode.HARD, origin)
     except (Damaged, BadInput):
         pass

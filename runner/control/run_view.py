@@ -6,9 +6,6 @@ is asked instead: the holder of the run's lock (the process whose fdinfo shows i
 its engine, the run's cgroup is at the one path the runner creates for the run's id,
 and every process of the run carries its tag. Nothing learnt here is a licence to signal: the reaper still
 proves each process a member of the run (membership.py) before it signals it.
-
-Its classes are plain (values.py), not dataclasses: importing and applying dataclasses cost
-every stop command 74 M of its 205 M start-up instructions (valgrind), about 20 ms.
 """
 
 from __future__ import annotations
@@ -18,16 +15,17 @@ import stat
 import time
 
 from runner import defaults
-from runner.errors import Damaged, NoLiveRun, RunnerError, disk_fault
+from runner.errors import CopyOfRun, Damaged, NoLiveRun, OtherPidNamespace, RunnerError, disk_fault
 from runner.exitcodes import Exit
-from runner.files import state, untrusted
+from runner.files import identity_file, state, untrusted
 from runner.files.rundir import RUN_ID_SHAPE, RunDir, copy_line
-from runner.proc import identity, pidns, signals, sweep
+from runner.ident import Identity
+from runner.proc import identity, membership, pidns, sweep
 from runner.proc.cgroup import RunCgroup, run_cgroup_path
-from runner.proc.identity import Identity
+from runner.proc.membership import Membership
 from runner.values import Value
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -140,15 +138,10 @@ def lock_holders(rd: RunDir, candidates: Iterable[int] | None = None) -> list[in
 
 
 def _holds_flock(pid: int, dev: int, ino: int) -> bool:
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
+    for fd, target in identity.descriptors(pid):
+        if (target.st_dev, target.st_ino) != (dev, ino):
+            continue
         try:
-            target = os.stat(f"/proc/{pid}/fd/{fd}")
-            if (target.st_dev, target.st_ino) != (dev, ino):
-                continue
             with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as f:
                 info = f.read(64 * 1024)
         except OSError:
@@ -163,7 +156,7 @@ def _environ_run_id(pid: int, here: str | None) -> str | None:
     """The run id in the tag of a holder of the run's lock, if the tag is this
     directory's (the key ends with the identity measured here): a hard link to another
     run's lock file never lends this directory that run's id."""
-    value = signals.tag_of(pid)
+    value = membership.tag_of(pid)
     if value is None:
         return None
     run_id, dot, tail = value.rpartition(".")
@@ -209,7 +202,7 @@ def _engine(view: RunView, wait: bool) -> None:
 
     while True:
         try:
-            recorded, extra = identity.read_record(rd.engine_identity)
+            recorded, extra = identity_file.read_record(rd.engine_identity)
             view.pidns = pidns.foreign(extra.get("pidns"))
             if view.pidns is not None:
                 return _engine_elsewhere(view, recorded, extra, tagged_holders())
@@ -275,7 +268,7 @@ def _children(view: RunView) -> None:
         if not name.endswith(".json"):
             continue
         try:
-            ident, extra = identity.read_record(rd.children / name)
+            ident, extra = identity_file.read_record(rd.children / name)
         except FileNotFoundError:
             continue
         except Damaged as exc:
@@ -423,7 +416,7 @@ def view(rd: RunDir, *, wait_for_engine: bool = True) -> RunView:
         and v.engine is not None
         and v.key
         and identity.is_running(v.engine)
-        and signals.has_tag(v.engine.pid, v.key)
+        and membership.has_tag(v.engine.pid, v.key)
     ):
         # A run-tagged engine runs, yet nobody holds `lock`: the file was replaced (the
         # engine's flock is on the old inode). The run is live all the same.
@@ -442,3 +435,25 @@ def require_engine(v: RunView) -> Identity:
             f"(the engine never started, or is gone)"
         )
     return v.engine
+
+
+def not_a_copy(view: RunView) -> RunView:
+    """The view, unless its directory is a copy of a run: then CopyOfRun, before anything
+    is signalled or written (the copy's files name another directory's processes)."""
+    if view.copy is not None:
+        raise CopyOfRun(view.copy)
+    return view
+
+
+def acting_on(view: RunView) -> RunView:
+    """The view a signalling stop acts on: not a copy's, and not of a run in a pid
+    namespace this process cannot see into (OtherPidNamespace, nothing signalled)."""
+    view = not_a_copy(view)
+    if view.elsewhere is not None:
+        raise OtherPidNamespace(view.elsewhere)
+    return view
+
+
+def members(view: RunView) -> Membership:
+    """What proves a process this run's: its tag (the run's key) or its cgroup."""
+    return Membership(view.key, view.cgroup.relative if view.cgroup else None)

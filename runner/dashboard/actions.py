@@ -15,13 +15,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runner.control import lifecycle, stop_command
+from runner.control import lifecycle, stop
 from runner.errors import IdentityError, RunnerError, printable
 from runner.events import Origin
 from runner.exitcodes import Exit
-from runner.files import stop_request
+from runner.files import identity_file, stop_request
 from runner.files.rundir import RunDir, refuse_copy
-from runner.proc import identity
 from runner.views import status
 
 Action = Callable[[RunDir], tuple[Exit, str]]
@@ -31,17 +30,17 @@ MESSAGE_CHARS = 400
 
 
 def _stop(rd: RunDir) -> tuple[Exit, str]:
-    result = stop_command.stop_hard(rd, origin=Origin.DASHBOARD)
+    result = stop.stop_hard(rd, origin=Origin.DASHBOARD)
     return result.code, " / ".join(result.lines())
 
 
 def _stop_now(rd: RunDir) -> tuple[Exit, str]:
-    result = stop_command.stop_now(rd, origin=Origin.DASHBOARD)
+    result = stop.stop_now(rd, origin=Origin.DASHBOARD)
     return result.code, " / ".join(result.lines())
 
 
 def _stop_graceful(rd: RunDir) -> tuple[Exit, str]:
-    result = stop_command.stop_graceful(rd, origin=Origin.DASHBOARD)
+    result = stop.stop_graceful(rd, origin=Origin.DASHBOARD)
     return result.code, result.message
 
 
@@ -72,7 +71,7 @@ def _reap_engine_later(rd: RunDir) -> None:
     """The engine that resume started is this process's child: wait for it in a thread
     of its own, so that it never lingers as a zombie of a long-lived dashboard."""
     try:
-        pid = identity.read(rd.engine_identity).pid
+        pid = identity_file.read(rd.engine_identity).pid
     except (IdentityError, OSError, RunnerError):
         return
 

@@ -1,11 +1,11 @@
-"""What the page shows of every run, looked at for each poll (at most every MIN_AGE) and
+"""What the page shows of every run, looked at for each poll (at most every defaults.DASHBOARD_MIN_AGE) and
 read again only where something changed.
 
 Each run is read with the status model (`views/status.py`: `status_of`, the code
 `runner status --json` prints), plus the tail of its journal. Reading one run never fails the page: whatever it
 raises becomes that run's error row, and a run that disappears while shown stays on the
 page as an error row. A run whose files have not changed is not read again (a live one
-at least every LIVE_MAX_AGE): `status_of` of a dead run scans every process for the
+at least every defaults.DASHBOARD_LIVE_MAX_AGE): `status_of` of a dead run scans every process for the
 run's tag, which fifty runs on a page must not pay four times a second, and a poll that
 finds nothing changed is answered 304 (Snapshots.answer).
 """
@@ -24,35 +24,22 @@ from runner import defaults
 from runner.dashboard.actions import Actions
 from runner.dashboard.runs import Base, Entry
 from runner.errors import printable
-from runner.files import untrusted
+from runner.files import journal, untrusted
 from runner.files.rundir import RunDir
 from runner.views import render, status
 from runner.views.schema import ChildStatus, ItemRow, RunStatus
 
-MIN_AGE = 0.1
-"""Polls closer together than this (several pages open) share one snapshot."""
-GONE_SHOWN = 300.0
-"""How long a run removed while shown stays on the page as an error row."""
-JOURNAL_TAIL_BYTES = 16 * 1024
-JOURNAL_TAIL_RECORDS = 8
-FIELD_CHARS = 80
-LINE_CHARS = 240
 _WATCHED = (
     *("state.json", "journal.jsonl", "engine.json", "children", "lock", "run-id", "cgroup", "spec.toml"),
     *("stop-request.json", "PAUSE", "STOP"),
 )
 _BUTTONS = ("stop", "pause", "unpause", "resume")
-LIVE_MAX_AGE = 1.0
-"""A live run whose files have not changed is read again after this long anyway (its
-children come and go; their pid files are in a directory the fingerprint watches)."""
-ITEM_CHARS = 10_000
-"""An item's name is sent whole up to this (the page clips it, its tooltip shows it)."""
 
 
 class Snapshots:
     """The page's data, computed only where something changed: each run's row is kept
     with the fingerprint of its files and read again only when it changes (a live run
-    also when its engine's lock changes hands, and at least every LIVE_MAX_AGE); each
+    also when its engine's lock changes hands, and at least every defaults.DASHBOARD_LIVE_MAX_AGE); each
     answer carries an ETag over the rows' digests, so that a poll that finds nothing
     changed is answered 304 without building or sending the body. A live run's clocks
     (a child's runtime, the running item's duration) tick on the page between reads
@@ -68,7 +55,7 @@ class Snapshots:
         self._last: tuple[float, str, list[tuple[_Cached, Any]], bool] | None = None
 
     def json(self) -> bytes:
-        """The page's data as JSON bytes, shared by polls less than MIN_AGE apart."""
+        """The page's data as JSON bytes, shared by polls less than defaults.DASHBOARD_MIN_AGE apart."""
         body = self.answer(None)[1]
         assert body is not None
         return body
@@ -76,7 +63,7 @@ class Snapshots:
     def answer(self, if_none_match: str | None) -> tuple[str, bytes | None]:
         """(ETag, body); the body is None when `if_none_match` is the current ETag."""
         with self._lock:
-            if self._last is None or time.monotonic() - self._last[0] >= MIN_AGE:
+            if self._last is None or time.monotonic() - self._last[0] >= defaults.DASHBOARD_MIN_AGE:
                 rows, exists = self._compute()
                 shown = [(c, self.actions.last(c.name)) for c in rows]
                 digest = hashlib.blake2b(str(exists).encode(), digest_size=12)
@@ -117,7 +104,7 @@ class Snapshots:
         now = time.monotonic()
         for name in sorted(self._seen - names):
             kept = self._cache.get(name)
-            if now - self._gone.setdefault(name, now) < GONE_SHOWN:
+            if now - self._gone.setdefault(name, now) < defaults.DASHBOARD_GONE_SHOWN:
                 if kept is None or kept.stamp != ("gone",):
                     kept = self._cache[name] = _Cached(name, ("gone",), None, _gone_row(name))
                 rows.append(kept)
@@ -145,7 +132,10 @@ class Snapshots:
             if kept is not None and kept.stamp == stamp:
                 if kept.live is False and kept.row.get("live") is False:
                     return kept  # a dead run whose files are unchanged: nothing to read
-                if time.monotonic() - kept.read_at < LIVE_MAX_AGE and _is_live(entry.rd) == kept.live:
+                if (
+                    time.monotonic() - kept.read_at < defaults.DASHBOARD_LIVE_MAX_AGE
+                    and _is_live(entry.rd) == kept.live
+                ):
                     return kept
             live = _is_live(entry.rd)
             kept = self._cache[entry.name] = _Cached(entry.name, stamp, live, _run_row(entry))
@@ -210,7 +200,11 @@ def _gone_row(name: str) -> dict[str, Any]:
 
 
 def _error_row(name: str, error: str) -> dict[str, Any]:
-    return {"name": name, "error": printable(error, LINE_CHARS), "buttons": dict.fromkeys(_BUTTONS, False)}
+    return {
+        "name": name,
+        "error": printable(error, defaults.DASHBOARD_LINE_CHARS),
+        "buttons": dict.fromkeys(_BUTTONS, False),
+    }
 
 
 def _fingerprint(path: os.PathLike[str] | str) -> tuple[Any, ...]:
@@ -246,7 +240,9 @@ def _run_row(entry: Entry) -> dict[str, Any]:
         "attempt": info["attempt"],
         "live": live,
         "engine_pid": info["engine_pid"],
-        "current_item": printable(info["current_item"], ITEM_CHARS) if info["current_item"] else None,
+        "current_item": printable(info["current_item"], defaults.DASHBOARD_ITEM_CHARS)
+        if info["current_item"]
+        else None,
         "phase": info["phase"],
         # The journal's run-stop names who asked (a stopper's own record says `forced`
         # in state.json, and `dashboard` in the journal when the dashboard asked).
@@ -262,8 +258,8 @@ def _run_row(entry: Entry) -> dict[str, Any]:
         "engine_stopping": info["stopping"],
         "pending_stop": _text(render.pending_stop_phrase(pending)) if pending else None,
         "containment": _text(info["containment"]["mode"]) if info["containment"] else None,
-        "damaged": [printable(d, LINE_CHARS) for d in info["damaged"]],
-        "copy": printable(copy, LINE_CHARS) if copy is not None else None,
+        "damaged": [printable(d, defaults.DASHBOARD_LINE_CHARS) for d in info["damaged"]],
+        "copy": printable(copy, defaults.DASHBOARD_LINE_CHARS) if copy is not None else None,
         "journal": [_record_line(r) for r in tail],
         "buttons": {
             "stop": live is not False and copy is None,  # a run whose lock is damaged is still stoppable
@@ -276,7 +272,7 @@ def _run_row(entry: Entry) -> dict[str, Any]:
 
 def _item(row: ItemRow) -> dict[str, Any]:
     out: dict[str, Any] = dict(row)
-    out["item"] = printable(row["item"], ITEM_CHARS)
+    out["item"] = printable(row["item"], defaults.DASHBOARD_ITEM_CHARS)
     out["reason"] = _text(row["reason"]) if row["reason"] is not None else None
     return out
 
@@ -287,36 +283,29 @@ def _child(child: ChildStatus) -> dict[str, Any]:
 
 
 def _text(value: object) -> str:
-    return printable(value if isinstance(value, str) else json.dumps(value, default=str), FIELD_CHARS)
+    return printable(
+        value if isinstance(value, str) else json.dumps(value, default=str), defaults.DASHBOARD_FIELD_CHARS
+    )
 
 
 def _journal_tail(path: os.PathLike[str] | str) -> list[dict[str, Any]]:
     """The last records of the journal. Only the file's last
-    JOURNAL_TAIL_BYTES are read (a journal grows with the run), through untrusted.py."""
+    defaults.DASHBOARD_JOURNAL_TAIL_BYTES are read (a journal grows with the run), through untrusted.py."""
     try:
         fd = untrusted.open_regular(path)
     except FileNotFoundError:
         return []
     try:
         size = os.fstat(fd).st_size
-        start = max(0, size - JOURNAL_TAIL_BYTES)
+        start = max(0, size - defaults.DASHBOARD_JOURNAL_TAIL_BYTES)
         data = os.pread(fd, size - start, start)
     finally:
         os.close(fd)
     lines = data.split(b"\n")
     if start > 0:
         lines = lines[1:]  # cut by the window
-    out: list[dict[str, Any]] = []
-    for raw in lines:
-        if not raw.strip():
-            continue
-        try:
-            record = untrusted.parse_json(raw, path)
-        except Exception:
-            continue  # a torn line, as journal.read skips it
-        if isinstance(record, dict) and isinstance(record.get("event"), str):
-            out.append(record)
-    return out[-JOURNAL_TAIL_RECORDS:]
+    records = [r for r in (journal.parse_line(raw, path) for raw in lines) if r is not None]
+    return records[-defaults.DASHBOARD_JOURNAL_TAIL_RECORDS :]
 
 
 def _record_line(record: dict[str, Any]) -> str:
@@ -328,4 +317,4 @@ def _record_line(record: dict[str, Any]) -> str:
     fields = " ".join(
         f"{k}={_text(v)}" for k, v in record.items() if k not in ("event", "t") and v not in (None, [], {})
     )
-    return printable(f"{when} {record['event']} {fields}".rstrip(), LINE_CHARS)
+    return printable(f"{when} {record['event']} {fields}".rstrip(), defaults.DASHBOARD_LINE_CHARS)

@@ -14,7 +14,6 @@ import select
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from runner import defaults
@@ -23,8 +22,9 @@ from runner.engine.registry import Registry
 from runner.files import dirfd
 from runner.proc import reaper
 from runner.proc.reaper import ReapReport
+from runner.values import Value
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -40,16 +40,28 @@ double fork broke the parent links."""
 _CHUNK = 65536
 
 
-@dataclass
-class Result:
-    argv: list[str]
-    returncode: int | None
-    timed_out: str | None  # None | "call" | "idle"
-    stopped: bool  # the registry's record that the stop killed it
-    duration: float
-    output_path: Path
-    reap: ReapReport | None
-    output_error: str | None = None  # why the output could not be kept (a full disk)
+class Result(Value):
+    __slots__ = ("argv", "returncode", "timed_out", "stopped", "duration", "output_path", "reap", "output_error")
+
+    def __init__(
+        self,
+        argv: list[str],
+        returncode: int | None,
+        timed_out: str | None,
+        stopped: bool,
+        duration: float,
+        output_path: Path,
+        reap: ReapReport | None,
+        output_error: str | None = None,
+    ) -> None:
+        self.argv = argv
+        self.returncode = returncode
+        self.timed_out = timed_out  # None | "call" | "idle"
+        self.stopped = stopped  # the registry's record that the stop killed it
+        self.duration = duration
+        self.output_path = output_path
+        self.reap = reap
+        self.output_error = output_error  # why the output could not be kept (a full disk)
 
 
 class _Capture:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 
 from runner import defaults
 from runner.engine.phases import Engine, say
@@ -22,13 +21,14 @@ from runner.engine.stop_controller import StopController
 from runner.errors import RunLocked, RunnerError, disk_fault
 from runner.events import Event
 from runner.exitcodes import Exit
+from runner.files import identity_file
 from runner.files.atomic import atomic_write_text
 from runner.files.journal import Journal
 from runner.files.reserve import Reserve
 from runner.files.rundir import RunDir, refuse_copy
 from runner.files.spec import load_frozen
 from runner.files.state import State, StateStore
-from runner.proc import identity, pidns, signals, sweep
+from runner.proc import identity, membership, pidns, sweep
 from runner.proc.cgroup import RunCgroup, resolve_containment
 
 
@@ -59,6 +59,8 @@ def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
             say(f"cannot write the run's records: {exc}")
             return Exit.NOT_RECORDED
         try:
+            import traceback
+
             traceback.print_exc()
         except (OSError, ValueError):
             pass  # engine.log is on the disk that failed
@@ -74,10 +76,10 @@ def _own_key(rd: RunDir) -> str:
     may carry a tag that names another directory's run."""
     refuse_copy(rd)
     key = rd.key(rd.run_id)
-    if key is None or os.environ.get(signals.TAG) != key:
+    if key is None or os.environ.get(membership.TAG) != key:
         raise RunLocked(
             f"{rd.path}: this directory's run key {key} is not the tag the engine was started with "
-            f"({os.environ.get(signals.TAG)}): the directory was replaced or moved while it started"
+            f"({os.environ.get(membership.TAG)}): the directory was replaced or moved while it started"
         )
     return key
 
@@ -135,7 +137,7 @@ def _run_locked(rd: RunDir) -> Exit:
         # file, instead of parsing the spec (the TOML parser's import is on its clock).
         stop = {"grace": spec.stop.grace, "kill_grace": spec.stop.kill_grace, "channel": spec.stop.channel}
         # The pid namespace beside the pids: a stopper outside it translates them (pidns.py).
-        identity.write(
+        identity_file.write(
             rd.engine_identity,
             me,
             role="engine",

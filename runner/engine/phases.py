@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-import traceback
 
 from runner import defaults
 from runner.engine.child import Result, run_child
@@ -31,9 +30,9 @@ from runner.exitcodes import Exit
 from runner.files import captured, stop_request
 from runner.files.atomic import atomic_write_text
 from runner.files.spec import substitute
-from runner.proc import reaper, sweep
+from runner.proc import membership, reaper, sweep
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -99,7 +98,7 @@ class Engine:
         self.env = dict(os.environ if env is None else env)
         # The run's membership key (rundir.RunDir.key), not the bare id: the tag says
         # which directory's run a process is.
-        self.env["RUNNER_RUN_ID"] = registry.run_id
+        self.env[membership.TAG] = registry.run_id
         self._seq = 0
         self._item_index = {name: i for i, name in enumerate(spec.items)}
         self._cleaned = False
@@ -139,6 +138,8 @@ class Engine:
             if self.ctl.stopping:
                 # An error while a hard stop unwinds: the stop is what happened (the
                 # fallback must not be blamed on the engine); the error is kept.
+                import traceback
+
                 self.journal.append(Event.ENGINE_ERROR, error=traceback.format_exc(limit=20))
                 return self._record_stop(self.ctl.hard_stop())
             # A link or a stranger's file where the engine writes (dirfd.py) is damage,
@@ -148,6 +149,8 @@ class Engine:
             damaged = isinstance(exc, Damaged)
             why = f"damaged run directory: {exc}" if damaged else cause(exc)
             say(f"crashed: {why}")
+            import traceback
+
             error = why if damaged else traceback.format_exc(limit=20)
             self.journal.append(Event.ENGINE_CRASH, error=error, cause=why)
             self.state.status = "crashed"
@@ -388,6 +391,8 @@ class Engine:
             try:
                 result = step()
             except Exception:
+                import traceback
+
                 self.journal.append(Event.CLEANUP_ERROR, error=traceback.format_exc(limit=5))
                 continue
             unkillable = getattr(result, "unkillable", None)

@@ -9,16 +9,15 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner import log as _log
-from runner.files import dirfd, reserve
+from runner.files import dirfd, identity_file, reserve
+from runner.ident import Identity
 from runner.proc import identity, reaper, sweep
-from runner.proc.identity import Identity
 from runner.proc.reaper import ReapReport
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from runner.files.reserve import Reserve
@@ -27,13 +26,20 @@ if TYPE_CHECKING:
 log = _log.get("runner.engine.registry")
 
 
-@dataclass(eq=False)
 class Entry:
-    name: str
-    ident: Identity
-    popen: subprocess.Popen[bytes]
-    path: Path
-    snapshots: dict[int, Identity] = field(default_factory=dict)  # pid -> Identity of descendants seen
+    """One live child of the engine. Equal only to itself (a set member by identity)."""
+
+    __slots__ = ("name", "ident", "popen", "path", "snapshots")
+
+    def __init__(self, name: str, ident: Identity, popen: subprocess.Popen[bytes], path: Path) -> None:
+        self.name = name
+        self.ident = ident
+        self.popen = popen
+        self.path = path
+        self.snapshots: dict[int, Identity] = {}  # pid -> Identity of descendants seen
+
+    def __repr__(self) -> str:
+        return f"Entry(name={self.name!r}, ident={self.ident!r}, path={self.path!r})"
 
     @property
     def pid(self) -> int:
@@ -81,7 +87,7 @@ class Registry:
         entry = Entry(name=name, ident=ident, popen=popen, path=path)
         argv = list(map(str, popen.args)) if isinstance(popen.args, (list, tuple)) else str(popen.args)
         # A record of the engine like its state and journal: on a full disk, the reserve.
-        reserve.retrying(lambda: identity.write(path, ident, name=name, argv=argv), self.spare, path)
+        reserve.retrying(lambda: identity_file.write(path, ident, name=name, argv=argv), self.spare, path)
         with self._lock:
             self._entries[id(entry)] = entry
             late = self.stopping

@@ -19,19 +19,18 @@ import select
 import signal
 import sys
 import threading
-import traceback
 from collections.abc import Callable
 from types import FrameType
 
 from runner import defaults
 from runner import log as _log
 from runner.errors import RunStopped
-from runner.events import Event
+from runner.events import Event, Mode, Origin
 from runner.files import dirfd, stop_request
-from runner.files.stop_request import Mode, Origin, StopRequest
+from runner.files.stop_request import StopRequest
 from runner.proc import inotify
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from typing import Any
@@ -143,6 +142,8 @@ class StopController:
                 # The watchdog must outlive any one failed read or kill: if it died,
                 # every later stop (signal or file) would go unheard until the fallback.
                 _log.get(__name__).exception("stop watchdog tick failed")
+                import traceback
+
                 self._journal_quietly(Event.WATCHDOG_ERROR, error=traceback.format_exc(limit=5))
 
     def disk_full(self, writing: str, error: str) -> None:
@@ -221,6 +222,8 @@ class StopController:
                 consumed_origin = self._honored_origin(self.consume())
             except Exception:
                 consumed_origin = None
+                import traceback
+
                 self._journal_quietly(Event.WATCHDOG_ERROR, error=traceback.format_exc(limit=5))
             self.origin = consumed_origin or origin
             self._stopping.set()

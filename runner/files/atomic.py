@@ -46,6 +46,17 @@ def temp_file(directory: str, prefix: str, *, dir_fd: int | None = None) -> tupl
     raise FileExistsError(f"{directory}: no free temporary name for {prefix!r}")
 
 
+def write_synced(dfd: int, fd: int, data: bytes) -> None:
+    """`data` into the new file `fd` (made in the directory `dfd`), given to the
+    directory's owner, flushed and fsync'ed; closes `fd`. What every durable write of the
+    runner does before it publishes the file (a rename, a link)."""
+    dirfd.own(dfd, fd)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Temp file, fsync, replace, fsync the directory: all relative to one descriptor of
     the target's directory (dirfd.parent: below a pinned run directory no component is
@@ -56,11 +67,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     try:
         fd, tmp = temp_file(where, "." + name + ".", dir_fd=dfd)  # ablate: atomic-write
         try:
-            dirfd.own(dfd, fd)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            write_synced(dfd, fd, data)
             if _before_replace is not None:
                 _before_replace(os.path.join(os.path.dirname(path), tmp), path)
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)

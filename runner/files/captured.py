@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from runner.errors import Damaged
 from runner.files import untrusted
+from runner.values import FrozenValue
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from typing import Final
+
     from runner.files.rundir import RunDir
 
 _NAME = re.compile(r"(\d{1,9})-(\d{1,12})-(\d{1,9}|run)-([a-z_]+\d*)\.log")
@@ -36,15 +39,17 @@ def file_name(attempt: int, seq: int, item_index: int | None, name: str) -> str:
     return f"{attempt}-{seq:04d}-{'run' if item_index is None else item_index}-{name}.log"
 
 
-@dataclass(frozen=True)
-class Captured:
+class Captured(FrozenValue):
     """One captured output file."""
 
-    path: Path
-    attempt: int
-    seq: int
-    item_index: int | None
-    name: str
+    __slots__ = ("path", "attempt", "seq", "item_index", "name")
+
+    def __init__(self, path: Path, attempt: int, seq: int, item_index: int | None, name: str) -> None:
+        self.path: Final = path
+        self.attempt: Final = attempt
+        self.seq: Final = seq
+        self.item_index: Final = item_index
+        self.name: Final = name
 
 
 def parse(path: Path) -> Captured | None:

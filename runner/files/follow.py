@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import Damaged
-from runner.files import untrusted
+from runner.files import journal, untrusted
 
 CHUNK = 1024 * 1024
 """Most bytes one poll reads; the rest waits for the next poll."""
@@ -73,14 +73,4 @@ class JournalTail:
             del lines[:1]
         if len(self._partial) > MAX_RECORD:
             self._partial = b""
-        out: list[dict[str, Any]] = []
-        for raw in lines:
-            if not raw.strip():
-                continue
-            try:
-                record = untrusted.parse_json(raw, self._tail.path)
-            except Damaged:
-                continue
-            if isinstance(record, dict) and isinstance(record.get("event"), str):
-                out.append(record)
-        return out
+        return [r for r in (journal.parse_line(raw, self._tail.path) for raw in lines) if r is not None]

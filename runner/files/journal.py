@@ -17,9 +17,10 @@ import time
 
 from runner import defaults
 from runner.errors import Damaged
+from runner.events import Event
 from runner.files import reserve, untrusted
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Any, Self
@@ -107,10 +108,10 @@ def read(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         data = untrusted.read_bytes(path, untrusted.JOURNAL_CAP)
     except FileNotFoundError:
         return []
-    return [r for r in (_record(raw, path) for raw in data.split(b"\n")) if r is not None]
+    return [r for r in (parse_line(raw, path) for raw in data.split(b"\n")) if r is not None]
 
 
-ATTEMPT_STARTS = ("run-start", "resume")
+ATTEMPT_STARTS = (Event.RUN_START, Event.RESUME)
 """The records that open an attempt (`resume` is journaled by `runner resume` before its
 engine's `run-start`)."""
 
@@ -140,7 +141,7 @@ def stop_recorded(path: str | os.PathLike[str], budget: int = defaults.STOP_JOUR
     in the state), so only what a stopper appends after it can push it out of the budget;
     beyond the budget, not found: a stopper then records the stop again rather than miss it."""
     for record in _backwards(path, budget):
-        if record["event"] == "run-stop":
+        if record["event"] == Event.RUN_STOP:
             return True
         if record["event"] in ATTEMPT_STARTS:
             return False
@@ -169,14 +170,17 @@ def _backwards(path: str | os.PathLike[str], budget: int | None) -> Iterator[dic
                 raise Damaged(path, f"cannot read ({exc.strerror or exc})") from None
             head = lines.pop(0) if pos > 0 else b""
             for raw in reversed(lines):
-                record = _record(raw, path)
+                record = parse_line(raw, path)
                 if record is not None:
                     yield record
     finally:
         os.close(fd)
 
 
-def _record(raw: bytes, path: str | os.PathLike[str]) -> dict[str, Any] | None:
+def parse_line(raw: bytes, path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """One journal line as its record, or None: blank, torn by a crash mid-append, nested
+    too deep, or not a record (an object with a string `event`). Every reader of the
+    journal (read, the backwards tail, follow.JournalTail, the dashboard) parses lines here."""
     if not raw.strip():
         return None
     try:

@@ -23,7 +23,7 @@ from runner import defaults
 from runner.errors import Damaged
 from runner.files import dirfd
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import TypeVar

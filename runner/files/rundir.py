@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from runner import defaults
+from runner import defaults, ident
 from runner.errors import BadInput, CopyOfRun, Damaged, NoLiveRun, RunLocked
 from runner.files import dirfd, untrusted
-from runner.files.atomic import atomic_write_text, temp_file
+from runner.files.atomic import atomic_write_text, temp_file, write_synced
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Self
 
@@ -135,7 +135,7 @@ class RunDir:
         there makes no copy of a live run. Such a directory is the run's own; `resume`
         records its identity anew (readopt_identity)."""
         boot = self.recorded_boot()
-        return boot is not None and boot != _boot_id()
+        return boot is not None and boot != ident.boot_id()
 
     def readopt_identity(self) -> bool:
         """Record the measured identity where the recorded one is of another boot (the
@@ -143,7 +143,7 @@ class RunDir:
         here = self.measured_identity()
         if here is None or not self.recorded_elsewhere() or self.recorded_identity() == here:
             return False
-        atomic_write_text(self.dir_identity_file, f"{here} {_boot_id()}\n")
+        atomic_write_text(self.dir_identity_file, f"{here} {ident.boot_id()}\n")
         return True
 
     def key(self, run_id: str | None) -> str | None:
@@ -198,11 +198,7 @@ class RunDir:
             ownership.check_pinned(rd.path, dfd)
         fd, tmp = temp_file(str(rd.path), ".spec.", dir_fd=dfd)
         try:
-            dirfd.own(dfd, fd)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            write_synced(dfd, fd, data)
             try:
                 os.link(tmp, rd.spec.name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
             except FileExistsError:
@@ -216,7 +212,7 @@ class RunDir:
         # into (the pinned descriptor), written before the id: a run id is never found
         # without it.
         st = os.fstat(dfd)
-        atomic_write_text(rd.dir_identity_file, f"{st.st_dev}-{st.st_ino} {_boot_id()}\n")
+        atomic_write_text(rd.dir_identity_file, f"{st.st_dev}-{st.st_ino} {ident.boot_id()}\n")
         # Written only once the spec link is won, so a losing create never overwrites the
         # winner's id; atomic, so a later command never reads half an id.
         atomic_write_text(rd.run_id_file, run_id + "\n")
@@ -313,12 +309,6 @@ is matched in environments, so no '/', no '=', no control character."""
 
 
 _DIR_IDENTITY_SHAPE = re.compile(r"(\d{1,20}-\d{1,20})(?: ([0-9a-f-]{36}))?")
-
-
-def _boot_id() -> str:
-    """This boot's id (the kernel's random boot_id): unique per boot and per machine."""
-    with open("/proc/sys/kernel/random/boot_id") as f:
-        return f.read().strip()
 
 
 def _copied(rd: RunDir) -> str | None:

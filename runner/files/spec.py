@@ -1,4 +1,4 @@
-"""The run spec: TOML, validated completely into frozen dataclasses before anything starts.
+"""The run spec: TOML, validated completely into frozen values (values.py) before anything starts.
 
 Every default comes from runner.defaults. Every mistake raises SpecError with one line
 naming the file, the dotted key (array entries indexed, e.g. `verify[1].timeout`) and
@@ -12,40 +12,46 @@ import os
 import re
 import tomllib
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
 
 from runner import defaults
 from runner.errors import SpecError
+from runner.values import SealedValue
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NoReturn
+    from typing import Any, Final, NoReturn
 
 CONTAINMENTS = ("auto", "group", "cgroup")
 CHANNELS = defaults.STOP_CHANNELS
 PLACEHOLDERS = ("item", "feedback")
 
 
-@dataclass(frozen=True)
-class CommandSpec:
-    command: tuple[str, ...]
-    timeout: float
-    fixable: bool = True
+class CommandSpec(SealedValue):
+    __slots__ = ("command", "timeout", "fixable")
+
+    def __init__(self, command: tuple[str, ...], timeout: float, fixable: bool = True) -> None:
+        self.command: Final = command
+        self.timeout: Final = timeout
+        self.fixable: Final = fixable
 
 
-@dataclass(frozen=True)
-class ProviderSpec:
-    command: tuple[str, ...]
-    call_timeout: float
-    idle_timeout: float
+class ProviderSpec(SealedValue):
+    __slots__ = ("command", "call_timeout", "idle_timeout")
+
+    def __init__(self, command: tuple[str, ...], call_timeout: float, idle_timeout: float) -> None:
+        self.command: Final = command
+        self.call_timeout: Final = call_timeout
+        self.idle_timeout: Final = idle_timeout
 
 
-@dataclass(frozen=True)
-class StopSpec:
-    grace: float
-    kill_grace: float
-    containment: str
-    channel: str
+class StopSpec(SealedValue):
+    __slots__ = ("grace", "kill_grace", "containment", "channel")
+
+    def __init__(self, grace: float, kill_grace: float, containment: str, channel: str) -> None:
+        self.grace: Final = grace
+        self.kill_grace: Final = kill_grace
+        self.containment: Final = containment
+        self.channel: Final = channel
 
     @property
     def hard_worst_case(self) -> float:
@@ -56,18 +62,43 @@ class StopSpec:
         return self.grace + self.kill_grace + defaults.CONFIRM_TIMEOUT
 
 
-@dataclass(frozen=True)
-class Spec:
-    items: tuple[str, ...]
-    provider: ProviderSpec
-    stop: StopSpec
-    post_session: tuple[CommandSpec, ...]
-    post_run: tuple[CommandSpec, ...]
-    verify: tuple[CommandSpec, ...]
-    repair_max_attempts: int
-    retry_backoff: float
-    output_cap_bytes: int
-    source: str
+class Spec(SealedValue):
+    __slots__ = (
+        "items",
+        "provider",
+        "stop",
+        "post_session",
+        "post_run",
+        "verify",
+        "repair_max_attempts",
+        "retry_backoff",
+        "output_cap_bytes",
+        "source",
+    )
+
+    def __init__(
+        self,
+        items: tuple[str, ...],
+        provider: ProviderSpec,
+        stop: StopSpec,
+        post_session: tuple[CommandSpec, ...],
+        post_run: tuple[CommandSpec, ...],
+        verify: tuple[CommandSpec, ...],
+        repair_max_attempts: int,
+        retry_backoff: float,
+        output_cap_bytes: int,
+        source: str,
+    ) -> None:
+        self.items: Final = items
+        self.provider: Final = provider
+        self.stop: Final = stop
+        self.post_session: Final = post_session
+        self.post_run: Final = post_run
+        self.verify: Final = verify
+        self.repair_max_attempts: Final = repair_max_attempts
+        self.retry_backoff: Final = retry_backoff
+        self.output_cap_bytes: Final = output_cap_bytes
+        self.source: Final = source
 
 
 _MISSING = object()
@@ -259,25 +290,53 @@ def _show(value: object) -> object:
     return value
 
 
-@dataclass(frozen=True)
-class Key:
+class Key(SealedValue):
     """One key of the spec: what the parser accepts and what docs/spec.md prints
     (docs/render_spec.py reads this table; nothing about a key is written twice).
 
     `table` is the key's table ("" at the top level; "verify" and "hooks.post_session"
     are arrays of tables). Defaults and limits are names in runner.defaults, read when a
-    spec is loaded, so the parser and the document follow a changed default."""
+    spec is loaded, so the parser and the document follow a changed default. `kind`:
+    "items", "argv", "seconds", "integer", "choice" or "boolean"; `default`: a
+    runner.defaults name (None: required, unless `literal_default`, a default that is no
+    runner.defaults constant); `maximum`: a runner.defaults name."""
 
-    table: str
-    name: str
-    kind: str  # "items", "argv", "seconds", "integer", "choice", "boolean"
-    meaning: str
-    default: str | None = None  # a runner.defaults name; None: required
-    literal_default: object = None  # a default that is no runner.defaults constant
-    minimum: float = 0.0
-    exclusive: bool = False
-    maximum: str | None = None  # a runner.defaults name
-    choices: tuple[str, ...] = ()
+    __slots__ = (
+        "table",
+        "name",
+        "kind",
+        "meaning",
+        "default",
+        "literal_default",
+        "minimum",
+        "exclusive",
+        "maximum",
+        "choices",
+    )
+
+    def __init__(
+        self,
+        table: str,
+        name: str,
+        kind: str,
+        meaning: str,
+        default: str | None = None,
+        literal_default: object = None,
+        minimum: float = 0.0,
+        exclusive: bool = False,
+        maximum: str | None = None,
+        choices: tuple[str, ...] = (),
+    ) -> None:
+        self.table: Final = table
+        self.name: Final = name
+        self.kind: Final = kind
+        self.meaning: Final = meaning
+        self.default: Final = default
+        self.literal_default: Final = literal_default
+        self.minimum: Final = minimum
+        self.exclusive: Final = exclusive
+        self.maximum: Final = maximum
+        self.choices: Final = choices
 
     @property
     def dotted(self) -> str:

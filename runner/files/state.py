@@ -6,9 +6,8 @@ belongs to its attempt and no later save of that attempt may take it back (the e
 keeps an in-memory State that may predate the stop; saving it must not clobber the stop).
 `runner resume` starts a new attempt, which is the only way back to stopped=False.
 
-State and ItemState are plain classes (values.py) with their fields listed once (FIELDS),
-not dataclasses: importing and applying dataclasses cost every stop command 74 M of its
-205 M start-up instructions (valgrind), about 20 ms; a stopper loads and saves state.json.
+State and ItemState are plain classes (values.py) with their fields listed once (FIELDS):
+a stopper loads and saves state.json.
 
 The file is JSON lines, so that a state transition costs the same at 20,000 items as at
 ten (rewriting the whole state at every save made a run slow down with the square of its
@@ -50,7 +49,7 @@ from runner.files.atomic import atomic_write_bytes
 from runner.files.journal import _ends_torn, _open_append, _write_all
 from runner.values import Value
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 

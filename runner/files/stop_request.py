@@ -9,9 +9,6 @@ stop-request.lock. Readers outside the lock (peek) are safe because writes are a
 A request that cannot be read (torn, empty, hand-edited) reads as GRACEFUL with
 unreadable=True: an operator meant *some* stop, and a spurious hard stop is worse than
 a graceful one.
-
-Its classes are plain (values.py), not dataclasses: importing and applying dataclasses cost
-every stop command 74 M of its 205 M start-up instructions (valgrind), about 20 ms.
 """
 
 from __future__ import annotations
@@ -23,13 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner.errors import DISK_ERRNOS, ControlFileError, Damaged, Unwritable
-from runner.events import Mode as Mode
-from runner.events import Origin as Origin
+from runner.events import Mode, Origin
 from runner.files import dirfd, untrusted
 from runner.files.atomic import atomic_write_json
 from runner.values import Value
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from runner.files.rundir import RunDir
@@ -37,7 +33,6 @@ if TYPE_CHECKING:
 
 # The stop vocabularies live with the others (events.py); re-exported here, where the
 # request file spells them.
-UNKNOWN_ORIGIN = Origin.UNKNOWN
 
 
 class StopRequest(Value):
@@ -103,7 +98,7 @@ def _read(path: str | os.PathLike[str]) -> StopRequest | None:
         return _unreadable(path)
     try:
         mode = data["mode"]
-        if mode not in ("graceful", "hard"):
+        if mode not in (Mode.GRACEFUL.label, Mode.HARD.label):
             return _unreadable(path)
     except (TypeError, KeyError, IndexError):
         return _unreadable(path)
@@ -122,7 +117,7 @@ def _mtime(path: str | os.PathLike[str]) -> float:
 
 
 def _unreadable(path: str | os.PathLike[str]) -> StopRequest:
-    return StopRequest(Mode.GRACEFUL, UNKNOWN_ORIGIN, _mtime(path), unreadable=True)
+    return StopRequest(Mode.GRACEFUL, Origin.UNKNOWN, _mtime(path), unreadable=True)
 
 
 def _rank(request: StopRequest) -> tuple[Mode, bool]:

@@ -25,7 +25,7 @@ import stat
 from runner.errors import DISK_ERRNOS, Damaged, Unwritable
 from runner.files import dirfd
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -18,11 +18,11 @@ from pathlib import Path
 from runner import defaults
 from runner import log as _log
 from runner.errors import BadInput
+from runner.ident import Identity
 from runner.proc import identity, signals
-from runner.proc.identity import Identity
 from runner.proc.membership import Membership, cgroup_of
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     import threading

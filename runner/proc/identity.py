@@ -1,70 +1,21 @@
-"""Process identity: the one module that writes and reads it.
-
-An identity is what makes "pid 4242" mean one particular process: the pid, its group
-and session, the kernel's start time in clock ticks (field 22 of /proc/PID/stat, an
-integer, never a rounded float) and the boot id. A pid alone is a number the kernel
-hands out again; pid plus start ticks plus boot id is not.
-
-Its classes are plain (values.py), not dataclasses: importing and applying dataclasses cost
-every stop command 74 M of its 205 M start-up instructions (valgrind), about 20 ms.
+"""Process identity read live from /proc: a process's stat, its age, and whether a
+recorded identity (runner/ident.py: pid, start ticks, boot id) still names it. The
+identity files of the run directory are files/identity_file.py's.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
-from runner.errors import Damaged, IdentityError
-from runner.files import atomic, untrusted
+from runner import ident
+from runner.ident import Identity
 from runner.values import FrozenValue
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Final
-
-FIELDS = ("pid", "pgid", "sid", "start_ticks", "boot_id")
-FORMAT = 1
-# /proc reports a group or session whose leader lives outside the reader's pid namespace
-# as 0 (a container whose init did not setsid, as in CI). That is a true reading, not a
-# torn file; signals.refusal() never signals a group id <= 1, so a 0 cannot misfire.
-_MINIMUM = {"pid": 1, "pgid": 0, "sid": 0, "start_ticks": 0}
-_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-_boot_id_cache: str | None = None
-
-
-class Identity(FrozenValue):
-    """Treated as immutable (hashable: set members and dict keys). A plain class, not a
-    dataclass: see values.py for what dataclasses cost every stop command."""
-
-    __slots__ = FIELDS
-
-    def __init__(self, pid: int, pgid: int, sid: int, start_ticks: int, boot_id: str) -> None:
-        self.pid: Final = pid
-        self.pgid: Final = pgid
-        self.sid: Final = sid
-        self.start_ticks: Final = start_ticks
-        self.boot_id: Final = boot_id
-
-    def to_json(self) -> dict[str, int | str]:
-        return {name: getattr(self, name) for name in FIELDS}
-
-    @classmethod
-    def from_json(cls, data: Any, source: str = "<identity>") -> Identity:
-        if not isinstance(data, dict):
-            raise IdentityError(f"{source}: expected a JSON object, got {type(data).__name__}")
-        values: dict[str, Any] = {}
-        for name in FIELDS:
-            if name not in data:
-                raise IdentityError(f"{source}: missing field {name!r}")
-            value = data[name]
-            if name == "boot_id":
-                if not isinstance(value, str) or not value.strip():
-                    raise IdentityError(f"{source}: field 'boot_id': expected a non-empty string, got {value!r}")
-            # bool is an int subclass; `true` is not a pid.
-            elif not isinstance(value, int) or isinstance(value, bool) or value < _MINIMUM[name]:
-                kind = "a positive integer" if _MINIMUM[name] else "a non-negative integer"
-                raise IdentityError(f"{source}: field {name!r}: expected {kind}, got {value!r}")
-            values[name] = value
-        return cls(**values)
+    from collections.abc import Iterator
+    from typing import Final
 
 
 class Stat(FrozenValue):
@@ -117,19 +68,6 @@ def exiting(pid: int) -> bool:
     return st is None or st.exiting
 
 
-def boot_id() -> str:
-    global _boot_id_cache
-    if _boot_id_cache is None:
-        try:
-            with open(_BOOT_ID_PATH) as f:
-                _boot_id_cache = f.read().strip()
-        except OSError:
-            # No /proc boot id (not Linux): identities then only compare within this boot's
-            # lifetime of the host process, which is the best that can be said.
-            _boot_id_cache = "unknown"
-    return _boot_id_cache
-
-
 def stat(pid: int) -> Stat | None:
     """Parse /proc/PID/stat; None if the process is gone (zombies are returned)."""
     try:
@@ -161,6 +99,21 @@ def killed_by(pid: int) -> int | None:
     return st.wait_status & 0x7F or None
 
 
+def descriptors(pid: int) -> Iterator[tuple[str, os.stat_result]]:
+    """Each open descriptor of `pid` (its number in /proc/PID/fd) and what it names,
+    stat'ed through the link; one that closes meanwhile is passed over. Empty for a
+    process gone or not ours to read."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            yield fd, os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+
+
 def all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
@@ -190,14 +143,11 @@ class Scan:
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def age(st: Stat) -> float:
-    """Seconds since the process started (its start ticks against the boot clock)."""
-    try:
-        with open("/proc/uptime", "rb") as f:
-            uptime = float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    return uptime - st.start_ticks / _CLK_TCK
+def age(start_ticks: int) -> float:
+    """Seconds since the process that started at `start_ticks` started: field 22 of its
+    stat against the boot clock (CLOCK_BOOTTIME, the clock /proc/uptime and the start
+    ticks count on: time asleep included), never negative."""
+    return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / _CLK_TCK)
 
 
 def start_ticks(pid: int) -> int | None:
@@ -205,8 +155,9 @@ def start_ticks(pid: int) -> int | None:
     return None if st is None else st.start_ticks
 
 
-def _from_stat(st: Stat) -> Identity:
-    return Identity(pid=st.pid, pgid=st.pgid, sid=st.sid, start_ticks=st.start_ticks, boot_id=boot_id())
+def from_stat(st: Stat, boot: str | None = None) -> Identity:
+    """The identity a stat reading proves (`boot`: ident.boot_id(), when the caller has it)."""
+    return Identity(st.pid, st.pgid, st.sid, st.start_ticks, ident.boot_id() if boot is None else boot)
 
 
 def current(pid: int) -> Identity | None:
@@ -214,61 +165,23 @@ def current(pid: int) -> Identity | None:
     st = stat(pid)
     if st is None or st.zombie:
         return None
-    return _from_stat(st)
+    return from_stat(st)
 
 
 def current_or_zombie(pid: int) -> Identity | None:
     """Identity even of a zombie: an unreaped child still pins its pid, so its identity
     is exactly as good as a living one's (used when registering a child that died fast)."""
     st = stat(pid)
-    return None if st is None else _from_stat(st)
+    return None if st is None else from_stat(st)
 
 
-def matches(ident: Identity, st: Stat | None) -> bool:
-    return st is not None and st.start_ticks == ident.start_ticks and ident.boot_id == boot_id()
+def matches(recorded: Identity, st: Stat | None) -> bool:
+    return st is not None and st.start_ticks == recorded.start_ticks and recorded.boot_id == ident.boot_id()
 
 
-def is_running(ident: Identity) -> bool:
+def is_running(recorded: Identity) -> bool:
     """Same boot, alive, not a zombie, same start ticks."""
-    if ident.boot_id != boot_id():
+    if recorded.boot_id != ident.boot_id():
         return False
-    st = stat(ident.pid)
-    return st is not None and not st.zombie and st.start_ticks == ident.start_ticks
-
-
-def write(path: str | os.PathLike[str], ident: Identity, **extra: object) -> None:
-    clash = set(extra) & (set(FIELDS) | {"format"})
-    if clash:
-        raise ValueError(f"extra keys shadow identity fields: {sorted(clash)}")
-    atomic.atomic_write_json(path, {**extra, **ident.to_json(), "format": FORMAT})
-
-
-def _load(path: str | os.PathLike[str], dir_fd: int | None = None) -> dict[str, Any]:
-    # FileNotFoundError propagates: "no file" is the caller's call. Anything else that is
-    # not a small regular file of sound JSON is Damaged (a link, a FIFO, a bomb).
-    try:
-        data = untrusted.read_json(path, dir_fd=dir_fd)
-    except IdentityError:
-        raise
-    except Damaged as exc:
-        raise IdentityError(str(exc)) from None
-    if not isinstance(data, dict):
-        raise IdentityError(f"{path}: expected a JSON object")
-    if data.get("format", FORMAT) != FORMAT:
-        raise IdentityError(f"{path}: field 'format': expected {FORMAT}, got {data.get('format')!r}")
-    return data
-
-
-def read(path: str | os.PathLike[str], dir_fd: int | None = None) -> Identity:
-    return read_record(path, dir_fd)[0]
-
-
-def read_extra(path: str | os.PathLike[str], dir_fd: int | None = None) -> dict[str, Any]:
-    return read_record(path, dir_fd)[1]
-
-
-def read_record(path: str | os.PathLike[str], dir_fd: int | None = None) -> tuple[Identity, dict[str, Any]]:
-    """The identity and the extra keys written beside it (a child's name), from one read."""
-    data = _load(path, dir_fd)
-    extra = {k: v for k, v in data.items() if k not in FIELDS and k != "format"}
-    return Identity.from_json(data, source=str(path)), extra
+    st = stat(recorded.pid)
+    return st is not None and not st.zombie and st.start_ticks == recorded.start_ticks

@@ -17,23 +17,25 @@ pidfd was opened and its start time checked:
 A process group is the run's only when its leader is alive (or our unreaped zombie) with
 the recorded start time and proven, or, with the leader gone, every living member is
 proven. A lookup of the group's current members proves nothing by itself.
-
-Its classes are plain (values.py), not dataclasses: importing and applying dataclasses cost
-every stop command 74 M of its 205 M start-up instructions (valgrind), about 20 ms.
 """
 
 from __future__ import annotations
 
 import enum
+import os
+import time
 
-from runner.proc import identity, signals
+from runner.proc import identity
 from runner.values import FrozenValue
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final
 
 _CGROUP_V2 = "0::/"
+TAG = "RUNNER_RUN_ID"
+"""The environment variable every process of a run carries: its value is the run's key
+(RunDir.key). The engine starts with it; the engine's commands inherit it."""
 
 
 class Proof(enum.Enum):
@@ -76,7 +78,7 @@ class Membership(FrozenValue):
         """How `pid` (whose start ticks the caller has just verified) is the run's, or None."""
         if (pid, start_ticks) in self.known:
             return Proof.KNOWN
-        if self.run_id and signals.has_tag(pid, self.run_id):
+        if self.run_id and has_tag(pid, self.run_id):
             return Proof.TAG
         if self.cgroup:
             where = cgroup_of(pid)
@@ -96,7 +98,51 @@ class Membership(FrozenValue):
     def why_not(self, pid: int) -> str:
         parts = []
         if self.run_id:
-            parts.append(f"no {signals.TAG}={self.run_id} tag")
+            parts.append(f"no {TAG}={self.run_id} tag")
         if self.cgroup:
             parts.append(f"not in cgroup {self.cgroup}")
         return f"pid {pid}: " + (" and ".join(parts) if parts else "no run id or cgroup to prove it by")
+
+
+EMPTY_ENVIRON_WINDOW = 2.0
+"""Seconds after its start during which an empty environment is read again (mid-exec)."""
+
+
+def has_tag(pid: int, run_id: str | None) -> bool:
+    """Whether /proc/PID/environ holds exactly RUNNER_RUN_ID=run_id."""
+    if not run_id:
+        return False
+    return f"{TAG}={run_id}".encode() in _environ(pid).split(b"\0")
+
+
+def tag_of(pid: int) -> str | None:
+    """The value of the RUNNER_RUN_ID tag in /proc/PID/environ (a run's key), if any."""
+    prefix = TAG.encode() + b"="
+    for entry in _environ(pid).split(b"\0"):
+        if entry.startswith(prefix):
+            return os.fsdecode(entry[len(prefix) :]) or None
+    return None
+
+
+def _environ(pid: int) -> bytes:
+    """/proc/PID/environ. Empty for a kernel thread, and also for a user process caught
+    mid-exec: a vfork parent (subprocess) resumes before the kernel has laid out the
+    new image's environment. So an empty read is retried briefly for user processes."""
+    for attempt in range(5):
+        try:
+            with open(f"/proc/{int(pid)}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            return b""
+        if env:
+            return env
+        st = identity.stat(pid)
+        if st is None or st.exiting or st.ppid == 2 or st.pid == 2:  # gone, dying, or a kernel thread
+            return b""
+        # Only a process that has just started can be mid-exec. One that started long
+        # ago with an empty environment (`env -i`) keeps it: retrying would cost every
+        # sweep 7.5 ms per such process on the machine.
+        if identity.age(st.start_ticks) > EMPTY_ENVIRON_WINDOW:
+            return b""
+        time.sleep(0.0005 * (attempt + 1))
+    return b""

@@ -23,8 +23,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from runner import defaults
 from runner import log as _log
+from runner.ident import Identity
 from runner.proc import identity, signals, sweep
-from runner.proc.identity import Identity
 from runner.proc.membership import Membership, Proof
 from runner.values import Value
 
@@ -118,7 +118,7 @@ class Watch:
             return None
         fd, outcome = signals.open_pidfd(ident)
         if fd is None:
-            if named and outcome is signals.Outcome.STALE:
+            if named and outcome is signals.Delivery.STALE:
                 self.refuse(f"pid {ident.pid}: it is no longer the recorded process (pid reused)")
             return None
         if proof is not None:
@@ -193,10 +193,6 @@ class Watch:
         self._epoll.close()
 
 
-def _ident(st: identity.Stat) -> Identity:
-    return Identity(st.pid, st.pgid, st.sid, st.start_ticks, identity.boot_id())
-
-
 def group_verdict(pgid: int, members: Iterable[Identity], stats: Sequence[identity.Stat], watch: Watch) -> str | None:
     """None when process group `pgid` is proven the run's, else why not.
 
@@ -247,7 +243,7 @@ def signal_group(
     why = group_verdict(pgid, members, stats, watch)  # ablate: group-membership
     if why is None:
         for st in living:
-            watch.add(_ident(st), named=False, vouched=True)
+            watch.add(identity.from_stat(st), named=False, vouched=True)
         try:
             os.killpg(pgid, sig)
         except ProcessLookupError:
@@ -255,7 +251,7 @@ def signal_group(
         return True
     watch.refuse(f"process group {pgid}: {why}")
     for st in living:
-        if watch.add(_ident(st), named=False) is not None:
+        if watch.add(identity.from_stat(st), named=False) is not None:
             watch.send(st.pid, sig)
     return False
 
@@ -327,7 +323,7 @@ def _watch_members(watch: Watch, groups: Iterable[int], sig: int, scan: identity
             if st.zombie:
                 if st.wait_status is not None and st.wait_status & 0x7F == sig:
                     watch.early.add(st.pid)
-            elif st.pid not in watch.fds and watch.add(_ident(st), named=False, vouched=True) is not None:
+            elif st.pid not in watch.fds and watch.add(identity.from_stat(st), named=False, vouched=True) is not None:
                 new.add(st.pid)
     return new
 

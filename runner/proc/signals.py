@@ -12,14 +12,15 @@ from __future__ import annotations
 import enum
 import errno
 import os
+import select
 import signal
 import time
 
 from runner import log as _log
+from runner.ident import Identity, boot_id
 from runner.proc import identity
-from runner.proc.identity import Identity
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -29,12 +30,13 @@ if TYPE_CHECKING:
 log = _log.get("runner.proc.signals")
 
 HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
-TAG = "RUNNER_RUN_ID"
 # Attempts at pidfd_open while it says ENOENT yet /proc shows the process (see open_pidfd).
 _ENOENT_RETRIES = 20
 
 
-class Outcome(enum.Enum):
+class Delivery(enum.Enum):
+    """What became of one signal (events.Outcome is what became of a command)."""
+
     SENT = "sent"
     GONE = "gone"  # already dead (or a zombie): nothing to do
     STALE = "stale"  # the pid now belongs to another process (or another boot): refused
@@ -58,26 +60,26 @@ def protected_pids() -> set[int]:
     return seen
 
 
-def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
+def open_pidfd(ident: Identity) -> tuple[int | None, Delivery]:
     """A pidfd verified to refer to `ident`'s process, or (None, why not).
 
     Order matters: open first, then compare. If the pid was reused before the open, the
     ticks differ (STALE). If it dies after the open, the pidfd still names the old
     process and a signal through it is a harmless ESRCH."""
-    if ident.boot_id != identity.boot_id():
+    if ident.boot_id != boot_id():
         log.warning("refusing pid %d: its identity is from another boot", ident.pid)
-        return None, Outcome.STALE
+        return None, Delivery.STALE
     for attempt in range(_ENOENT_RETRIES):
         try:
             fd = os.pidfd_open(ident.pid)
             break
         except ProcessLookupError:
-            return None, Outcome.GONE
+            return None, Delivery.GONE
         except OSError as exc:
             if exc.errno == errno.EINVAL:
                 # The pid now names a thread that leads no process: certainly not ours.
                 log.warning("refusing pid %d: it now names a thread of another process", ident.pid)
-                return None, Outcome.STALE
+                return None, Delivery.STALE
             if exc.errno != errno.ENOENT:
                 raise
             # Not in the man page, but seen on Linux 6.18 (pidfs) for the pid of a
@@ -88,23 +90,23 @@ def open_pidfd(ident: Identity) -> tuple[int | None, Outcome]:
             # worth a short retry, never a crash.
             st = identity.stat(ident.pid)
             if st is None or st.zombie:
-                return None, Outcome.GONE
+                return None, Delivery.GONE
             if not identity.matches(ident, st):
                 log.warning("refusing pid %d: it now names another process", ident.pid)
-                return None, Outcome.STALE
+                return None, Delivery.STALE
             time.sleep(0.001 * (attempt + 1))
     else:
         raise OSError(errno.ENOENT, f"pidfd_open({ident.pid}) kept failing while /proc shows the process")
     st = identity.stat(ident.pid)
     if st is None or st.zombie:
         os.close(fd)
-        return None, Outcome.GONE
+        return None, Delivery.GONE
     if st.start_ticks != ident.start_ticks:  # ablate: identity-check
         return _refuse_stale(fd, ident, st)
-    return fd, Outcome.SENT
+    return fd, Delivery.SENT
 
 
-def _refuse_stale(fd: int, ident: Identity, st: identity.Stat) -> tuple[None, Outcome]:
+def _refuse_stale(fd: int, ident: Identity, st: identity.Stat) -> tuple[None, Delivery]:
     os.close(fd)
     log.warning(
         "refusing to signal pid %d: start ticks %d, expected %d (pid reused by another process)",
@@ -112,18 +114,18 @@ def _refuse_stale(fd: int, ident: Identity, st: identity.Stat) -> tuple[None, Ou
         st.start_ticks,
         ident.start_ticks,
     )
-    return None, Outcome.STALE
+    return None, Delivery.STALE
 
 
-def signal_process(ident: Identity, sig: int, membership: Membership) -> Outcome:
+def signal_process(ident: Identity, sig: int, membership: Membership) -> Delivery:
     """Signal one recorded process, if it is still itself and proven the run's."""
     if ident.pid in protected_pids():
         log.warning("refusing to signal pid %d: it is this process or one of its ancestors", ident.pid)
-        return Outcome.PROTECTED
+        return Delivery.PROTECTED
     if not HAVE_PIDFD:
         if membership.proof(ident.pid, ident.start_ticks) is None:
             log.warning("refusing to signal %s", membership.why_not(ident.pid))
-            return Outcome.NOT_MEMBER
+            return Delivery.NOT_MEMBER
         return _signal_process_psutil(ident, sig)
     fd, outcome = open_pidfd(ident)
     if fd is None:
@@ -131,17 +133,17 @@ def signal_process(ident: Identity, sig: int, membership: Membership) -> Outcome
     if membership.proof(ident.pid, ident.start_ticks) is None:
         os.close(fd)
         log.warning("refusing to signal %s", membership.why_not(ident.pid))
-        return Outcome.NOT_MEMBER
+        return Delivery.NOT_MEMBER
     try:
         signal.pidfd_send_signal(fd, sig)
     except ProcessLookupError:
-        return Outcome.GONE
+        return Delivery.GONE
     finally:
         os.close(fd)
-    return Outcome.SENT
+    return Delivery.SENT
 
 
-def _signal_process_psutil(ident: Identity, sig: int) -> Outcome:
+def _signal_process_psutil(ident: Identity, sig: int) -> Delivery:
     # Elsewhere (no pidfd): psutil compares the create time before sending; a window
     # between its check and the kill remains, which pidfd closes on Linux.
     import psutil
@@ -149,55 +151,11 @@ def _signal_process_psutil(ident: Identity, sig: int) -> Outcome:
     try:
         proc = psutil.Process(ident.pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
-            return Outcome.GONE
+            return Delivery.GONE
         proc.send_signal(sig)
     except psutil.NoSuchProcess:
-        return Outcome.GONE
-    return Outcome.SENT
-
-
-EMPTY_ENVIRON_WINDOW = 2.0
-"""Seconds after its start during which an empty environment is read again (mid-exec)."""
-
-
-def has_tag(pid: int, run_id: str | None) -> bool:
-    """Whether /proc/PID/environ holds exactly RUNNER_RUN_ID=run_id."""
-    if not run_id:
-        return False
-    return f"{TAG}={run_id}".encode() in _environ(pid).split(b"\0")
-
-
-def tag_of(pid: int) -> str | None:
-    """The value of the RUNNER_RUN_ID tag in /proc/PID/environ (a run's key), if any."""
-    prefix = TAG.encode() + b"="
-    for entry in _environ(pid).split(b"\0"):
-        if entry.startswith(prefix):
-            return os.fsdecode(entry[len(prefix) :]) or None
-    return None
-
-
-def _environ(pid: int) -> bytes:
-    """/proc/PID/environ. Empty for a kernel thread, and also for a user process caught
-    mid-exec: a vfork parent (subprocess) resumes before the kernel has laid out the
-    new image's environment. So an empty read is retried briefly for user processes."""
-    for attempt in range(5):
-        try:
-            with open(f"/proc/{int(pid)}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            return b""
-        if env:
-            return env
-        st = identity.stat(pid)
-        if st is None or st.exiting or st.ppid == 2 or st.pid == 2:  # gone, dying, or a kernel thread
-            return b""
-        # Only a process that has just started can be mid-exec. One that started long
-        # ago with an empty environment (`env -i`) keeps it: retrying would cost every
-        # sweep 7.5 ms per such process on the machine.
-        if identity.age(st) > EMPTY_ENVIRON_WINDOW:
-            return b""
-        time.sleep(0.0005 * (attempt + 1))
-    return b""
+        return Delivery.GONE
+    return Delivery.SENT
 
 
 def group_stats(pgid: int) -> list[identity.Stat]:
@@ -224,3 +182,33 @@ def refusal(pgid: int, protected: Collection[int] | None = None) -> str | None:
         if st is not None and st.pgid == pgid:
             return f"process group {pgid} holds pid {pid}, this process or one of its ancestors"
     return None
+
+
+def wait_gone(engine: Identity, timeout: float) -> bool:
+    """Wait until the engine process is gone (a zombie counts as gone). Event-driven
+    on Linux: a pidfd becomes readable when the process exits, child of ours or not."""
+    deadline = time.monotonic() + timeout
+    fd: int | None = None
+    try:
+        fd = os.pidfd_open(engine.pid)
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        # The pidfd is only ours to trust once the start time still matches.
+        if not identity.is_running(engine):
+            return True
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return not identity.is_running(engine)
+            if fd is not None:
+                select.select([fd], [], [], left)
+                if not identity.is_running(engine):
+                    return True
+            else:
+                time.sleep(min(0.02, left))
+                if not identity.is_running(engine):
+                    return True
+    finally:
+        if fd is not None:
+            os.close(fd)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 
+from runner import ident
 from runner import log as _log
-from runner.proc import identity, signals
-from runner.proc.identity import Identity
+from runner.ident import Identity
+from runner.proc import identity, membership, signals
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, see log.py)
 if TYPE_CHECKING:
@@ -41,15 +42,15 @@ def tagged(
     # Start ticks first (the scan), the tag second: the reaper re-checks the ticks after
     # it opens a pidfd, so a tag read in between belongs to the very process it signals.
     stats = (scan or identity.Scan()).stats
-    boot = identity.boot_id()
+    boot = ident.boot_id()
     out: list[Identity] = []
     for pid, st in stats.items():
         if pid in protected or pid in skip or st.zombie:
             continue
         if untagged is not None and (pid, st.start_ticks) in untagged:
             continue
-        if signals.has_tag(pid, run_id):
-            out.append(Identity(st.pid, st.pgid, st.sid, st.start_ticks, boot))
+        if membership.has_tag(pid, run_id):
+            out.append(identity.from_stat(st, boot))
         elif untagged is not None:
             untagged.add((pid, st.start_ticks))
     return out
@@ -77,7 +78,7 @@ def descendants(pid: int) -> list[Identity]:
             seen.add(st.pid)
             stack.append(st.pid)
             if not st.zombie:
-                out.append(Identity(st.pid, st.pgid, st.sid, st.start_ticks, identity.boot_id()))
+                out.append(identity.from_stat(st))
     return out
 
 

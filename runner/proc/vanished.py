@@ -15,8 +15,9 @@ import os
 import re
 import stat
 
-from runner.proc import identity, signals
-from runner.proc.identity import Identity
+from runner import ident
+from runner.ident import Identity
+from runner.proc import identity, membership, signals
 
 _ENGINE_ARGV = (b"-m", b"runner", b"_engine")
 _IDENTITY = re.compile(r"\d+-\d+")
@@ -48,24 +49,13 @@ def _engine_dir(pid: int) -> str | None:
 
 
 def _holds_deleted_dir(pid: int) -> bool:
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            st = os.stat(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode) and st.st_nlink == 0:
-            return True
-    return False
+    return any(stat.S_ISDIR(st.st_mode) and st.st_nlink == 0 for _, st in identity.descriptors(pid))
 
 
 def engines(base: str | os.PathLike[str]) -> list[Vanished]:
     """The live engines of runs that lived under `base` and whose directory is gone."""
     where = os.path.abspath(base)
-    boot = identity.boot_id()
+    boot = ident.boot_id()
     found: list[Vanished] = []
     for pid in identity.all_pids():
         run_dir = _engine_dir(pid)
@@ -73,11 +63,11 @@ def engines(base: str | os.PathLike[str]) -> list[Vanished]:
             continue
         if not _holds_deleted_dir(pid):
             continue
-        run_id = signals.tag_of(pid)
+        run_id = membership.tag_of(pid)
         st = identity.stat(pid)
         if run_id is None or st is None or st.zombie:
             continue
-        found.append(Vanished(Identity(st.pid, st.pgid, st.sid, st.start_ticks, boot), run_id, run_dir))
+        found.append(Vanished(identity.from_stat(st, boot), run_id, run_dir))
     return found
 
 
@@ -91,7 +81,7 @@ def live_tags() -> set[str]:
     for pid in identity.all_pids():
         if pid in protected:
             continue
-        tag = signals.tag_of(pid)
+        tag = membership.tag_of(pid)
         if tag is not None:
             tags.add(tag)
     return tags

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import BinaryIO
 
+from runner import defaults
 from runner.errors import BadInput, Damaged, SpecError, printable
 from runner.exitcodes import Exit
 from runner.files import captured
@@ -20,9 +21,6 @@ from runner.files.follow import Tail
 from runner.files.rundir import RunDir
 from runner.files.spec import load_frozen
 from runner.files.state import StateStore
-
-FOLLOW_POLL = 0.1
-"""How often `--follow` looks for new output and new files."""
 
 
 def item_names(rd: RunDir) -> list[str]:
@@ -109,7 +107,7 @@ def show(
     while follow:
         live = rd.is_live()
         if live:
-            sleep(FOLLOW_POLL)
+            sleep(defaults.LOGS_FOLLOW_POLL)
         printer.poll()  # once more after the engine is gone: what it wrote last
         if not live:
             break

@@ -26,12 +26,13 @@ from runner.errors import Damaged
 from runner.events import Event, Outcome
 from runner.files.follow import JournalTail
 from runner.files.spec import substitute
+from runner.proc import identity
 from runner.views.schema import CONTAINMENT_KEYS, Failure
 
 if TYPE_CHECKING:
     from runner.files.rundir import RunDir
     from runner.files.spec import Spec
-    from runner.proc.identity import Identity
+    from runner.ident import Identity
 
 
 @dataclass
@@ -294,9 +295,5 @@ def st_size(path: Path) -> int:
 
 
 def runtime(ident: Identity) -> float | None:
-    """Seconds since the process started (its start ticks against the boot clock)."""
-    try:
-        ticks = os.sysconf("SC_CLK_TCK")
-        return round(max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - ident.start_ticks / ticks), 3)
-    except (OSError, ValueError, AttributeError):
-        return None
+    """Seconds since the process started (identity.age), to the millisecond."""
+    return round(identity.age(ident.start_ticks), 3)

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from runner import defaults
 from runner.errors import Damaged
 from runner.exitcodes import Exit
 from runner.files import captured
@@ -32,14 +33,6 @@ if TYPE_CHECKING:
     from runner.files.rundir import RunDir
     from runner.files.spec import Spec
 
-REDRAW = 0.2
-"""The live line is redrawn at most this often."""
-RELIST = 1.0
-"""The captured output directory is listed again at most this often (for the running
-command's file), and at once when a phase starts."""
-JOURNAL_CHUNK = 256 * 1024
-"""Most journal bytes read per tick: a resumed run's long past is read over several
-ticks, each short, so the foreground is back to its signals at once."""
 CLEAR = "\r\x1b[K"
 
 
@@ -73,7 +66,7 @@ class Progress:
         which the summary counts and the lines leave out)."""
         self.rd, self.show, self._say, self.clock, self.since = rd, show, say, clock, since
         self.fold = overview.Fold(spec)
-        self.journal = JournalTail(rd.journal, JOURNAL_CHUNK)
+        self.journal = JournalTail(rd.journal, defaults.PROGRESS_JOURNAL_CHUNK)
         self.off = False
         self.drawn = False
         self.stop_since: float | None = None
@@ -207,7 +200,7 @@ class Progress:
         if phase.phase in ("backoff", "cleanup"):
             return None
         if self.clock() >= self._next_list:
-            self._next_list = self.clock() + RELIST
+            self._next_list = self.clock() + defaults.PROGRESS_RELIST
             files = captured.listing(self.rd)
             self._output = files[-1] if files else None
         out = self._output
@@ -221,7 +214,7 @@ class Progress:
         line = render.clean(self._line(), max(20, width - 1))
         self._print(CLEAR + line)
         self.drawn = True
-        self._next_draw = self.clock() + REDRAW
+        self._next_draw = self.clock() + defaults.PROGRESS_REDRAW
 
     def _clear(self) -> None:
         if self.drawn:

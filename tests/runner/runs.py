@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.control import stop_command
+from runner.files import identity_file
 from runner.files import journal as journalmod
 from runner.files.rundir import RunDir
 from runner.files.state import StateStore
-from runner.proc import identity
+from runner.proc import identity, signals
 
 RUNNER = [sys.executable, "-m", "runner"]
 
@@ -104,8 +104,8 @@ def wait_engine_exit(rd, timeout=30.0):
         if time.monotonic() > deadline:
             raise AssertionError(f"engine of {rd.path} still live after {timeout}s")
         time.sleep(0.01)
-    engine = identity.read(rd.engine_identity)
-    if not stop_command.wait_engine_gone(engine, max(deadline - time.monotonic(), 0.0)):
+    engine = identity_file.read(rd.engine_identity)
+    if not signals.wait_gone(engine, max(deadline - time.monotonic(), 0.0)):
         raise AssertionError(f"engine pid {engine.pid} of {rd.path} still running after {timeout}s")
 
 

@@ -140,3 +140,38 @@ def test_resolve_containment_modes(monkeypatch, caplog):
         assert cgroup_mod.resolve_containment("auto") == "group"
         assert cgroup_mod.resolve_containment("auto") == "group"
     assert caplog.text.count("falls back") == 1
+
+
+def test_the_plugins_copy_answers_as_the_runner_does_on_the_same_cgroups(spawn, cg):
+    """pytest_stoplatency/_cgroup.py copies this module's cgroup reading on purpose (the
+    measuring tool must not share the code mutation/ ablates); this pins the two copies to
+    the same answers on the same cgroups: the mount point, each process's cgroup (one moved
+    into a nested cgroup, one gone), the caller's own, the members of the tree and of a
+    branch, and emptiness before and after the kill. Red where either copy drifts."""
+    from pytest_stoplatency import _cgroup as copy
+    from runner.proc import membership
+
+    v = spawn("env-scrubber", cgroup=cg)
+    scrubbed = int(v.extras[0]["pid"])
+    nested = cg.path / "work" / "nested"
+    nested.mkdir()
+    try:
+        (nested / "cgroup.procs").write_text(f"{scrubbed}\n")
+        assert copy.root() == cgroup_mod.cgroup2_root()
+        assert copy.own() == cgroup_mod._own_cgroup()
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        for pid in (1, v.pid, scrubbed, dead.pid):
+            assert copy.cgroup_of(pid) == membership.cgroup_of(pid), pid
+        assert copy.cgroup_of(scrubbed).endswith("/work/nested")
+        for which in ("all", "work", "engine"):
+            assert sorted(copy.members(cg._dir(which))) == sorted(cg.members(which)), which
+        assert {v.pid, scrubbed} <= set(copy.members(cg.path))
+        assert copy.wait_empty(cg.path, 0.05) is cg.wait_empty("all", 0.05) is False
+        assert cg.kill("all", timeout=2)
+        assert copy.wait_empty(cg.path, 0.05) is cg.wait_empty("all", 0.05) is True
+        assert copy.members(cg.path) == cg.members("all") == []
+        assert v.wait_gone(2)
+    finally:
+        cg.kill("all", timeout=2)
+        nested.rmdir()

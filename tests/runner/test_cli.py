@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import runs as R
 
-from runner.control import stop_command
 from runner.exitcodes import Exit
+from runner.files import identity_file
 from runner.files.rundir import RunDir
-from runner.proc import identity
+from runner.proc import identity, signals
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -129,12 +129,12 @@ def test_second_run_on_a_live_run_dir_is_refused(runs, tmp_path):
     spec, gate = gated_spec(runs, tmp_path)
     rd = runs.start(spec)
     R.wait_event(rd, "session-start", item="a")
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     proc = cli("run", spec, "--run-dir", rd.path, "--detach")
     assert proc.returncode == Exit.REFUSED, (proc.returncode, proc.stderr)
     assert "live engine" in one_line(proc.stderr)
     assert len(R.events(rd, "run-start")) == 1
-    assert identity.read(rd.engine_identity) == engine and identity.is_running(engine)
+    assert identity_file.read(rd.engine_identity) == engine and identity.is_running(engine)
     assert cli("stop", "--run-dir", rd.path).returncode == Exit.OK
 
 
@@ -193,7 +193,7 @@ def test_status_json(runs, tmp_path):
     assert proc.returncode == Exit.OK, proc.stderr
     info = json.loads(proc.stdout)
     assert info["run_id"] == rd.run_id and info["live"] is True
-    assert info["engine_pid"] == identity.read(rd.engine_identity).pid
+    assert info["engine_pid"] == identity_file.read(rd.engine_identity).pid
     assert (info["status"], info["current_item"], info["phase"]) == ("running", "a", "session")
     assert info["stopped"] is False and info["provider_calls"] == 1
     assert [c["name"] for c in info["children"]] == ["session"]
@@ -385,13 +385,13 @@ def test_stop_now_stops_a_run_whose_engine_identity_is_malformed(runs, tmp_path,
     spec, gate = gated_spec(runs, tmp_path)
     rd = runs.start(spec)
     R.wait_event(rd, "session-start", item="a")
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     rd.engine_identity.write_text(corrupt(rd.engine_identity.read_text()))
     proc = cli("stop", "--now", "--run-dir", rd.path)
     assert proc.returncode == Exit.DAMAGED, (proc.returncode, proc.stderr)
     assert "engine.json" in proc.stderr and "Traceback" not in proc.stderr
     assert all(line.startswith("runner: ") for line in proc.stderr.splitlines()), proc.stderr
-    assert stop_command.wait_engine_gone(engine, 5.0) and not rd.is_live()
+    assert signals.wait_gone(engine, 5.0) and not rd.is_live()
     assert R.tagged(rd.run_id) == []
 
 
@@ -444,7 +444,7 @@ def test_foreground_second_ctrl_c_kills_now(runs, tmp_path, victim, stop_latency
     try:
         R.wait_event(rd, "session-start", item="a")
         v = p.adopt(timeout=10)
-        engine = identity.read(rd.engine_identity)
+        engine = identity_file.read(rd.engine_identity)
         os.kill(engine.pid, signal.SIGSTOP)
         proc.send_signal(signal.SIGINT)
         time.sleep(0.3)

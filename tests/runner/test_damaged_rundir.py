@@ -15,9 +15,9 @@ import subprocess
 import pytest
 import runs as R
 
-from runner.control import stop_command
 from runner.exitcodes import Exit
-from runner.proc import identity
+from runner.files import identity_file
+from runner.proc import signals
 
 KILL_GRACE = 0.2
 STOP = {"kill_grace": KILL_GRACE, "grace": 3.0}
@@ -114,7 +114,7 @@ def damaged_run(runs, victim, name, kind):
     """A live run with `name` damaged by `kind`; yields (rd, engine, provider, run id)
     and puts the original file back afterwards, so the fixtures can clean up."""
     rd, v = start(runs, victim)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     run_id = rd.run_id
     path = target(rd, name)
     original = path.read_bytes() if path.is_file() else None
@@ -126,7 +126,7 @@ def damaged_run(runs, victim, name, kind):
 
 
 def check_stopped(rd, engine, v, run_id):
-    assert stop_command.wait_engine_gone(engine, 5.0), "the engine survived the stop"
+    assert signals.wait_gone(engine, 5.0), "the engine survived the stop"
     assert v.wait_gone(5.0), "the provider survived the stop"
     assert R.tagged(run_id) == [], "a process with the run's tag survived the stop"
 
@@ -181,7 +181,7 @@ def test_damaged_files_are_named_in_the_stop_output(runs, victim):
     """Path: the stop's output names each damaged file (a FIFO engine.json and a
     symlinked state.json at once) on one line, and exits DAMAGED."""
     rd, v = start(runs, victim)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     run_id = rd.run_id
     saved = {p: p.read_bytes() for p in (rd.engine_identity, rd.state)}
     damage(rd.engine_identity, "engine.json", "fifo")

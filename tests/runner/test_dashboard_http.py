@@ -14,7 +14,7 @@ import time
 import pytest
 
 from runner.exitcodes import Exit
-from runner.proc import identity
+from runner.files import identity_file
 
 KILL_GRACE = 0.3
 
@@ -211,7 +211,7 @@ def test_a_crashed_run_offers_resume_which_runs_the_clis_resume(runs, victim, da
     and starts attempt 2; "Stop" then stops it with origin `dashboard`."""
     rd, v = runs.live_trap_term(victim, stop={"kill_grace": KILL_GRACE})
     dash = dashboard()
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
     runs.wait_engine_exit(rd)
     row = wait_row(dash, "run", status="crashed")

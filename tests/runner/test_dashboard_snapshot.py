@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from runner import defaults
 from runner.dashboard import snapshot
 from runner.dashboard.actions import Actions
 from runner.dashboard.runs import Base
@@ -89,11 +90,11 @@ def test_journal_tail_skips_torn_lines_and_escapes_control_characters(done, tmp_
         f.write(b'{"event": "torn", "t": 2')
     _, now = rows(tmp_path)
     tail = now["done"]["journal"]
-    assert len(tail) <= snapshot.JOURNAL_TAIL_RECORDS
+    assert len(tail) <= defaults.DASHBOARD_JOURNAL_TAIL_RECORDS
     assert "item-failed" in tail[-1] and "\x1b" not in tail[-1] and "\n" not in tail[-1]
     assert not any("torn" in line for line in tail)
     with open(done.journal, "ab") as f:
-        f.write(b"\n" + b"x" * (snapshot.JOURNAL_TAIL_BYTES * 3) + b"\n")
+        f.write(b"\n" + b"x" * (defaults.DASHBOARD_JOURNAL_TAIL_BYTES * 3) + b"\n")
     _, now = rows(tmp_path)
     assert now["done"]["journal"] == []  # the window holds only the junk line: nothing to show
 
@@ -116,7 +117,7 @@ def test_a_dead_runs_row_is_read_again_only_when_its_files_change(done, tmp_path
     calls = []
     real = status.status_of
     monkeypatch.setattr(status, "status_of", lambda rd: calls.append(rd) or real(rd))
-    monkeypatch.setattr(snapshot, "MIN_AGE", 0.0)
+    monkeypatch.setattr(defaults, "DASHBOARD_MIN_AGE", 0.0)
     snap, _ = rows(tmp_path)
     for _ in range(3):
         snap.json()

@@ -28,6 +28,7 @@ import pytest
 import runs as R
 
 from runner.exitcodes import Exit
+from runner.files import identity_file
 from runner.files.rundir import RunDir
 from runner.proc import cgroup, identity, reaper
 
@@ -96,7 +97,7 @@ class Live:
         self.key = self.rd.key(self.run_id)
         self.procs = run_processes(self.run_id)
         self.records = records(self.rd)
-        engine = identity.read(self.rd.engine_identity)
+        engine = identity_file.read(self.rd.engine_identity)
         assert engine.pid in self.procs, "the engine carries the run's key"
         assert {tag for _, tag in self.procs.values()} == {self.key}
         assert self.provider.pid in self.procs
@@ -346,7 +347,7 @@ def test_status_never_lists_a_child_file_that_names_a_foreign_process(runs, vict
             if ident is not None:
                 break
         assert ident is not None
-        identity.write(live.rd.children / f"{foreign.pid}.json", ident, role="child", name="forged")
+        identity_file.write(live.rd.children / f"{foreign.pid}.json", ident, role="child", name="forged")
         proc = cli(live.base, "status", "--json", "--run-dir", live.rd.path)
         info = json.loads(proc.stdout)
         pids = [c["pid"] for c in info["children"]]

@@ -29,8 +29,9 @@ import runs as R
 
 import runner
 from runner.exitcodes import Exit
+from runner.files import identity_file
 from runner.files.rundir import RunDir
-from runner.proc import identity, reaper
+from runner.proc import reaper
 from runner.proc.cgroup import run_cgroup_path
 
 pytestmark = pytest.mark.timeout(180)
@@ -424,7 +425,7 @@ def test_list_and_stop_all_find_a_live_engine_whose_directory_is_gone(runs, how)
     rd = runs.start(spec)
     R.wait_event(rd, "session-start", timeout=10)
     run_id = rd.run_id
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     try:
         os.kill(engine.pid, signal.SIGSTOP)
         shutil.rmtree(rd.path)

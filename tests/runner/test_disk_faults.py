@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from runner.exitcodes import Exit
-from runner.files import reserve
+from runner.files import identity_file, reserve
 from runner.files.rundir import RunDir
 from runner.proc import identity
 
@@ -230,7 +230,7 @@ def test_full_disk_at_the_stop_is_recorded_then_resumes(tmpfs, runs, victim, how
 
 
 def test_full_disk_stopper_gives_up_the_dead_engines_reserve(tmpfs, runs):
-    """Path: stop_command._record_forced_stop with the reserve a SIGKILLed engine left
+    """Path: stop_record.record_forced_stop with the reserve a SIGKILLed engine left
     behind (Reserve.leftover): on a full disk, `runner stop --now` kills what the dead
     engine left, and records the stop in the reserve's space: exit 0, stopped, one
     run-stop. Ablation stopper-leftover-reserve (no leftover reserve): NOT_RECORDED."""
@@ -238,7 +238,7 @@ def test_full_disk_stopper_gives_up_the_dead_engines_reserve(tmpfs, runs):
     rd = runs.start(spec, name="disk/run")
     try:
         runs.wait_event(rd, "phase-start", phase="session")
-        engine = identity.read(rd.engine_identity)
+        engine = identity_file.read(rd.engine_identity)
         os.kill(engine.pid, 9)
         deadline = time.monotonic() + 5
         while identity.is_running(engine):

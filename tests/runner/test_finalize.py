@@ -15,6 +15,7 @@ import runs as R
 from runner.engine.phases import Engine
 from runner.engine.registry import Registry
 from runner.engine.stop_controller import StopController
+from runner.events import Mode
 from runner.exitcodes import Exit
 from runner.files import stop_request
 from runner.files.journal import Journal
@@ -111,7 +112,7 @@ def test_late_hard_request_is_received_late_and_the_run_completes(inproc):
     completed (its queue is done), not stopped.
     Killed by `late-consume` (the consume in StopController.receive_late deleted)."""
     e = inproc()
-    stop_request.lodge(e.rd, stop_request.Mode.HARD, "signal")
+    stop_request.lodge(e.rd, Mode.HARD, "signal")
     code = e.engine._finalize()
     e.engine.ctl.discard_unhonored(stopped=e.engine.state.stopped)  # what run()'s finally does at exit
 
@@ -134,7 +135,7 @@ def test_request_lodged_after_the_late_consume_is_discarded(inproc):
     StopController.discard_unhonored's consume and this goes red."""
     e = inproc()
     assert e.engine._finalize() == Exit.OK
-    stop_request.lodge(e.rd, stop_request.Mode.HARD, "file")
+    stop_request.lodge(e.rd, Mode.HARD, "file")
     e.engine.ctl.discard_unhonored(stopped=e.engine.state.stopped)
 
     discarded = R.events(e.rd, "stop-request-discarded")
@@ -149,7 +150,7 @@ def test_graceful_request_lodged_during_finalization_is_discarded(inproc):
     graceful stop is never honored there) is unhonored when the engine exits, so it must
     be journaled stop-request-discarded with mode graceful, and the run is completed."""
     e = inproc()
-    stop_request.lodge(e.rd, stop_request.Mode.GRACEFUL, "file")
+    stop_request.lodge(e.rd, Mode.GRACEFUL, "file")
     assert e.engine._finalize() == Exit.OK
     e.engine.ctl.discard_unhonored(stopped=e.engine.state.stopped)
 

@@ -15,9 +15,9 @@ import pytest
 import runs as R
 
 from runner import defaults
-from runner.control import stop_command
 from runner.exitcodes import Exit
-from runner.proc import identity
+from runner.files import identity_file
+from runner.proc import signals
 
 PROVIDER = '[provider]\ncommand = ["true"]\n'
 ITEMS = 'items = ["a"]\n'
@@ -204,13 +204,13 @@ def test_two_resumes_at_once_start_exactly_one_engine(runs, victim):
 
 
 def test_wait_on_a_run_whose_engine_was_killed_says_crashed(runs, victim):
-    """Path: stop_command.run_outcome. `runner wait` on a run whose engine died by
+    """Path: waiting.run_outcome. `runner wait` on a run whose engine died by
     SIGKILL (no end recorded) exits CRASHED with one line saying resume continues it,
     not INTERNAL with nothing printed."""
     rd, v = live_run(runs, victim)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
-    assert stop_command.wait_engine_gone(engine, 5)
+    assert signals.wait_gone(engine, 5)
     proc = R.runner("wait", "--run-dir", rd.path)
     assert proc.returncode == Exit.CRASHED, (proc.returncode, proc.stderr)
     (line,) = proc.stderr.splitlines()
@@ -220,7 +220,7 @@ def test_wait_on_a_run_whose_engine_was_killed_says_crashed(runs, victim):
 
 
 def test_wait_on_a_dead_run_with_a_damaged_state_says_damaged(runs, victim):
-    """Path: stop_command.run_outcome reads state.json through untrusted.py: `runner wait`
+    """Path: waiting.run_outcome reads state.json through untrusted.py: `runner wait`
     on a run whose engine is dead and whose state.json is a FIFO exits DAMAGED with one
     line naming state.json (never a hang, never 70)."""
     rd, v = live_run(runs, victim)

@@ -8,9 +8,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from runner.control import stop_command
 from runner.exitcodes import Exit
-from runner.proc import identity
+from runner.files import identity_file
+from runner.proc import identity, signals
 
 KILL_GRACE = 0.3
 
@@ -23,14 +23,14 @@ def test_engine_and_child_identity_files_round_trip(runs, victim):
     rd = runs.start(runs.spec(provider=prepared.argv, stop={"kill_grace": KILL_GRACE}))
     runs.wait_event(rd, "phase-start", phase="session")
     v = prepared.adopt(timeout=10)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     assert engine == identity.current(engine.pid)
     assert engine.pid == engine.pgid == engine.sid  # its own session and group
     (child_file,) = rd.children.glob("*.json")
-    child = identity.read(child_file)
+    child = identity_file.read(child_file)
     assert child == identity.current(v.pid) and child.start_ticks == v.start_ticks
     assert child.pgid == child.pid != engine.pgid  # each call in a new process group
-    assert identity.read_extra(child_file)["name"] == "session"
+    assert identity_file.read_extra(child_file)["name"] == "session"
     assert runs.runner("stop", "--run-dir", rd.path).returncode == Exit.OK
     runs.wait_engine_exit(rd)
     assert not identity.is_running(engine) and not identity.is_running(child)
@@ -47,9 +47,9 @@ def test_stale_engine_pid_now_naming_another_process_is_never_signalled(runs, vi
     rd = runs.start(runs.spec(provider=prepared.argv, stop={"kill_grace": KILL_GRACE}))
     runs.wait_event(rd, "phase-start", phase="session")
     v = prepared.adopt(timeout=10)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
-    assert stop_command.wait_engine_gone(engine, 5.0)
+    assert signals.wait_gone(engine, 5.0)
     v.kill()
     assert v.wait_gone(5.0)
     deadline = time.monotonic() + 10  # PID 1 reaps the orphaned engine about a second late

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import runs as R
 
-from runner.control import stop_command
 from runner.exitcodes import Exit
+from runner.files import identity_file
 from runner.files.atomic import atomic_write_text
+from runner.ident import Identity
 from runner.proc import cgroup as cgroups
-from runner.proc import identity, membership, reaper
-from runner.proc.identity import Identity
+from runner.proc import identity, membership, reaper, signals
 
 KILL_GRACE = 0.2
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -51,11 +51,11 @@ def foreign(procs):
 def live_run(runs, victim):
     """A live run whose provider traps SIGTERM; returns (rd, engine, provider victim)."""
     rd, v = runs.live_trap_term(victim, stop=STOP)
-    return rd, identity.read(rd.engine_identity), v
+    return rd, identity_file.read(rd.engine_identity), v
 
 
 def assert_run_stopped(rd, engine, v, run_id):
-    assert stop_command.wait_engine_gone(engine, 5.0), "the engine survived the stop"
+    assert signals.wait_gone(engine, 5.0), "the engine survived the stop"
     assert v.wait_gone(5.0), "the provider survived the stop"
     assert R.tagged(run_id) == []
 
@@ -85,7 +85,7 @@ def test_stale_child_file_naming_a_foreign_group_never_kills_it(runs, victim, fo
         "wrong": Identity(real.pid, real.pgid, real.sid, real.start_ticks + 7, real.boot_id),
         "correct": real,
     }[ticks]
-    identity.write(rd.children / f"{named.pid}.json", named, name="stale call")
+    identity_file.write(rd.children / f"{named.pid}.json", named, name="stale call")
     proc = R.runner("stop", "--now", "--run-dir", rd.path)
     assert proc.returncode in (Exit.OK, Exit.DAMAGED), (proc.returncode, proc.stderr)
     assert other.poll() is None, "the stop killed a foreign process group"
@@ -105,7 +105,7 @@ def test_reused_pid_of_a_real_child_file_never_kills_the_newcomer(runs, victim, 
     (child_file,) = rd.children.glob("*.json")
     stale = Path(str(child_file) + ".stale")
     stale.write_bytes(child_file.read_bytes())  # the file the runner wrote, kept past its call
-    recorded = identity.read(stale)
+    recorded = identity_file.read(stale)
     v.kill()
     assert v.wait_gone(5.0)
     runs.wait_event(rd, "session-end")
@@ -122,7 +122,7 @@ def test_reused_pid_of_a_real_child_file_never_kills_the_newcomer(runs, victim, 
     proc = R.runner("stop", "--now", "--run-dir", rd.path)
     assert proc.returncode in (Exit.OK, Exit.DAMAGED), (proc.returncode, proc.stderr)
     assert newcomer.poll() is None, "the stop killed the program that reused a stale call's pid"
-    assert stop_command.wait_engine_gone(engine, 5.0)
+    assert signals.wait_gone(engine, 5.0)
     assert R.tagged(rd.run_id) == []
 
 
@@ -136,7 +136,7 @@ def test_forged_engine_identity_of_a_foreign_process_is_never_signalled(runs, vi
     rd, engine, v = live_run(runs, victim)
     run_id = rd.run_id
     other = foreign()
-    identity.write(rd.engine_identity, identity.current(other.pid), role="engine")
+    identity_file.write(rd.engine_identity, identity.current(other.pid), role="engine")
     proc = R.runner(*command, "--run-dir", rd.path)
     assert proc.returncode == Exit.DAMAGED, (proc.returncode, proc.stderr)
     assert "engine.json" in proc.stderr and f"names pid {other.pid}" in proc.stderr
@@ -151,7 +151,7 @@ def test_forged_child_identity_with_correct_ticks_is_refused(runs, victim, forei
     rd, engine, v = live_run(runs, victim)
     run_id = rd.run_id
     other = foreign()
-    identity.write(rd.children / f"{other.pid}.json", identity.current(other.pid), name="forged")
+    identity_file.write(rd.children / f"{other.pid}.json", identity.current(other.pid), name="forged")
     proc = R.runner("stop", "--now", "--run-dir", rd.path)
     assert proc.returncode == Exit.OK, (proc.returncode, proc.stderr)
     assert f"pid {other.pid}" in proc.stdout + proc.stderr
@@ -198,7 +198,7 @@ def test_forged_cgroup_file_never_touches_a_foreign_cgroup(runs, victim, foreign
 
 
 def test_resume_never_kills_what_forged_files_name(runs, victim, foreign, foreign_cgroup):
-    """Path: resume's leftover kill (stop_command.kill_leftovers). After a stop, forged child
+    """Path: resume's leftover kill (leftovers.kill_leftovers). After a stop, forged child
     files and a forged cgroup file name foreign processes and a foreign cgroup: `runner
     resume` refuses them, names the damage, and exits DAMAGED without starting an
     engine; every foreign process lives. Ablation: `membership-proof` (red)."""
@@ -206,7 +206,7 @@ def test_resume_never_kills_what_forged_files_name(runs, victim, foreign, foreig
     rd, engine, v = live_run(runs, victim)
     assert R.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
     other = foreign()
-    identity.write(rd.children / f"{other.pid}.json", identity.current(other.pid), name="forged")
+    identity_file.write(rd.children / f"{other.pid}.json", identity.current(other.pid), name="forged")
     atomic_write_text(rd.cgroup_file, f"{path}\n")
     proc = R.runner("resume", "--run-dir", rd.path, "--detach")
     assert proc.returncode == Exit.DAMAGED, (proc.returncode, proc.stderr)

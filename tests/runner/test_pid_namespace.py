@@ -9,8 +9,8 @@ import time
 import pytest
 
 from runner.exitcodes import Exit
+from runner.files import identity_file
 from runner.files.rundir import RunDir
-from runner.proc import identity
 
 KILL_GRACE = 0.3
 TRAPPING = ["/bin/sh", "-c", "trap '' TERM; sleep 7200 & sleep 7200 & wait; wait"]
@@ -65,7 +65,7 @@ def test_host_side_stop_of_a_run_inside_a_pid_namespace_is_truthful(runs, tmp_pa
     "reused", nothing of the run left, the stop recorded once. Ablation pidns-translate
     (no pid is ever translated) turns it red: the run is said to live elsewhere (18)."""
     proc, rd = _start_inside(runs, tmp_path, TRAPPING)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     try:
         assert engine.pid < 10, f"the engine was not started inside the namespace: pid {engine.pid}"
         args = ["stop", "--run-dir", rd.path] + (["--now"] if how == "now" else [])

@@ -11,8 +11,8 @@ import pytest
 from runs import freeze, new_run_id
 
 from runner import defaults
+from runner.ident import Identity
 from runner.proc import identity, reaper, sweep
-from runner.proc.identity import Identity
 
 KILL_GRACE = defaults.KILL_GRACE
 SHORT = 0.3

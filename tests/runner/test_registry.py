@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from runner.files import identity_file
 from runner.proc import identity
 
 KILL_GRACE = 0.3
@@ -35,8 +36,8 @@ def test_register_writes_the_childs_identity_file(reg, start, tmp_path):
     proc, v = start("trap-term")
     entry = reg.register(proc, "provider")
     path = tmp_path / "children" / f"{proc.pid}.json"
-    assert identity.read(path) == identity.current(proc.pid)
-    assert identity.read_extra(path)["name"] == "provider"
+    assert identity_file.read(path) == identity.current(proc.pid)
+    assert identity_file.read_extra(path)["name"] == "provider"
     assert reg.live() == [entry]
 
 

@@ -13,9 +13,9 @@ import time
 import pytest
 import runs as R
 
+from runner.events import Mode
 from runner.exitcodes import Exit
-from runner.files import stop_request
-from runner.proc import identity
+from runner.files import identity_file, stop_request
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -183,7 +183,7 @@ def test_resume_after_sigkill_of_the_engine(runs, tmp_path):
     while sc.provider_calls() != ["a"]:
         assert time.monotonic() < deadline, sc.provider_calls()
         time.sleep(0.01)
-    engine = identity.read(sc.rd.engine_identity)
+    engine = identity_file.read(sc.rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
     R.wait_engine_exit(sc.rd, timeout=10)
     st = R.state(sc.rd)  # loadable after a SIGKILL
@@ -226,7 +226,7 @@ def test_resume_archives_pending_control_files_and_starts_unstopped(runs, tmp_pa
     stop(sc.rd)
     st1 = R.state(sc.rd)
     assert (st1.attempt, st1.stopped, st1.status) == (1, True, "stopped")
-    stop_request.lodge(sc.rd, stop_request.Mode.HARD, "file")
+    stop_request.lodge(sc.rd, Mode.HARD, "file")
     sc.rd.stop_file.touch()
     sc.rd.pause_file.touch()
 

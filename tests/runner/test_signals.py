@@ -14,10 +14,10 @@ import time
 import pytest
 from runs import spawn_at_pid
 
-from runner.proc import identity, reaper, signals
-from runner.proc.identity import Identity
+from runner.ident import Identity
+from runner.proc import identity, membership, reaper, signals
 from runner.proc.membership import Membership
-from runner.proc.signals import Outcome
+from runner.proc.signals import Delivery
 
 
 def vouch(*idents):
@@ -54,7 +54,7 @@ def test_stale_identity_with_reused_pid_is_refused_and_the_newcomer_lives(procs,
     newcomer = spawn_at_pid(procs, old.pid)
     assert identity.start_ticks(newcomer.pid) != old.start_ticks
     with caplog.at_level(logging.WARNING, logger="runner.proc.signals"):
-        assert signals.signal_process(old, signal.SIGKILL, vouch(old)) is Outcome.STALE
+        assert signals.signal_process(old, signal.SIGKILL, vouch(old)) is Delivery.STALE
     assert "pid reused" in caplog.text and str(old.pid) in caplog.text
     assert newcomer.poll() is None
     assert identity.current(newcomer.pid) is not None
@@ -77,7 +77,7 @@ def test_reused_group_id_is_refused_and_the_group_lives(procs, caplog):
 def test_matching_identity_is_signalled_through_the_pidfd(procs):
     p = procs()
     ident = identity.current(p.pid)
-    assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Outcome.SENT
+    assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Delivery.SENT
     assert p.wait(5) == -signal.SIGKILL
 
 
@@ -85,16 +85,16 @@ def test_gone_and_zombie_read_as_gone(procs):
     p = procs(["true"])
     ident = identity.current_or_zombie(p.pid)
     os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # a zombie now
-    assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Outcome.GONE
+    assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Delivery.GONE
     p.wait()
-    assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Outcome.GONE
+    assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Delivery.GONE
 
 
 def test_identity_from_another_boot_is_refused(procs):
     p = procs()
     ident = identity.current(p.pid)
     other = Identity(ident.pid, ident.pgid, ident.sid, ident.start_ticks, "another-boot")
-    assert signals.signal_process(other, signal.SIGKILL, vouch(ident)) is Outcome.STALE
+    assert signals.signal_process(other, signal.SIGKILL, vouch(ident)) is Delivery.STALE
     assert p.poll() is None
 
 
@@ -105,7 +105,7 @@ def test_protected_pids_are_self_and_ancestors():
 
 def test_self_is_never_signalled():
     me = identity.current(os.getpid())
-    assert signals.signal_process(me, signal.SIGKILL, vouch(me)) is Outcome.PROTECTED
+    assert signals.signal_process(me, signal.SIGKILL, vouch(me)) is Delivery.PROTECTED
 
 
 @pytest.fixture
@@ -126,7 +126,7 @@ def test_own_group_is_refused_even_when_tagged(usr2_counter, monkeypatch):
     """Our own group carries the tag here (as a `runner stop` run from a hook would),
     and still no signal reaches it. Ablation: drop the own-group refusal and SIGUSR2
     lands in this process (red)."""
-    monkeypatch.setattr(signals, "has_tag", lambda pid, run_id: True)
+    monkeypatch.setattr(membership, "has_tag", lambda pid, run_id: True)
     monkeypatch.setattr(signals, "protected_pids", lambda: {0, 1})  # only the own-group rule left
     assert group_signal(os.getpgrp(), signal.SIGUSR2, run_id="x")[0] is False
     signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a syscall: pending handlers run
@@ -166,9 +166,9 @@ def test_tagged_group_passes_the_guard_and_untagged_does_not(procs):
 
 def test_has_tag_matches_the_whole_entry_only(procs):
     p = procs(env=dict(os.environ, RUNNER_RUN_ID="run-abc"))
-    assert signals.has_tag(p.pid, "run-abc")
-    assert not signals.has_tag(p.pid, "run-ab")
-    assert not signals.has_tag(p.pid, None)
+    assert membership.has_tag(p.pid, "run-abc")
+    assert not membership.has_tag(p.pid, "run-ab")
+    assert not membership.has_tag(p.pid, None)
 
 
 def _pidfd_open_failing(monkeypatch, times):
@@ -194,7 +194,7 @@ def test_pidfd_enoent_for_a_dead_identity_reads_as_gone(procs, monkeypatch):
     Ablation: let open_pidfd re-raise ENOENT and this raises FileNotFoundError."""
     old = dead_identity(procs)
     _pidfd_open_failing(monkeypatch, times=1)
-    assert signals.open_pidfd(old) == (None, Outcome.GONE)
+    assert signals.open_pidfd(old) == (None, Delivery.GONE)
 
 
 def test_pidfd_enoent_while_our_process_lives_is_retried_and_the_signal_lands(procs, monkeypatch):
@@ -204,6 +204,6 @@ def test_pidfd_enoent_while_our_process_lives_is_retried_and_the_signal_lands(pr
     p = procs()
     ident = identity.current(p.pid)
     calls = _pidfd_open_failing(monkeypatch, times=2)
-    assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Outcome.SENT
+    assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Delivery.SENT
     assert p.wait(timeout=5) == -signal.SIGKILL
     assert len(calls) == 3

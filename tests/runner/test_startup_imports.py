@@ -17,11 +17,12 @@ import pytest
 FORBIDDEN = frozenset({"dataclasses", "typing", "logging", "contextlib"})
 
 
-def runner_imports_of(stderr: str, forbidden=FORBIDDEN) -> list[tuple[str, list[str]]]:
+def runner_imports_of(stderr: str, forbidden=FORBIDDEN, direct=False) -> list[tuple[str, list[str]]]:
     """(module, its importers innermost first) for each forbidden module that a runner
     module imported, from the `import time:` lines of PYTHONPROFILEIMPORTTIME. Each line
     is printed when its import ends, so a module's importer is the next line one level
-    shallower."""
+    shallower. `direct`: only where a runner module imported it itself (not through a
+    standard-library module the runner needs)."""
     rows = []
     for line in stderr.splitlines():
         if line.startswith("import time:") and "cumulative" not in line:
@@ -36,7 +37,8 @@ def runner_imports_of(stderr: str, forbidden=FORBIDDEN) -> list[tuple[str, list[
             if d == want:
                 chain.append(importer)
                 want -= 1
-        if any(m == "runner" or m.startswith("runner.") for m in chain):
+        blamed = chain[:1] if direct else chain
+        if any(m == "runner" or m.startswith("runner.") for m in blamed):
             found.append((name, chain))
     return found
 
@@ -55,6 +57,10 @@ def test_the_parser_blames_a_runner_importer_and_not_the_interpreter():
         ]
     )
     assert runner_imports_of(tree) == [("dataclasses", ["runner.files.spec", "runner.cli"])]
+    assert runner_imports_of(tree, direct=True) == [("dataclasses", ["runner.files.spec", "runner.cli"])]
+    through = tree.replace("runner.files.spec", "subprocess")
+    assert runner_imports_of(through) == [("dataclasses", ["subprocess", "runner.cli"])]
+    assert runner_imports_of(through, direct=True) == []
 
 
 @pytest.mark.parametrize("flags", [(), ("--now",)], ids=["stop", "stop-now"])
@@ -68,3 +74,26 @@ def test_a_stop_imports_no_dataclasses_typing_logging_or_contextlib(runs, flags)
     assert proc.returncode == 0, proc.stderr
     assert "import time:" in proc.stderr  # the tree was recorded: an empty one proves nothing
     assert runner_imports_of(proc.stderr) == []
+
+
+def test_the_engine_starts_without_dataclasses_typing_logging_or_contextlib(runs):
+    """Path: the engine's start (`python -m runner _engine DIR`, started by `runner run
+    --detach`), from its first import to the first session: its `-X importtime` tree goes
+    to engine.log. Red when a runner module the engine imports to start a run imports
+    dataclasses, typing, logging or contextlib itself. The standard library's own are not
+    the runner's doing: the engine needs subprocess (which imports contextlib) to start
+    its commands and tomllib (which imports typing) to read its spec."""
+    run_dir = runs.tmp_path / "run"
+    runs.started.append(run_dir)  # stopped by the fixture, whatever happens below
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    proc = runs.runner("run", runs.spec(provider=["sleep", "60"]), "--run-dir", run_dir, "--detach", env=env)
+    assert proc.returncode == 0, proc.stderr
+    rd = runs.RunDir(run_dir)
+    try:
+        runs.wait_event(rd, "phase-start", phase="session")
+        log = rd.engine_log.read_text()
+    finally:
+        stopped = runs.runner("stop", "--now", "--run-dir", rd.path)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "runner.engine.main" in log  # the engine's tree was recorded: an empty one proves nothing
+    assert runner_imports_of(log, direct=True) == []

@@ -13,7 +13,7 @@ import pytest
 import runs as R
 
 from runner.exitcodes import Exit
-from runner.proc import identity
+from runner.files import identity_file
 from runner.views import overview, schema
 from runner.views import status as model
 
@@ -49,7 +49,7 @@ def test_live_run_view_and_json(runs, victim):
     proc = status(rd)
     assert proc.returncode == Exit.OK, proc.stderr
     text = proc.stdout
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     assert text.startswith(f"run {rd.run_id}: running (attempt 1, engine pid {engine.pid})"), text
     assert re.search(r"now: item a \(1/2\), phase session for \d", text), text
     assert re.search(rf"child pid {v.pid} \(session\), running \d", text), text

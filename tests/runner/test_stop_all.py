@@ -17,7 +17,7 @@ def _live_runs(runs, victim, n=RUNS):
 
 @pytest.mark.parametrize("flag", ["--now", None], ids=["now", "hard"])
 def test_stop_all_stops_every_run_in_about_one_kill_grace(runs, victim, tmp_path, flag):
-    """Path: stop_command.stop_every, each run's own stop (stop_now / stop_hard) in a
+    """Path: stop_all.stop_every, each run's own stop (stop_now / stop_hard) in a
     thread of its own. Four runs whose providers trap SIGTERM each need one kill grace
     (1 s) to stop; one after the other they would take at least 4 s. All at once, the
     whole command takes about one; asserted with a margin (under 3 s), not as a speed."""

@@ -7,7 +7,7 @@ import time
 import runs as R
 
 from runner.exitcodes import Exit
-from runner.files import stop_request
+from runner.files import identity_file, stop_request
 
 KILL_GRACE = 0.3
 STOP = {"kill_grace": KILL_GRACE, "grace": 5.0}
@@ -161,23 +161,22 @@ def test_resume_kills_what_a_killed_engine_left_running(runs, victim):
     calls, the run's tag, the cgroup's work members), so an orphaned provider never
     works on an item beside its own replay."""
     import os
-    import signal as signals
+    import signal
 
-    from runner.control import stop_command
-    from runner.proc import identity
+    from runner.proc import identity, signals
 
     prepared = victim.prepare("trap-term")
     rd = runs.start(runs.spec(provider=prepared.argv, stop=STOP))
     runs.wait_event(rd, "phase-start", phase="session")
     orphan = identity.current(prepared.adopt(timeout=10).pid)
-    engine = identity.read(rd.engine_identity)
-    os.kill(engine.pid, signals.SIGKILL)
-    assert stop_command.wait_engine_gone(engine, 5.0)
+    engine = identity_file.read(rd.engine_identity)
+    os.kill(engine.pid, signal.SIGKILL)
+    assert signals.wait_gone(engine, 5.0)
     assert identity.is_running(orphan)  # the engine died without a stop: its call lives on
     proc = R.runner("resume", "--run-dir", rd.path, "--detach")
     assert proc.returncode == Exit.OK, proc.stderr
     # By pid, not by token: the replayed session is the same victim command, same token.
-    assert stop_command.wait_engine_gone(orphan, 5.0), "the previous attempt's call outlived the resume"
+    assert signals.wait_gone(orphan, 5.0), "the previous attempt's call outlived the resume"
     (killed,) = runs.events(rd, "leftovers-killed")
     assert orphan.pid in killed["needed_kill"]
     # The replayed session is the prepared victim's command again: stop the run.
@@ -185,7 +184,7 @@ def test_resume_kills_what_a_killed_engine_left_running(runs, victim):
 
 
 def test_the_previous_attempts_run_stop_never_counts_for_this_one(runs, tmp_path):
-    """Path: journal.read_attempt (what stop_command reads) splits attempts at `resume` (journaled before the
+    """Path: journal.read_attempt (what a stopper reads) splits attempts at `resume` (journaled before the
     new engine starts) as well as at `run-start`: a stopper that finds the new engine
     dead before its run-start must record the stop, not mistake the old run-stop for it."""
     from runner.files.journal import Journal, read_attempt

@@ -15,11 +15,12 @@ import time
 import pytest
 
 from bench import faults
-from runner.control import stop_command
+from runner.control import leftovers, stop, stop_record
 from runner.exitcodes import Exit
+from runner.files import identity_file
 from runner.files.rundir import RunDir
 from runner.files.state import StateStore
-from runner.proc import identity, reaper
+from runner.proc import identity, reaper, signals
 from runner.views import status
 
 KILL_GRACE = 0.5
@@ -71,13 +72,13 @@ def test_plain_stop_after_a_dead_engine_kills_and_records(runs, tmp_path):
     `stop-total-dead-engine` (NO_LIVE_RUN at once for a dead engine) turns it red."""
     rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
     assert faults.wait_children(rd)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     deadline = time.monotonic() + 10
     while len(runs.tagged(rd.run_id)) < 4:  # the engine, the provider and its two children
         assert time.monotonic() < deadline, runs.tagged(rd.run_id)
         time.sleep(0.01)
     os.kill(engine.pid, signal.SIGKILL)
-    assert stop_command.wait_engine_gone(engine, 10)
+    assert signals.wait_gone(engine, 10)
     assert len(runs.tagged(rd.run_id)) == 3
     proc = runs.runner("stop", "--run-dir", rd.path)
     assert proc.returncode == Exit.OK, proc.stderr
@@ -91,7 +92,7 @@ def test_plain_stop_after_a_dead_engine_kills_and_records(runs, tmp_path):
 
 @pytest.mark.parametrize("mode", [[], ["--now"], ["--graceful"]], ids=["hard", "now", "graceful"])
 def test_stop_all_ends_what_a_dead_engine_left(runs, mode):
-    """Path: stop_command._left_behind. A run whose engine was SIGKILLed while its
+    """Path: stop_all._left_behind. A run whose engine was SIGKILLed while its
     trapping provider and two children live holds no lock: `runner stop --all` (any
     mode) used to pass it over and exit NO_LIVE_RUN with three processes of the run
     alive. It ends them and records the stop, as a plain `runner stop` of the run
@@ -107,7 +108,7 @@ def test_stop_all_ends_what_a_dead_engine_left(runs, mode):
         assert time.monotonic() < deadline, runs.tagged(rd.run_id)
         time.sleep(0.01)
     os.kill(engine.pid, signal.SIGKILL)
-    assert stop_command.wait_engine_gone(engine, 10)
+    assert signals.wait_gone(engine, 10)
     assert len(runs.tagged(rd.run_id)) == 3
     proc = runs.runner("stop", "--all", *mode, "--runs-dir", runs.tmp_path)
     assert proc.returncode == Exit.OK, proc.stderr
@@ -123,10 +124,10 @@ def test_forced_record_is_never_half_written_by_an_interrupt(runs, monkeypatch):
     block) leaves state.json stopped/forced with no run-stop: red."""
     rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
     assert faults.wait_children(rd)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
-    assert stop_command.wait_engine_gone(engine, 10)
-    stop_command.kill_leftovers(rd, KILL_GRACE)
+    assert signals.wait_gone(engine, 10)
+    leftovers.kill_leftovers(rd, KILL_GRACE)
     real_save = StateStore.save
 
     def save_then_interrupt(self, state):
@@ -135,10 +136,10 @@ def test_forced_record_is_never_half_written_by_an_interrupt(runs, monkeypatch):
 
     monkeypatch.setattr(StateStore, "save", save_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
-        stop_command._record_forced_stop(rd, reaper.ReapReport(), fallback=False)
+        stop_record.record_forced_stop(rd, reaper.ReapReport(), fallback=False)
     monkeypatch.undo()
     assert faults.recorded(rd), "state.json and the journal disagree about the stop"
-    stop_command.force(rd, KILL_GRACE, fallback=False)  # the dead engine's cgroup goes too
+    stop.force(rd, KILL_GRACE, fallback=False)  # the dead engine's cgroup goes too
 
 
 def test_fork_storm_exit_zero_only_with_nothing_left(tmp_path):
@@ -371,9 +372,9 @@ def test_resume_completes_a_half_written_stop_record(runs):
     opens the new attempt, so state.json and the journal agree about the stop."""
     rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
     assert faults.wait_children(rd)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
-    assert stop_command.wait_engine_gone(engine, 10)
+    assert signals.wait_gone(engine, 10)
     store = StateStore(rd.state)
     state = store.load()
     state.stopped, state.status, state.stop_origin = True, "stopped", "signal"

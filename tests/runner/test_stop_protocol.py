@@ -10,6 +10,7 @@ import runs
 
 from runner import defaults
 from runner.exitcodes import Exit
+from runner.files import identity_file
 from runner.proc import identity
 
 KILL_GRACE = 0.3
@@ -65,7 +66,7 @@ def test_hard_stop_lands_in_every_phase(runs, victim, stop_latency, phase, chann
     rd = runs.start(phase_spec(runs, phase, prepared.argv, channel))
     runs.wait_event(rd, "phase-start", phase=phase.split("#")[0])
     victims = [] if phase == "backoff" else [prepared.adopt(timeout=10)]
-    engine = identity.read(rd.engine_identity)  # timed too: the stop ends when the engine is gone
+    engine = identity_file.read(rd.engine_identity)  # timed too: the stop ends when the engine is gone
     with stop_latency.measure(
         f"hard stop matrix / {channel} / {phase}", *victims, bound=BOUND, processes=[(engine.pid, engine.start_ticks)]
     ):
@@ -223,7 +224,7 @@ def test_stop_file_while_paused(runs, stop_latency):
     (run_dir / "PAUSE").write_text("")  # an operator file: paused from the first check point
     rd = runs.start(runs.spec(items=["a", "b"], provider=["true"]))
     runs.wait_event(rd, "paused")
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     with stop_latency.measure(None, processes=[(engine.pid, engine.start_ticks)]):
         rd.stop_file.write_text("")
         runs.wait_engine_exit(rd, timeout=BOUND)
@@ -241,7 +242,7 @@ def test_stop_file_during_backoff(runs, stop_latency):
     backoff (the run would wait out the backoff)."""
     rd = runs.start(runs.spec(provider=["true"], verify=[{"command": ["false"]}], retry={"backoff": 600}))
     runs.wait_event(rd, "phase-start", phase="backoff")
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     with stop_latency.measure(None, processes=[(engine.pid, engine.start_ticks)]):
         rd.stop_file.write_text("")
         runs.wait_engine_exit(rd, timeout=BOUND)

@@ -14,7 +14,7 @@ import runs as R
 from runner.engine.stop_controller import StopController
 from runner.events import Mode, Origin
 from runner.exitcodes import Exit
-from runner.files import stop_request
+from runner.files import identity_file, stop_request
 from runner.files.journal import Journal
 from runner.files.rundir import RunDir
 from runner.proc import identity
@@ -110,10 +110,10 @@ def test_wedged_engine_falls_back_after_grace(runs, victim, stop_latency):
     control file), `runner stop` waits out grace (1 s), then force-kills: exit
     STOP_FORCED, journal run-stop fallback true origin forced (exactly one), the engine
     gone, nothing left with the run's tag. Ablation: remove the fallback in
-    stop_command.stop_hard and the stop returns with the engine still there."""
+    stop.stop_hard and the stop returns with the engine still there."""
     grace = 1.0
     rd, v = trap_term_run(runs, victim, grace=grace)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     assert identity.is_running(engine)
     os.kill(engine.pid, signal.SIGSTOP)
     t0 = time.monotonic()
@@ -159,8 +159,8 @@ def _child_named(rd, name, timeout=10.0):
     while time.monotonic() < deadline:
         for path in rd.children.glob("*.json"):
             try:
-                if identity.read_extra(path).get("name") == name:
-                    return identity.read(path)
+                if identity_file.read_extra(path).get("name") == name:
+                    return identity_file.read(path)
             except (FileNotFoundError, ValueError):
                 continue
         time.sleep(0.02)

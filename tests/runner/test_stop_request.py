@@ -10,9 +10,9 @@ import threading
 import pytest
 
 from runner.errors import ControlFileError
+from runner.events import Mode, Origin
 from runner.files import stop_request
 from runner.files.rundir import RunDir
-from runner.files.stop_request import Mode
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_unreadable_request_is_replaced_by_a_clean_lodge(rd):
 def test_handwritten_hard_request_without_origin_is_hard(rd):
     rd.stop_request.write_text('{"mode": "hard"}')
     req = stop_request.peek(rd)
-    assert (req.mode, req.origin, req.unreadable) == (Mode.HARD, stop_request.UNKNOWN_ORIGIN, False)
+    assert (req.mode, req.origin, req.unreadable) == (Mode.HARD, Origin.UNKNOWN, False)
 
 
 def test_consume_is_single_and_archives(rd):

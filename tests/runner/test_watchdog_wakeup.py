@@ -7,6 +7,7 @@ import runs as R
 
 from runner.engine.registry import Registry
 from runner.engine.stop_controller import StopController
+from runner.events import Mode
 from runner.files import stop_request
 from runner.files.journal import Journal
 from runner.files.rundir import RunDir
@@ -28,7 +29,7 @@ def test_a_lodged_hard_request_wakes_the_watchdog_before_its_poll(tmp_path):
     ctl.start()
     try:
         time.sleep(0.2)  # the watchdog is in its select
-        stop_request.lodge(rd, stop_request.Mode.HARD, "file")
+        stop_request.lodge(rd, Mode.HARD, "file")
         deadline = time.monotonic() + 5.0
         while not ctl.stopping and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -1,0 +1,32 @@
+"""Resume's first act: kill what a dead engine's attempt left running, so that an
+orphaned call never works on an item beside its replay."""
+
+from __future__ import annotations
+
+from runner.control import run_view
+from runner.files.rundir import RunDir
+from runner.proc import reaper
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from runner.control.run_view import RunView
+    from runner.proc.reaper import ReapReport
+
+
+def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, RunView]:
+    """Kill what a dead engine's attempt left running: its calls (recorded in
+    children/), whatever carries the run's tag, and its cgroup's work members. Resume
+    runs this first, so an orphaned call never works on an item beside its replay.
+    Returns the reaper's report and the run's view (what was damaged)."""
+    view = run_view.not_a_copy(run_view.view(rd, wait_for_engine=False))
+    children = view.children
+    report = reaper.kill_everything(
+        groups=[(child.pgid, [child]) for child in children],
+        pids=children,
+        run_id=view.key,
+        kill_grace=kill_grace,
+        cgroup=view.cgroup,
+        cgroup_scope="work",
+    )
+    return report, view

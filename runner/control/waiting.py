@@ -1,0 +1,45 @@
+"""`runner wait`: block until a run's engine is gone, then its own exit code."""
+
+from __future__ import annotations
+
+from runner import defaults
+from runner.control import run_view
+from runner.errors import Crashed, NoLiveRun
+from runner.exitcodes import Exit
+from runner.files.rundir import RunDir
+from runner.files.state import StateStore
+from runner.proc import identity, signals
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    pass
+
+
+def wait_run(rd: RunDir, timeout: float | None = None) -> Exit:
+    """Block until the run's engine is gone; return the run's own exit code."""
+    view = run_view.not_a_copy(run_view.view(rd))
+    engine = run_view.require_engine(view)
+    if identity.is_running(engine) and run_view.members(view).foreign(engine.pid, engine.start_ticks):
+        # engine.json names a live process that is not this directory's run: waiting on
+        # it would report another run's end as this one's.
+        raise NoLiveRun(f"{rd.engine_identity}: not the run's engine ({run_view.members(view).why_not(engine.pid)})")
+    while not signals.wait_gone(engine, defaults.WAIT_SLICE if timeout is None else timeout):
+        if timeout is not None:
+            raise NoLiveRun(f"{rd.path}: still running after {timeout}s")
+    return run_outcome(rd)
+
+
+def run_outcome(rd: RunDir) -> Exit:
+    """The code of a run whose engine is gone, from its state: its own exit code; STOPPED
+    for a recorded stop; CRASHED when the engine died without recording an end (SIGKILL,
+    out of memory), which `runner resume` continues. A damaged state raises Damaged."""
+    state = StateStore(rd.state).load()
+    if state.exit_code is not None and state.exit_code in Exit._value2member_map_:
+        return Exit(state.exit_code)
+    if state.stopped:
+        return Exit.STOPPED
+    raise Crashed(
+        f"run {state.run_id}: its engine died without recording how the run ended "
+        f"(status {state.status!r}); `runner resume` continues it"
+    )
