@@ -19,7 +19,7 @@ import pytest
 from test_dashboard_browser import browser, button, open_dashboard, page, row  # noqa: F401
 
 from runner.exitcodes import Exit
-from runner.proc import identity
+from runner.files import identity_file
 
 STOPPING_SHOWN = 0.3
 """The page shows "stopping" (badge, buttons disabled) this soon after the click."""
@@ -271,7 +271,7 @@ def test_sixty_runs_header_counts_filter_and_finished_runs_collapse(runs, victim
     for rd in stopped:
         assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
     crashed, _ = runs.live_trap_term(victim, stop={"kill_grace": 0.3}, name="x-crashed")
-    os.kill(identity.read(crashed.engine_identity).pid, signal.SIGKILL)
+    os.kill(identity_file.read(crashed.engine_identity).pid, signal.SIGKILL)
     runs.wait_engine_exit(crashed)
     live, _ = runs.live_trap_term(victim, stop={"kill_grace": 0.3}, name="z-live")
     try:

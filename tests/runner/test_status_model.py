@@ -13,8 +13,8 @@ import runs as R
 from test_dashboard_http import runs_json, wait_row
 
 from runner.exitcodes import Exit
+from runner.files import identity_file
 from runner.files.atomic import atomic_write_json
-from runner.proc import identity
 from runner.views import status as model
 
 STOP = {"kill_grace": 0.3, "grace": 5.0}
@@ -41,7 +41,7 @@ def test_status_and_list_agree_on_a_run_whose_engine_was_sigkilled(runs, victim,
     Red under ablation `crashed-decision` (status_of and list keep "running")."""
     rd, v = runs.live_trap_term(victim, stop=STOP)
     dash = dashboard(rd.path.parent)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     os.kill(engine.pid, signal.SIGKILL)
     R.wait_engine_exit(rd)
     assert R.state(rd).status == "running" and v.alive()

@@ -102,7 +102,7 @@ def test_stop_all_ends_what_a_dead_engine_left(runs, mode):
     assert runs.runner("wait", "--run-dir", done.path).returncode == Exit.OK
     rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}), name="crashed")
     assert faults.wait_children(rd)
-    engine = identity.read(rd.engine_identity)
+    engine = identity_file.read(rd.engine_identity)
     deadline = time.monotonic() + 10
     while len(runs.tagged(rd.run_id)) < 4:  # the engine, the provider and its two children
         assert time.monotonic() < deadline, runs.tagged(rd.run_id)
