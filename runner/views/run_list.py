@@ -72,44 +72,32 @@ def rows(base: str | os.PathLike[str]) -> list[RunRow]:
     file is left to read), as status "vanished"."""
     out = [row(e.rd) if e.rd is not None else _refused(Path(base), e.name, e.error) for e in run_entries(Path(base))]
     for v in vanished.engines(base):
-        out.append(
-            {
-                "run_id": v.run_id,
-                "run_dir": v.run_dir,
-                "status": "vanished",
-                "resumable": False,
-                "live": True,
-                "attempt": None,
-                "items": None,
-                "done": None,
-                "failed": None,
-                "created": None,
-                "updated": None,
-                "damaged": [
-                    f"{v.run_dir}: removed while engine pid {v.engine.pid} runs (`runner stop --all` stops it)"
-                ],
-                "copy_of": None,
-            }
-        )
+        damaged = f"{v.run_dir}: removed while engine pid {v.engine.pid} runs (`runner stop --all` stops it)"
+        out.append(_row_without_files(v.run_id, v.run_dir, "vanished", True, damaged))
     return out
 
 
 def _refused(base: Path, name: str, error: str | None) -> RunRow:
     """An entry named like a run that no command acts on (rundir.run_entries: a symlink
     is never followed), as a row that says why."""
+    return _row_without_files(name, str(base / name), "unknown", None, f"{base / name}: {error}")
+
+
+def _row_without_files(run_id: str, run_dir: str, status: str, live: bool | None, damaged: str) -> RunRow:
+    """A row for which no file of the run is read (gone, or not to be followed)."""
     return {
-        "run_id": name,
-        "run_dir": str(base / name),
-        "status": "unknown",
+        "run_id": run_id,
+        "run_dir": run_dir,
+        "status": status,
         "resumable": False,
-        "live": None,
+        "live": live,
         "attempt": None,
         "items": None,
         "done": None,
         "failed": None,
         "created": None,
         "updated": None,
-        "damaged": [f"{base / name}: {error}"],
+        "damaged": [damaged],
         "copy_of": None,
     }
 

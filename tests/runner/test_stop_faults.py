@@ -65,12 +65,10 @@ def test_interrupted_stopper_then_plain_stop_is_total(tmp_path, sig):
             assert t["first"] in (Exit.INTERRUPTED, Exit.OK), (seed, t)
 
 
-def test_plain_stop_after_a_dead_engine_kills_and_records(runs, tmp_path):
-    """Path: the engine is SIGKILLed (no stop recorded, its trapping provider and two
-    children alive): a plain `runner stop` kills them and records the stop, exit OK;
-    a second plain stop then finds nothing and says so (NO_LIVE_RUN). Ablation:
-    `stop-total-dead-engine` (NO_LIVE_RUN at once for a dead engine) turns it red."""
-    rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}))
+def _with_a_dead_engine(runs, **start):
+    """A run whose engine was SIGKILLed (no stop recorded) while its trapping provider
+    and the provider's two children live on."""
+    rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}), **start)
     assert faults.wait_children(rd)
     engine = identity_file.read(rd.engine_identity)
     deadline = time.monotonic() + 10
@@ -80,6 +78,15 @@ def test_plain_stop_after_a_dead_engine_kills_and_records(runs, tmp_path):
     os.kill(engine.pid, signal.SIGKILL)
     assert signals.wait_gone(engine, 10)
     assert len(runs.tagged(rd.run_id)) == 3
+    return rd
+
+
+def test_plain_stop_after_a_dead_engine_kills_and_records(runs, tmp_path):
+    """Path: the engine is SIGKILLed (no stop recorded, its trapping provider and two
+    children alive): a plain `runner stop` kills them and records the stop, exit OK;
+    a second plain stop then finds nothing and says so (NO_LIVE_RUN). Ablation:
+    `stop-total-dead-engine` (NO_LIVE_RUN at once for a dead engine) turns it red."""
+    rd = _with_a_dead_engine(runs)
     proc = runs.runner("stop", "--run-dir", rd.path)
     assert proc.returncode == Exit.OK, proc.stderr
     assert "its engine was dead" in proc.stdout, proc.stdout
@@ -100,16 +107,7 @@ def test_stop_all_ends_what_a_dead_engine_left(runs, mode):
     `stop-all-left-behind` turns it red."""
     done = runs.start(runs.spec(provider=["true"]), name="done")
     assert runs.runner("wait", "--run-dir", done.path).returncode == Exit.OK
-    rd = runs.start(runs.spec(provider=faults.sh(faults.TRAP_TREE), stop={"kill_grace": KILL_GRACE}), name="crashed")
-    assert faults.wait_children(rd)
-    engine = identity_file.read(rd.engine_identity)
-    deadline = time.monotonic() + 10
-    while len(runs.tagged(rd.run_id)) < 4:  # the engine, the provider and its two children
-        assert time.monotonic() < deadline, runs.tagged(rd.run_id)
-        time.sleep(0.01)
-    os.kill(engine.pid, signal.SIGKILL)
-    assert signals.wait_gone(engine, 10)
-    assert len(runs.tagged(rd.run_id)) == 3
+    rd = _with_a_dead_engine(runs, name="crashed")
     proc = runs.runner("stop", "--all", *mode, "--runs-dir", runs.tmp_path)
     assert proc.returncode == Exit.OK, proc.stderr
     assert not runs.tagged(rd.run_id), "processes of the run outlived `stop --all`"
