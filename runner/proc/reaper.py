@@ -387,10 +387,15 @@ def _kill_tagged_round(
     return hit + _signal_tagged(watch, run_id, signal.SIGKILL, scan, set(watch.fds), untagged)
 
 
-def _signal_cgroup_members(watch: Watch, cgroup: RunCgroup, scope: str, sig: int) -> list[int]:
+def _signal_cgroup_members(
+    watch: Watch, cgroup: RunCgroup, scope: str, sig: int, signalled: Collection[int] = ()
+) -> list[int]:
+    """The cgroup route: each member proven and signalled through its pidfd. A member of
+    a group in `signalled` had the group's signal already: it is watched, not signalled
+    twice (a trap may count its signals)."""
     hit = []
     for ident in cgroup.member_identities(scope, skip=watch.fds.keys()):
-        if watch.add(ident, named=False) is not None and watch.send(ident.pid, sig):
+        if watch.add(ident, named=False) is not None and (ident.pgid in signalled or watch.send(ident.pid, sig)):
             hit.append(ident.pid)
     return hit
 
@@ -439,13 +444,15 @@ def kill_everything(
         scan = _Scan()
         signalled = _signal_groups(watch, groups, signal.SIGTERM, scan)
         _signal_pids(watch, pids, signal.SIGTERM)
+        if cgroup is not None and cgroup_scope is not None:
+            # Kill first, look later: the cgroup lists its members without a pass over
+            # /proc, so they have their SIGTERM (and die) while the scans below run.
+            _signal_cgroup_members(watch, cgroup, cgroup_scope, signal.SIGTERM, signalled)
         _watch_members(watch, signalled, signal.SIGTERM, scan())
         if sweep_tag:
-            # Every watched process has had its SIGTERM (group or pid route): the sweep
-            # reads the environment of the others only.
+            # Every watched process has had its SIGTERM (group, pid or cgroup route): the
+            # sweep reads the environment of the others only.
             _signal_tagged(watch, run_id, signal.SIGTERM, scan(), skip=set(watch.fds), untagged=untagged)
-        if cgroup is not None and cgroup_scope is not None:
-            _signal_cgroup_members(watch, cgroup, cgroup_scope, signal.SIGTERM)
         at_term = set(watch.fds) | watch.early
         if not at_term and not signalled:
             # Nothing of the run was alive: a KILL round could find only what a process
