@@ -1,0 +1,172 @@
+"""The engine's stop kills first and looks later (issue 20): what it no longer does on the
+way from a SIGTERM to its exit, each shown on real processes. Speed is the benchmark's
+(`make bench`, "The stop at the kernel's speed"); these tests show the behaviour."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import runs as R
+
+from runner.engine import child as child_mod
+from runner.engine import registry as registry_mod
+from runner.engine.child import run_child
+from runner.engine.registry import Registry
+from runner.engine.stop_controller import StopController
+from runner.files.journal import Journal
+from runner.files.rundir import RunDir
+from runner.files.stop_request import Origin
+from runner.proc import cgroup as cgroup_mod
+from runner.proc import identity
+from runner.proc.cgroup import RunCgroup
+
+KILL_GRACE = 0.3
+MARGIN = 1.0
+needs_cgroup = pytest.mark.skipif(not cgroup_mod.available(), reason="no writable cgroup v2 with cgroup.kill")
+
+
+def _watches(fd: int) -> int:
+    """The inotify watches descriptor `fd` of this process holds (its fdinfo lines)."""
+    text = Path(f"/proc/self/fdinfo/{fd}").read_text()
+    return sum(1 for line in text.splitlines() if line.startswith("inotify wd:"))
+
+
+def test_the_watchdog_drops_its_inotify_watch_as_the_stop_begins(tmp_path):
+    """Path: StopController._unwatch, from request(): once a stop has begun no request is
+    waited for, and the run directory's watch is removed at once, so the kernel frees it
+    beside the kill (a descriptor closed with its watch still on waits for that, and
+    so does the engine's exit). The descriptor stays open until close(). Ablation:
+    `unwatch-on-stop` (the watch is kept until the close: red)."""
+    spec = R.write_spec(tmp_path / "spec.toml", provider=["true"])
+    rd = RunDir.create(tmp_path / "run", spec)
+    journal = Journal(rd.journal)
+    registry = Registry(rd.children, run_id=rd.run_id, kill_grace=KILL_GRACE)
+    ctl = StopController(rd, registry, journal, poll=60.0)
+    ctl.start()
+    try:
+        fd = ctl._inotify
+        assert fd is not None and _watches(fd) == 1
+        ctl.request(Origin.SIGNAL)
+        assert ctl.stopping
+        assert _watches(fd) == 0, "the run directory's watch outlived the start of the stop"
+    finally:
+        ctl.close()
+        journal.close()
+
+
+def _wrapped(cg: RunCgroup, run_id: str, prepared) -> subprocess.Popen:
+    env = dict(os.environ, RUNNER_RUN_ID=run_id)
+    return subprocess.Popen(cg.wrap_argv(prepared.argv), process_group=0, env=env, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def cg():
+    group = RunCgroup.create(R.new_run_id())
+    yield group
+    group.kill("all", timeout=5)
+    group.remove()
+
+
+@needs_cgroup
+def test_a_contained_stop_reaches_an_escaped_scrubbed_grandchild_with_no_snapshot_first(
+    tmp_path, victim, cg, monkeypatch
+):
+    """Path: Registry._kill_entries, contained: no /proc snapshot of the entries'
+    descendants before the first signal; the cgroup holds them all. The env-scrubber's
+    grandchild left the group and dropped the tag, and traps SIGTERM: the stop still
+    kills it (through the cgroup), and sweep.descendants is never called. Ablation:
+    `contained-stop-skips-snapshot` (the snapshot is taken first again: red)."""
+    reg = Registry(tmp_path / "children", run_id=R.new_run_id(), kill_grace=KILL_GRACE, cgroup=cg)
+    calls = []
+    real = registry_mod.sweep.descendants
+    monkeypatch.setattr(registry_mod.sweep, "descendants", lambda pid: calls.append(pid) or real(pid))
+    prepared = victim.prepare("env-scrubber")
+    proc = _wrapped(cg, reg.run_id, prepared)
+    try:
+        v = prepared.adopt(process=proc)
+        scrubbed = int(v.extras[0]["pid"])
+        reg.register(proc, "provider")
+        report = reg.stop_all("signal")
+        assert calls == [], f"the contained stop read /proc for descendants of {calls} before killing"
+        assert scrubbed in report.needed_kill and report.unkillable == []
+        assert v.wait_gone(2) and not cg.populated("work")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_a_call_the_stop_killed_waits_for_the_stop_instead_of_reaping_again(reg, tmp_path, victim, monkeypatch):
+    """Path: run_child, after its leader died of a stop: the stop's kill reached every
+    route of the call, so the call waits for the stop's report and makes no kill (and no
+    pass over /proc) of its own. The trapping call is still killed and marked stopped.
+    Ablation: `stopped-call-waits-for-the-stop` (the call reaps its tree again: red)."""
+    own = []
+    real = child_mod._kill_tree
+    monkeypatch.setattr(child_mod, "_kill_tree", lambda registry, entry: own.append(entry.pid) or real(registry, entry))
+    prepared = victim.prepare("trap-term")
+    holder = {}
+
+    def call():
+        holder["r"] = run_child(
+            prepared.argv,
+            registry=reg,
+            name="call",
+            timeout=30,
+            idle_timeout=0,
+            env=dict(os.environ, RUNNER_RUN_ID=reg.run_id),
+            output_path=tmp_path / "output" / "call.log",
+            cap_bytes=1 << 20,
+        )
+
+    t = threading.Thread(target=call)
+    t.start()
+    v = prepared.adopt(timeout=10)
+    report = reg.stop_all("test")
+    t.join(KILL_GRACE + MARGIN + 5)
+    assert not t.is_alive()
+    assert holder["r"].stopped and v.pid in report.needed_kill and v.wait_gone(2)
+    assert own == [], "the stopped call reaped its tree again after the stop had"
+
+
+def _run_cgroup(engine_pid: int) -> str:
+    for line in Path(f"/proc/{engine_pid}/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    return ""
+
+
+@needs_cgroup
+def test_the_engine_leaves_its_cgroup_while_its_trapping_call_still_lives(runs, victim):
+    """Path: Registry.stop_all, contained: the engine's way out of its cgroup (an RCU
+    grace period the kernel makes the migration wait for) starts as the stop begins, not
+    after the clean-up: while the call still traps its SIGTERM (kill grace 1 s), the
+    engine is already out of the run's cgroup, and the run still stops whole. Ablation:
+    `stop-leaves-cgroup-early` (the engine stays in until its clean-up ends: red)."""
+    rd, v = runs.live_trap_term(victim, stop={"kill_grace": 1.0})
+    engine = json.loads(rd.engine_identity.read_text())
+    pid = engine["pid"]
+    run_cgroup = Path(rd.cgroup_file.read_text().strip())
+    root = cgroup_mod.cgroup2_root()
+    inside = "/" + str((run_cgroup / "engine").relative_to(root))
+    assert _run_cgroup(pid) == inside
+    fd = os.pidfd_open(pid)
+    try:
+        assert identity.start_ticks(pid) == engine["start_ticks"]
+        signal.pidfd_send_signal(fd, signal.SIGTERM)
+        deadline = time.monotonic() + 0.5  # well inside the 1 s the call traps for
+        while _run_cgroup(pid) == inside and time.monotonic() < deadline:
+            time.sleep(0.005)
+        left = _run_cgroup(pid)
+        assert v.alive(), "the trapping call died before the check: it proves nothing"
+        assert left != inside and not left.startswith(inside), f"the engine is still in {left} mid-stop"
+    finally:
+        os.close(fd)
+    R.wait_engine_exit(rd)
+    assert v.wait_gone(2)
+    assert R.state(rd).stopped
