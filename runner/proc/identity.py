@@ -71,10 +71,18 @@ class Stat(FrozenValue):
     """The few fields of /proc/PID/stat the runner needs. Treated as immutable; slotted,
     since a scan of /proc creates one per process."""
 
-    __slots__ = ("pid", "state", "ppid", "pgid", "sid", "start_ticks", "wait_status")
+    __slots__ = ("pid", "state", "ppid", "pgid", "sid", "start_ticks", "wait_status", "kernel")
 
     def __init__(
-        self, pid: int, state: str, ppid: int, pgid: int, sid: int, start_ticks: int, wait_status: int | None = None
+        self,
+        pid: int,
+        state: str,
+        ppid: int,
+        pgid: int,
+        sid: int,
+        start_ticks: int,
+        wait_status: int | None = None,
+        kernel: bool = False,
     ) -> None:
         self.pid: Final = pid
         self.state: Final = state
@@ -84,6 +92,9 @@ class Stat(FrozenValue):
         self.start_ticks: Final = start_ticks
         self.wait_status: Final = wait_status
         """Field 52 (exit_code): a zombie's wait(2) status, until its parent reaps it."""
+        self.kernel: Final = kernel
+        """A kernel thread (PF_KTHREAD in field 9, which no process can set on itself): it
+        has no environment, so never the run's tag."""
 
     @property
     def zombie(self) -> bool:
@@ -102,6 +113,9 @@ def boot_id() -> str:
             # lifetime of the host process, which is the best that can be said.
             _boot_id_cache = "unknown"
     return _boot_id_cache
+
+
+_PF_KTHREAD = 0x00200000
 
 
 def stat(pid: int) -> Stat | None:
@@ -132,6 +146,7 @@ def stat(pid: int) -> Stat | None:
         sid=int(rest[3]),
         start_ticks=int(rest[19]),
         wait_status=int(rest[49]) if len(rest) >= 50 else None,
+        kernel=bool(int(rest[6]) & _PF_KTHREAD),
     )
 
 

@@ -170,3 +170,24 @@ def test_the_engine_leaves_its_cgroup_while_its_trapping_call_still_lives(runs, 
     R.wait_engine_exit(rd)
     assert v.wait_gone(2)
     assert R.state(rd).stopped
+
+
+def test_the_tag_sweep_reads_no_kernel_threads_environment_and_still_finds_the_tagged(spawn, monkeypatch):
+    """Path: sweep.tagged skips kernel threads (PF_KTHREAD, which no process can set on
+    itself): they have no environment, and each cost an empty read and a second stat
+    read. A tagged victim is still found. Ablation: `sweep-skips-kernel-threads` (every
+    kernel thread's environment is read again: red)."""
+    from runner.proc import identity, sweep
+
+    scan = identity.Scan()
+    kernel = {pid for pid, st in scan.stats.items() if st.kernel}
+    if not kernel:
+        pytest.skip("no kernel thread visible here (a pid namespace)")
+    run_id = R.new_run_id()
+    v = spawn("trap-term", run_id=run_id)
+    read = []
+    real = sweep.signals.has_tag
+    monkeypatch.setattr(sweep.signals, "has_tag", lambda pid, rid: read.append(pid) or real(pid, rid))
+    found = sweep.tagged(run_id)
+    assert v.pid in {i.pid for i in found}
+    assert not kernel & set(read), f"the sweep read the environment of kernel threads {sorted(kernel & set(read))[:5]}"
