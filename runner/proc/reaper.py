@@ -391,11 +391,13 @@ def _signal_cgroup_members(
     watch: Watch, cgroup: RunCgroup, scope: str, sig: int, signalled: Collection[int] = ()
 ) -> list[int]:
     """The cgroup route: each member proven and signalled through its pidfd. A member of
-    a group in `signalled` had the group's signal already: it is watched, not signalled
+    a group in `signalled` had the group's signal already: it is watched, vouched for by
+    its proven group as _watch_members does (no read of its own), and not signalled
     twice (a trap may count its signals)."""
     hit = []
     for ident in cgroup.member_identities(scope, skip=watch.fds.keys()):
-        if watch.add(ident, named=False) is not None and (ident.pgid in signalled or watch.send(ident.pid, sig)):
+        grouped = ident.pgid in signalled
+        if watch.add(ident, named=False, vouched=grouped) is not None and (grouped or watch.send(ident.pid, sig)):
             hit.append(ident.pid)
     return hit
 
