@@ -72,6 +72,9 @@ class Registry:
         self._killed: set[int] = set()  # id(entry) of entries the stop killed
         self._stop_done = threading.Event()
         self._stop_report: ReapReport | None = None
+        self.untagged: set[tuple[int, int]] = set()
+        """(pid, start ticks) the stop's tag sweep read without the run's tag: the
+        engine's clean-up sweep after it does not read their environments again."""
 
     def register(self, popen: subprocess.Popen[bytes], name: str) -> Entry:
         ident = identity.current_or_zombie(popen.pid)
@@ -175,6 +178,7 @@ class Registry:
             cgroup=self.cgroup,
             cgroup_scope="work",
             known=[i for e in entries for i in e.members()],
+            untagged=self.untagged,
         )
 
     def reap_orphans(self) -> list[int]:

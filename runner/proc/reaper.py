@@ -413,6 +413,7 @@ def kill_everything(
     tag_sweep: bool | None = None,
     known: Iterable[Identity] = (),
     confirm_timeout: float = CONFIRM_TIMEOUT,
+    untagged: set[tuple[int, int]] | None = None,
 ) -> ReapReport:
     """The stop: SIGTERM every route at once; wait (event-driven) up to kill_grace; then
     SIGKILL what is left by the same routes and the cgroup kill; confirm within
@@ -427,7 +428,9 @@ def kill_everything(
     cgroup: the run's validated RunCgroup, for membership and (unless cgroup_scope is
     None) the cgroup kill of that scope. known: identities the caller itself saw become
     the run's (the engine's registry). Nothing is signalled that membership does not
-    prove; what a record named but was refused is in the report's `refused`."""
+    prove; what a record named but was refused is in the report's `refused`.
+    untagged: (pid, start ticks) an earlier stop of the same caller read without the tag,
+    not read again (the engine's clean-up after its stop's kill); filled in here."""
     t0 = time.monotonic()
     membership = Membership(
         run_id,
@@ -438,7 +441,8 @@ def kill_everything(
     watch = Watch(membership)
     # What the TERM round's sweep read without the tag is not read again at KILL: that
     # round reads the environment of new processes only (forked since), not the machine's.
-    untagged: set[tuple[int, int]] = set()
+    if untagged is None:
+        untagged = set()
     try:
         # Signals first, scans after: the groups whose leader proves itself and the
         # recorded pids need no pass over /proc, so they are signalled before it. Then
@@ -575,7 +579,16 @@ def classify(survivors: Iterable[int]) -> tuple[list[int], list[int]]:
     return unkillable, [pid for pid in survivors if pid not in unkillable]
 
 
-def kill_tagged(run_id: str | None, kill_grace: float, *, cgroup: RunCgroup | None = None) -> ReapReport:
+def kill_tagged(
+    run_id: str | None,
+    kill_grace: float,
+    *,
+    cgroup: RunCgroup | None = None,
+    untagged: set[tuple[int, int]] | None = None,
+) -> ReapReport:
     """The tag sweep alone: TERM every tagged process, wait up to kill_grace, SIGKILL
-    the rest, confirm (the engine's last clean-up, and test teardowns)."""
-    return kill_everything(groups=[], pids=[], run_id=run_id, kill_grace=kill_grace, cgroup=cgroup, cgroup_scope=None)
+    the rest, confirm (the engine's last clean-up, and test teardowns). `untagged`: see
+    kill_everything."""
+    return kill_everything(
+        groups=[], pids=[], run_id=run_id, kill_grace=kill_grace, cgroup=cgroup, cgroup_scope=None, untagged=untagged
+    )

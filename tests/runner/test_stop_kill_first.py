@@ -191,3 +191,65 @@ def test_the_tag_sweep_reads_no_kernel_threads_environment_and_still_finds_the_t
     found = sweep.tagged(run_id)
     assert v.pid in {i.pid for i in found}
     assert not kernel & set(read), f"the sweep read the environment of kernel threads {sorted(kernel & set(read))[:5]}"
+
+
+def test_the_engines_cleanup_after_a_stop_reads_no_environment_the_stop_read(runs, victim, tmp_path):
+    """Path: Engine._cleanup's tag sweep is given the registry's `untagged` (what the
+    stop's own sweep read without the run's tag), so it reads only the environments of
+    processes new since. A stranger (untagged, alive through the whole stop) has its
+    environment read once per stop, not twice; the run still stops whole. Counted in
+    the engine itself: a sitecustomize on its path wraps signals.has_tag and appends
+    each pid read to a file. Ablation: `cleanup-reuses-untagged` (the clean-up reads
+    every environment again: the stranger twice, red)."""
+    counter = tmp_path / "site"
+    counter.mkdir()
+    reads = tmp_path / "reads.txt"
+    (counter / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('RUNNER_TEST_COUNT_TAG_READS'):\n"
+        "    from runner.proc import signals\n"
+        "    _real = signals.has_tag\n"
+        "    def has_tag(pid, run_id):\n"
+        "        with open(os.environ['RUNNER_TEST_COUNT_TAG_READS'], 'a') as f:\n"
+        "            f.write(f'{pid}\\n')\n"
+        "        return _real(pid, run_id)\n"
+        "    signals.has_tag = has_tag\n"
+        # Whatever sitecustomize this one shadows (the ablation campaign's probe) runs too.
+        "import runpy, sys\n"
+        "here = os.path.dirname(os.path.abspath(__file__))\n"
+        "for entry in sys.path:\n"
+        "    other = os.path.join(entry, 'sitecustomize.py')\n"
+        "    if entry and os.path.abspath(entry) != here and os.path.exists(other):\n"
+        "        runpy.run_path(other, run_name='sitecustomize')\n"
+        "        break\n"
+    )
+    stranger = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
+    try:
+        path = os.pathsep.join([str(counter)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+        env = {"PYTHONPATH": path, "RUNNER_TEST_COUNT_TAG_READS": str(reads)}
+        prepared = victim.prepare("trap-term")
+        spec = runs.spec(name="count.toml", provider=prepared.argv, stop={"kill_grace": 0.3})
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # inherited by `runner run` and so by its engine
+        try:
+            rd = runs.start(spec, name="count")
+        finally:
+            for k, value in old.items():
+                if value is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = value
+        R.wait_event(rd, "phase-start", phase="session")
+        v = prepared.adopt(timeout=10)
+        out = R.runner("stop", "--run-dir", str(rd.path))
+        assert out.returncode == 0, out.stdout + out.stderr
+        R.wait_engine_exit(rd)
+        assert v.wait_gone(2) and R.state(rd).stopped
+        read = reads.read_text().split() if reads.exists() else []
+        assert read, "the engine's sweeps were not counted (the sitecustomize did not load)"
+        assert read.count(str(stranger.pid)) == 1, (
+            f"the stranger's environment was read {read.count(str(stranger.pid))} times"
+        )
+    finally:
+        stranger.kill()
+        stranger.wait()
