@@ -253,3 +253,28 @@ def test_the_engines_cleanup_after_a_stop_reads_no_environment_the_stop_read(run
     finally:
         stranger.kill()
         stranger.wait()
+
+
+@needs_cgroup
+def test_waiting_for_an_empty_cgroup_reads_its_events_again_within_milliseconds(cg, monkeypatch):
+    """Path: RunCgroup.wait_empty polls cgroup.events from 1 ms up (doubling to 50 ms)
+    instead of waiting up to 50 ms for the kernel's POLLPRI, which comes through a work
+    queue and at most once per 20 ms per file: a member that leaves while the wait runs
+    is seen by a read soon after. Counted: the reads of cgroup.events while a member
+    lives for 0.1 s (1, 2, 4, ... ms apart: six or more; 50 ms apart: three at most).
+    Ablation: `cgroup-wait-polls-fast` (the first poll waits 50 ms: red)."""
+    member = subprocess.Popen(cg.wrap_argv(["sleep", "0.1"]), stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 5
+        while not cg.populated("work") and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert cg.populated("work")
+        reads = []
+        real = os.read
+        monkeypatch.setattr(cgroup_mod.os, "read", lambda fd, n: reads.append(fd) or real(fd, n))
+        assert cg.wait_empty("work", timeout=5)
+        monkeypatch.undo()
+        assert len(reads) >= 5, f"cgroup.events read {len(reads)} times while its last member lived 0.1 s"
+    finally:
+        member.kill()
+        member.wait()
