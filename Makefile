@@ -132,8 +132,8 @@ $(BENCH_STAMP): $(STAMP)
 
 # Benchmarks: exact speeds, never asserted by the suite. The membership cost goes to
 # $(ARTIFACTS)/bench-membership.json; the stop benchmark (python -m bench.stoppers: the
-# stoppers compared, at scale, under load; items scaling and journal size; the dashboard's
-# CPU with a page open) writes
+# stoppers compared, at scale, under load; items scaling, journal size, the dashboard's
+# CPU with a page open and the unused plugin's cost) writes
 # docs/bench.json, which `make docs`
 # renders into docs/stop-latency.md (also when --check finds a runner cell that left an
 # orphan: the document shows it, then make fails). Under 10 minutes on 2 cores.
@@ -146,7 +146,7 @@ bench: $(BENCH_STAMP) bytecode
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
 	$(PY) bench/process_leaks_cost.py --n 400 --rounds 3 --json docs/process-leaks-bench.json
-	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,dashboard --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
+	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,dashboard,plugin --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
 		$(PY) docs/render_stop_latency.py && $(PY) docs/render_plugin.py && exit $$status
 
 # CI's reduced stop benchmark (n=1, `timeout -k` and the two runner stops, small scale

@@ -10,7 +10,9 @@ and the benchmark counts it.
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -19,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from runner.proc import identity
 
 from . import runs
 from .trees import Tree
@@ -383,6 +387,30 @@ class RunnerNow(RunnerStop):
     how = "`runner stop --now --run-dir DIR` (the stopper kills every process of the run itself)"
 
 
+class RunnerEngineSigterm(RunnerStop):
+    """The fair comparison with `timeout` and tini, which are already running when the
+    stop arrives: no stopper process starts, the engine gets the SIGTERM a container
+    runtime, systemd or `kill` sends, and the stop is over when the engine has exited
+    (as `timeout`'s is when `timeout` has)."""
+
+    id, label = "runner-engine-sigterm", "SIGTERM to the engine"
+    how = "`kill -TERM` to the run's engine (pid from `engine.json`, through a pidfd); done when the engine has exited"
+
+    def stop(self, rd: Any) -> dict[str, Any]:
+        record = json.loads(rd.engine_identity.read_text())
+        fd = os.pidfd_open(record["pid"])
+        try:
+            # The pidfd pins the process; its start ticks say it is still the engine.
+            if identity.start_ticks(record["pid"]) != record["start_ticks"]:
+                raise RuntimeError("the engine's pid no longer names the engine")
+            signal.pidfd_send_signal(fd, signal.SIGTERM)
+            if not select.select([fd], [], [], STOPPER_WAIT)[0]:
+                raise RuntimeError(f"the engine did not exit within {STOPPER_WAIT:g} s of its SIGTERM")
+        finally:
+            os.close(fd)
+        return {}
+
+
 ALL = (
     PopenTerminate,
     KillpgReaper,
@@ -395,5 +423,6 @@ ALL = (
     RunnerHard,
     RunnerFile,
     RunnerNow,
+    RunnerEngineSigterm,
 )
-CI = (CoreutilsTimeout, RunnerHard, RunnerNow)
+CI = (CoreutilsTimeout, RunnerHard, RunnerNow, RunnerEngineSigterm)

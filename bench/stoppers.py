@@ -1,10 +1,10 @@
 """`make bench`: the runner's stop beside the other stoppers, at scale and under load.
 
     python -m bench.stoppers [--n 5] [--sizes 1,10,100,1000] [--scale-n 3] [--load-runs 50]
-                             [--parts stoppers,scale,load,items,journal,dashboard] [--merge]
+                             [--parts stoppers,scale,load,items,journal,dashboard,plugin] [--merge]
                              [--json docs/bench.json] [--check] [--ci]
 
-Six parts (the first three by default; `make bench` runs all six), in one run, each
+Seven parts (the first three by default; `make bench` runs all seven), in one run, each
 printed as a table and written to the JSON with every raw sample (machine, date, commit, n):
 
 - **stoppers** (bench/matrix.py): the same victim trees (bench/trees.py: the plugin's
@@ -21,6 +21,10 @@ printed as a table and written to the JSON with every raw sample (machine, date,
   large, beside a fresh run.
 - **dashboard** (bench/dashboard.py): the dashboard server's CPU with 60 runs and one
   page polling, beside the previous commit's dashboard and unconditional polls.
+- **plugin** (bench/plugin_idle.py): a one-test pytest session with the plugin installed
+  but unused, against the same session with `-p no:stoplatency`.
+
+Each part's goals (bench/goals.py, issue 20) go into the JSON beside the figures.
 
 --ci is the reduced run CI keeps working: n=1, `timeout -k` and the two runner stops,
 small scale, 5 runs at once. --check exits 1 when a cell of the runner's own stops left
@@ -44,7 +48,7 @@ from typing import Any
 
 from runner import defaults
 
-from . import contenders, dashboard, load, matrix, runs, scale, sizes, trees
+from . import contenders, dashboard, goals, load, matrix, plugin_idle, runs, scale, sizes, trees
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_GRACE = defaults.KILL_GRACE
@@ -52,7 +56,7 @@ KILL_GRACE = defaults.KILL_GRACE
 (`[stop] kill_grace`) and given to every other stopper as its grace."""
 
 
-PARTS = ("stoppers", "scale", "load", "items", "journal", "dashboard")
+PARTS = ("stoppers", "scale", "load", "items", "journal", "dashboard", "plugin")
 
 
 def _ids(text: str) -> list[str]:
@@ -75,6 +79,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--items-window", type=float, help=f"most seconds per items run (default {sizes.WINDOW:g})")
     ap.add_argument("--journal-mib", type=lambda s: [int(x) for x in _ids(s)], help="journal part (default 250,1024)")
+    ap.add_argument("--plugin-rounds", type=int, help=f"plugin part: sessions per side (default {plugin_idle.ROUNDS})")
     ap.add_argument("--merge", action="store_true", help="keep the parts of the existing --json that are not run now")
     ap.add_argument("--kill-grace", type=float, default=KILL_GRACE)
     ap.add_argument("--ci", action="store_true", help="the reduced run: n=1, three stoppers, small scale and load")
@@ -83,7 +88,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     # Defaults, then what --ci reduces; a number given on the command line wins over both.
     defaults = (
-        (1, [1, 10], 1, 5, [100, 1000], 5.0, [32])
+        (1, [1, 10], 1, 5, [100, 1000], 5.0, [32], 3)
         if args.ci
         else (
             5,
@@ -93,9 +98,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             list(sizes.ITEM_COUNTS),
             sizes.WINDOW,
             [s >> 20 for s in sizes.JOURNAL_SIZES],
+            plugin_idle.ROUNDS,
         )
     )
-    names = ("n", "sizes", "scale_n", "load_runs", "item_counts", "items_window", "journal_mib")
+    names = ("n", "sizes", "scale_n", "load_runs", "item_counts", "items_window", "journal_mib", "plugin_rounds")
     for name, value in zip(names, defaults, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -202,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         "kill_grace": args.kill_grace,
         "runner_command": " ".join(Path(a).name if i == 0 else a for i, a in enumerate(runs.RUNNER)),
         "ci": args.ci,
+        "goals": goals.GOALS,
     }
     try:
         if "stoppers" in args.parts:
@@ -243,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
             stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}
             doc["dashboard"] = {**dashboard.run(), **stamp, "seconds": round(time.monotonic() - t, 1)}
             print("\nThe dashboard with a page open:\n" + dashboard.table(doc["dashboard"]) + "\n")
+        if "plugin" in args.parts:
+            t = time.monotonic()
+            stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}
+            doc["plugin"] = {**plugin_idle.run(args.plugin_rounds), **stamp, "seconds": round(time.monotonic() - t, 1)}
+            print("\nThe plugin, installed but unused:\n" + plugin_idle.table(doc["plugin"]) + "\n")
     finally:
         left = trees.sweep(work / "trees")
         if left:
@@ -261,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             if p not in doc and p in kept:
                 doc[p] = kept[p]
                 doc.setdefault("merged", []).append(p)
+        doc["goals"] = goals.GOALS  # today's goals, whichever run measured the parts kept
         if doc.get("merged"):  # the run's own stamp stays that of the parts it kept
             for key in ("date", "git_commit", "machine", "kill_grace", "runner_command", "ci"):
                 doc[key] = kept.get(key, doc[key])

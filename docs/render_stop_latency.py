@@ -639,6 +639,172 @@ class Context:
             f"{connections.MAX_CONNECTIONS} connections.\n\n" + "\n".join(rows)
         )
 
+    # -- issue 20's goals beside their figures (bench/goals.py, in docs/bench.json) ------
+    _FAIR = (
+        ("runner-engine-sigterm", "SIGTERM to the engine"),
+        ("runner-stop", "`runner stop`"),
+        ("runner-stop-now", "`runner stop --now`"),
+        ("timeout", "`timeout -k`"),
+        ("tini-pid1", "tini, PID 1"),
+    )
+
+    def _cell_median(self, stopper: str, victim: str) -> float | None:
+        cells = (self._bench_part("stoppers") or {}).get("cells", {})
+        cell = cells.get(stopper, {}).get(victim)
+        if not cell or not cell.get("n") or cell["stopped"] < cell["n"] or cell.get("orphans"):
+            return None
+        return cell["median_s"]
+
+    @staticmethod
+    def _verdict(value: float | None, goal: float, *, at_least: bool = False) -> str:
+        if value is None:
+            return "not measured"
+        return "met" if (value >= goal if at_least else value <= goal) else "**not met**"
+
+    def _fair_table(self) -> str:
+        part = self._bench_part("stoppers")
+        if not part:
+            return self._bench_absent("SIGTERM to the engine")
+        present = [(sid, label) for sid, label in self._FAIR if sid in part["cells"]]
+        victims = [v for v in part["victims"] if v["kind"] in ("cooperative", "trap-term", "forker")]
+        rows = [
+            "| victim tree | " + " | ".join(label for _, label in present) + " |",
+            "|---" * (len(present) + 1) + "|",
+        ]
+        for v in victims:
+            cells = [self._bench_cell(part["cells"][sid][v["id"]]) for sid, _ in present]
+            rows.append(f"| {v['label']} | " + " | ".join(cells) + " |")
+        return "\n".join(rows)
+
+    def _goal_rows(self, goals: dict, grace: float) -> list[tuple[str, float | None, str, str]]:
+        """(what, measured, goal as text, verdict) for each goal of the stop and the sizes."""
+        ms = _measured
+        out: list[tuple[str, float | None, str, str]] = []
+        for victim, label in (
+            ("cooperative", "cooperative"),
+            ("bash-trap", "bash trap"),
+            ("python-trap-kids", "python trap + 3 kids"),
+        ):
+            trapping = victim != "cooperative"
+            for sid, who, key in (
+                ("runner-engine-sigterm", "SIGTERM to the engine", "engine_sigterm"),
+                ("runner-stop", "`runner stop`", "runner_stop"),
+                ("runner-stop-now", "`runner stop --now`", "runner_stop"),
+            ):
+                goal = goals.get(f"{key}_trapping_over_grace_s" if trapping else f"{key}_cooperative_s")
+                if goal is None:
+                    continue
+                if victim not in (self._bench_part("stoppers") or {}).get("cells", {}).get(sid, {}):
+                    continue  # this run left that cell out
+                value = self._cell_median(sid, victim)
+                shown = None if value is None else (value - grace if trapping else value)
+                text = f"kill grace + {ms(goal)}" if trapping else ms(goal)
+                figure = "not measured" if value is None else (f"kill grace + {ms(shown)}" if trapping else ms(value))
+                out.append(
+                    (f"{who}, {label} (median)", shown, f"within {text}", figure + " · " + self._verdict(shown, goal))
+                )
+        return out
+
+    def bench_goals(self) -> str:
+        b = self.bench or {}
+        goals = b.get("goals")
+        if not goals:
+            return self._bench_absent("The goals")
+        grace = b.get("kill_grace") or 0.0
+        rows = ["| what | goal | measured · verdict |", "|---|---|---|"]
+        for what, _, goal, shown in self._goal_rows(goals, grace):
+            rows.append(f"| {what} | {goal} | {shown} |")
+        scale = self._bench_part("scale")
+        biggest = max((scale or {}).get("rows", []), key=lambda r: r["processes"], default=None)
+        ratio = biggest.get("ratio") if biggest else None
+        rows.append(
+            f"| {biggest['processes']:,} processes: `runner stop --now` forced phase over raw `killpg` (medians) "
+            f"| at most {goals['scale_ratio_to_killpg']:g}× | "
+            + (
+                f"{ratio:.2f}× · {self._verdict(ratio, goals['scale_ratio_to_killpg'])} |"
+                if ratio
+                else "not measured |"
+            )
+            if biggest
+            else "| 1,000 processes | - | not measured |"
+        )
+        items = self._bench_part("items")
+        if items:
+            by = {r["items"]: r for r in items["rows"]}
+            base = (by.get(100) or {}).get("items_per_second")
+            for n, r in sorted(by.items()):
+                if n == 100:
+                    continue
+                rate = r.get("items_per_second")
+                if base and rate:
+                    frac = rate / base
+                    want = goals["items_rate_fraction_of_100"]
+                    rows.append(
+                        f"| {n:,} items: rate over the 100-item rate | at least {want:.0%} "
+                        f"| {frac:.0%} ({rate:g} / {base:g} items/s) · {self._verdict(frac, want, at_least=True)} |"
+                    )
+                if n == 5000:
+                    want = goals["items_per_second_at_5000"]
+                    rows.append(
+                        f"| 5,000 items: items per second | at least {want:g} "
+                        f"| {rate if rate else '-'} · {self._verdict(rate, want, at_least=True)} |"
+                    )
+                if n == 20000:
+                    peak = r.get("engine_peak_mb")
+                    rows.append(
+                        f"| 20,000 items: engine peak memory | under {goals['items_peak_mb_at_20000']:g} MB "
+                        f"| {peak if peak else '-'} MB · {self._verdict(peak, goals['items_peak_mb_at_20000'])} |"
+                    )
+        journal = self._bench_part("journal")
+        if journal and journal.get("large"):
+            fresh, big = journal["fresh"], max(journal["large"], key=lambda s: s["journal_bytes"])
+            keys = ("stop", "stop_now", "stop_stopped", "status", "list", "logs")
+            extra = max(big[k]["seconds"] - fresh[k]["seconds"] for k in keys)
+            peak = max(big[k]["max_rss_mb"] for k in keys)
+            size = f"{big['journal_bytes'] / (1 << 20):,.0f} MiB"
+            want = goals["journal_extra_s"]
+            sign = "+" if extra >= 0 else "−"
+            rows.append(
+                f"| journal of {size}: slowest command over the fresh run's | within {_measured(want)} "
+                f"| {sign}{_measured(abs(extra))} · {self._verdict(extra, want)} |"
+            )
+            rows.append(
+                f"| journal of {size}: highest peak memory of a command | under {goals['journal_peak_mb']:g} MB "
+                f"| {peak:g} MB · {self._verdict(peak, goals['journal_peak_mb'])} |"
+            )
+        plugin = self._bench_part("plugin")
+        if plugin:
+            cost, noise = plugin["cost_cpu_s"], plugin["noise_cpu_s"]
+            met = "met" if cost <= max(goals["plugin_idle_cost_s"], noise) else "**not met**"
+            rows.append(
+                f"| the plugin installed but unused: CPU per session over `-p no:stoplatency` | within noise or "
+                f"{_measured(goals['plugin_idle_cost_s'])} | {'+' if cost >= 0 else '−'}{_measured(abs(cost))} "
+                f"(noise ±{_measured(noise)}) · {met} |"
+            )
+        out = [
+            f"{self._bench_tag()}. Each figure from the same run as its reference; the goals are issue 20's "
+            "(`bench/goals.py`, written into the JSON with the run). The machine's load varies during a run: "
+            "the medians are what to read.",
+            "\n".join(rows),
+            "**SIGTERM to the engine**, beside the runner's own stops and the stoppers that are already running "
+            "when the stop arrives (`timeout`, tini): the engine gets the SIGTERM a container runtime, systemd or "
+            "`kill` sends; the stop is over when the engine has exited and no process of the tree is left.",
+            self._fair_table(),
+        ]
+        if plugin:
+            ms = _measured
+            on, off = plugin["installed"], plugin["disabled"]
+            out.append(
+                f"**The plugin, installed but unused.** {self._part_tag(plugin)}. `{plugin['command']}` of one "
+                f"passing test, {plugin['rounds']} sessions a side, alternating; CPU is the session's user + system "
+                "time (its children's too).\n\n"
+                "| session | wall (median) | CPU (median) |\n|---|---|---|\n"
+                f"| plugin installed, unused | {ms(on['wall_median_s'])} | {ms(on['cpu_median_s'])} |\n"
+                f"| `-p no:stoplatency` | {ms(off['wall_median_s'])} | {ms(off['cpu_median_s'])} |\n"
+                f"| difference (median of the pairs) | {ms(plugin['cost_wall_s'])} | {ms(plugin['cost_cpu_s'])} |"
+            )
+        return "\n\n".join(out)
+
     def limits(self) -> str:
         """The spec's limits, each with the keys it applies to: docs/spec.md's list, from
         runner/files/spec.py's SCHEMA (docs/render_spec.py)."""
@@ -923,6 +1089,7 @@ def render(template: str, ctx: Context) -> str:
             "bench_sizes",
             "stop_modes",
             "bench_dashboard",
+            "bench_goals",
         ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")

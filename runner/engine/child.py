@@ -215,7 +215,14 @@ def run_child(
                 next_snapshot = now + SNAPSHOT_EVERY
         # Leader dead or timed out: kill whatever is left of the call. While the leader
         # is our unreaped zombie its pid pins the group id, so the group signal is exact.
-        reap = _kill_tree(registry, entry)
+        # A tree the stop killed is the stop's: its kill reached every route of this
+        # call (it snapshotted or contained it), so the call waits for that report
+        # instead of scanning /proc again while the engine tears down.
+        # (The stop journals its own refusals: the call reports none of them again.)
+        if registry.killed_by_stop(entry):  # ablate: stopped-call-waits-for-the-stop
+            registry.stop_report()
+        else:
+            reap = _kill_tree(registry, entry)
         if out_open:
             _drain(out_fd, capture)  # what is already in the pipe; never wait for an EOF
         returncode = popen.wait()

@@ -78,6 +78,9 @@ class Registry:
         self._killed: set[int] = set()  # id(entry) of entries the stop killed
         self._stop_done = threading.Event()
         self._stop_report: ReapReport | None = None
+        self.untagged: set[tuple[int, int]] = set()
+        """(pid, start ticks) the stop's tag sweep read without the run's tag: the
+        engine's clean-up sweep after it does not read their environments again."""
 
     def register(self, popen: subprocess.Popen[bytes], name: str) -> Entry:
         ident = identity.current_or_zombie(popen.pid)
@@ -134,6 +137,11 @@ class Registry:
             self._stop_done.wait()
             if self._stop_report is not None:
                 return self._stop_report
+        elif self.cgroup is not None:
+            # The engine's way out of its cgroup (an RCU grace period of waiting, which
+            # its exit would otherwise wait for) runs beside the kill. The kill's scope
+            # is work/, which the engine is not in: nothing of the stop needs it there.
+            self.cgroup.leave_in_background()  # ablate: stop-leaves-cgroup-early
         try:
             self._stop_report = self._kill_entries(self._mark_killed())
         finally:
@@ -148,12 +156,23 @@ class Registry:
             self._killed.update(id(e) for e in entries)
         return entries
 
+    def stop_report(self) -> ReapReport:
+        """The stop's report, once its kill is done (a call whose tree the stop killed
+        waits for it instead of scanning for its own leftovers: the stop reached them)."""
+        return self.stop_all(self.origin)
+
     def _kill_entries(self, entries: list[Entry]) -> ReapReport:
-        for entry in entries:
-            try:
-                self.snapshot(entry)
-            except OSError:
-                pass
+        # Kill first, look later. Contained, the cgroup holds every descendant of every
+        # entry, whatever group or session it moved to: the cgroup route reaches them
+        # with no pass over /proc before the first signal. Without a cgroup, the
+        # descendants are snapshotted before the signal: a killed leader's children are
+        # re-parented, and the parent links that find them are lost.
+        if self.cgroup is None:  # ablate: contained-stop-skips-snapshot
+            for entry in entries:
+                try:
+                    self.snapshot(entry)
+                except OSError:
+                    pass
         # The engine saw each of these become the run's (it spawned the leaders, its
         # snapshots followed their parent links): `known` proves them even after one
         # scrubbed its environment, where no cgroup holds it.
@@ -165,6 +184,7 @@ class Registry:
             cgroup=self.cgroup,
             cgroup_scope="work",
             known=[i for e in entries for i in e.members()],
+            untagged=self.untagged,
         )
 
     def reap_orphans(self) -> list[int]:

@@ -227,7 +227,16 @@ class StopController:
                 self._journal_quietly(Event.WATCHDOG_ERROR, error=traceback.format_exc(limit=5))
             self.origin = consumed_origin or origin
             self._stopping.set()
+        self._unwatch()
         self._kill()
+
+    def _unwatch(self) -> None:
+        """A stop has begun (or the run is finishing): no request is waited for any more
+        (a late one is read from its file at the exit). The watch is removed now, so that
+        its release runs beside the kill instead of in the engine's exit (inotify.unwatch)."""
+        fd = self._inotify
+        if fd is not None:
+            inotify.unwatch(fd)  # ablate: unwatch-on-stop
 
     def _kill(self) -> None:
         """Kill every registered child tree; retried on the next tick if it failed."""
@@ -274,7 +283,9 @@ class StopController:
         (the watchdog may have seen it between the last hook's exit and this call)."""
         with self._lock:
             self._finishing = True
-            return self.origin if self._stopping.is_set() else None
+            stopping = self._stopping.is_set()
+        self._unwatch()
+        return self.origin if stopping else None
 
     def receive_late(self, late_origin: Origin | None) -> None:
         """After finalization's clean-up: consume what arrived since finishing(). A hard
@@ -333,6 +344,7 @@ class StopController:
                 self.origin = self._honored_origin(consumed) or Origin.FILE
                 self._stopping.set()
         if starts:
+            self._unwatch()
             self._kill()
         if hard:
             return self.hard_stop()

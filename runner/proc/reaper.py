@@ -383,10 +383,17 @@ def _kill_tagged_round(
     return hit + _signal_tagged(watch, run_id, signal.SIGKILL, scan, set(watch.fds), untagged)
 
 
-def _signal_cgroup_members(watch: Watch, cgroup: RunCgroup, scope: str, sig: int) -> list[int]:
+def _signal_cgroup_members(
+    watch: Watch, cgroup: RunCgroup, scope: str, sig: int, signalled: Collection[int] = ()
+) -> list[int]:
+    """The cgroup route: each member proven and signalled through its pidfd. A member of
+    a group in `signalled` had the group's signal already: it is watched, vouched for by
+    its proven group as _watch_members does (no read of its own), and not signalled
+    twice (a trap may count its signals)."""
     hit = []
     for ident in cgroup.member_identities(scope, skip=watch.fds.keys()):
-        if watch.add(ident, named=False) is not None and watch.send(ident.pid, sig):
+        grouped = ident.pgid in signalled
+        if watch.add(ident, named=False, vouched=grouped) is not None and (grouped or watch.send(ident.pid, sig)):
             hit.append(ident.pid)
     return hit
 
@@ -402,6 +409,7 @@ def kill_everything(
     tag_sweep: bool | None = None,
     known: Iterable[Identity] = (),
     confirm_timeout: float = CONFIRM_TIMEOUT,
+    untagged: set[tuple[int, int]] | None = None,
 ) -> ReapReport:
     """The stop: SIGTERM every route at once; wait (event-driven) up to kill_grace; then
     SIGKILL what is left by the same routes and the cgroup kill; confirm within
@@ -416,7 +424,9 @@ def kill_everything(
     cgroup: the run's validated RunCgroup, for membership and (unless cgroup_scope is
     None) the cgroup kill of that scope. known: identities the caller itself saw become
     the run's (the engine's registry). Nothing is signalled that membership does not
-    prove; what a record named but was refused is in the report's `refused`."""
+    prove; what a record named but was refused is in the report's `refused`.
+    untagged: (pid, start ticks) an earlier stop of the same caller read without the tag,
+    not read again (the engine's clean-up after its stop's kill); filled in here."""
     t0 = time.monotonic()
     membership = Membership(
         run_id,
@@ -427,7 +437,8 @@ def kill_everything(
     watch = Watch(membership)
     # What the TERM round's sweep read without the tag is not read again at KILL: that
     # round reads the environment of new processes only (forked since), not the machine's.
-    untagged: set[tuple[int, int]] = set()
+    if untagged is None:
+        untagged = set()
     try:
         # Signals first, scans after: the groups whose leader proves itself and the
         # recorded pids need no pass over /proc, so they are signalled before it. Then
@@ -435,13 +446,15 @@ def kill_everything(
         scan = _Scan()
         signalled = _signal_groups(watch, groups, signal.SIGTERM, scan)
         _signal_pids(watch, pids, signal.SIGTERM)
+        if cgroup is not None and cgroup_scope is not None:
+            # Kill first, look later: the cgroup lists its members without a pass over
+            # /proc, so they have their SIGTERM (and die) while the scans below run.
+            _signal_cgroup_members(watch, cgroup, cgroup_scope, signal.SIGTERM, signalled)
         _watch_members(watch, signalled, signal.SIGTERM, scan())
         if sweep_tag:
-            # Every watched process has had its SIGTERM (group or pid route): the sweep
-            # reads the environment of the others only.
+            # Every watched process has had its SIGTERM (group, pid or cgroup route): the
+            # sweep reads the environment of the others only.
             _signal_tagged(watch, run_id, signal.SIGTERM, scan(), skip=set(watch.fds), untagged=untagged)
-        if cgroup is not None and cgroup_scope is not None:
-            _signal_cgroup_members(watch, cgroup, cgroup_scope, signal.SIGTERM)
         at_term = set(watch.fds) | watch.early
         if not at_term and not signalled:
             # Nothing of the run was alive: a KILL round could find only what a process
@@ -562,7 +575,16 @@ def classify(survivors: Iterable[int]) -> tuple[list[int], list[int]]:
     return unkillable, [pid for pid in survivors if pid not in unkillable]
 
 
-def kill_tagged(run_id: str | None, kill_grace: float, *, cgroup: RunCgroup | None = None) -> ReapReport:
+def kill_tagged(
+    run_id: str | None,
+    kill_grace: float,
+    *,
+    cgroup: RunCgroup | None = None,
+    untagged: set[tuple[int, int]] | None = None,
+) -> ReapReport:
     """The tag sweep alone: TERM every tagged process, wait up to kill_grace, SIGKILL
-    the rest, confirm (the engine's last clean-up, and test teardowns)."""
-    return kill_everything(groups=[], pids=[], run_id=run_id, kill_grace=kill_grace, cgroup=cgroup, cgroup_scope=None)
+    the rest, confirm (the engine's last clean-up, and test teardowns). `untagged`: see
+    kill_everything."""
+    return kill_everything(
+        groups=[], pids=[], run_id=run_id, kill_grace=kill_grace, cgroup=cgroup, cgroup_scope=None, untagged=untagged
+    )

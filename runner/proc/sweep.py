@@ -45,7 +45,9 @@ def tagged(
     boot = ident.boot_id()
     out: list[Identity] = []
     for pid, st in stats.items():
-        if pid in protected or pid in skip or st.zombie:
+        # A kernel thread has no environment to read (half the processes of a quiet
+        # machine: 65 of 112 here, each an empty read and a stat read again).
+        if pid in protected or pid in skip or st.zombie or st.kernel:  # ablate: sweep-skips-kernel-threads
             continue
         if untagged is not None and (pid, st.start_ticks) in untagged:
             continue

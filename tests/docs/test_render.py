@@ -403,3 +403,33 @@ def test_a_stated_bound_is_the_constant_a_test_asserts(render_mod, tmp_path):
         render_mod.asserted_bound("tests/runner/test_dashboard_browser.py", "KILL_GRACE")  # a spec value
     with pytest.raises(render_mod.RenderError, match="no test file"):
         render_mod.asserted_bound("docs/render_stop_latency.py", "HERE")
+
+
+def test_renders_the_goals_section_the_bench_itself_wrote(render_mod, tmp_path):
+    """Path: the benchmark's real writer of the SIGTERM-to-the-engine stopper
+    (contenders.RunnerEngineSigterm) and of the plugin part (bench/plugin_idle.py),
+    reduced (n=1, 2 sessions a side), feeds the goals section: the engine's SIGTERM stops
+    the cooperative tree with no orphan and sits beside `runner stop` in the column
+    table; each goal row says met or not met against a measured figure; the unused
+    plugin's sessions all passed (exit 0) on both sides."""
+    out = tmp_path / "bench.json"
+    args = ["--parts", "stoppers,plugin", "--stoppers", "runner-engine-sigterm,runner-stop"]
+    args += ["--victims", "cooperative", "--n", "1", "--plugin-rounds", "2", "--kill-grace", "0.2"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.stoppers", *args, "--json", str(out), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = render_mod.render_files(TEMPLATE, None, None, None, out)
+    goals = _section(doc, "The stop at the kernel's speed, and costs against their goals")
+    row = next(line for line in goals.splitlines() if line.startswith("| cooperative |"))
+    assert row.count("1/1 stopped, median ") == 2 and "orphan" not in row
+    goal = next(line for line in goals.splitlines() if line.startswith("| SIGTERM to the engine, cooperative"))
+    assert "within 5.0 ms" in goal and ("· met" in goal or "· **not met**" in goal)
+    assert "| plugin installed, unused |" in goals and "| `-p no:stoplatency` |" in goals
+    data = json.loads(out.read_text())
+    assert data["plugin"]["installed"]["codes"] == [0] and data["plugin"]["disabled"]["codes"] == [0]
+    assert data["goals"]["engine_sigterm_cooperative_s"] == 0.005

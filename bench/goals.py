@@ -1,0 +1,27 @@
+"""The goals of issue 20, each beside the figure that `make bench` measures for it.
+
+Targets, not measurements: written into docs/bench.json with the run, so that the
+document shows each figure against its goal (rendered, never typed).
+"""
+
+from __future__ import annotations
+
+GOALS = {
+    "engine_sigterm_cooperative_s": 0.005,
+    "engine_sigterm_trapping_over_grace_s": 0.010,
+    "runner_stop_cooperative_s": 0.040,
+    "runner_stop_trapping_over_grace_s": 0.040,
+    "scale_ratio_to_killpg": 1.2,
+    "items_rate_fraction_of_100": 0.8,
+    "items_per_second_at_5000": 50,
+    "items_peak_mb_at_20000": 64,
+    "journal_extra_s": 0.100,
+    "journal_peak_mb": 100,
+    "plugin_idle_cost_s": 0.002,
+}
+"""SIGTERM to the engine: cooperative within 5 ms, trapping within kill_grace + 10 ms.
+`runner stop` and `--now`: cooperative within 40 ms, trapping within kill_grace + 40 ms.
+1,000 processes within 1.2x a raw killpg. Items: 20,000 at no less than 80 % of the
+100-item rate, at least 50 a second at 5,000, under 64 MB at 20,000. A 1 GB journal:
+each command within 100 ms of a fresh run's, under 100 MB. The unused plugin: within
+noise, 2 ms."""
