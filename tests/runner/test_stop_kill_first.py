@@ -186,8 +186,8 @@ def test_the_tag_sweep_reads_no_kernel_threads_environment_and_still_finds_the_t
     run_id = R.new_run_id()
     v = spawn("trap-term", run_id=run_id)
     read = []
-    real = sweep.signals.has_tag
-    monkeypatch.setattr(sweep.signals, "has_tag", lambda pid, rid: read.append(pid) or real(pid, rid))
+    real = sweep.membership.has_tag
+    monkeypatch.setattr(sweep.membership, "has_tag", lambda pid, rid: read.append(pid) or real(pid, rid))
     found = sweep.tagged(run_id)
     assert v.pid in {i.pid for i in found}
     assert not kernel & set(read), f"the sweep read the environment of kernel threads {sorted(kernel & set(read))[:5]}"
@@ -198,7 +198,7 @@ def test_the_engines_cleanup_after_a_stop_reads_no_environment_the_stop_read(run
     stop's own sweep read without the run's tag), so it reads only the environments of
     processes new since. A stranger (untagged, alive through the whole stop) has its
     environment read once per stop, not twice; the run still stops whole. Counted in
-    the engine itself: a sitecustomize on its path wraps signals.has_tag and appends
+    the engine itself: a sitecustomize on its path wraps membership.has_tag and appends
     each pid read to a file. Ablation: `cleanup-reuses-untagged` (the clean-up reads
     every environment again: the stranger twice, red)."""
     counter = tmp_path / "site"
@@ -207,13 +207,13 @@ def test_the_engines_cleanup_after_a_stop_reads_no_environment_the_stop_read(run
     (counter / "sitecustomize.py").write_text(
         "import os\n"
         "if os.environ.get('RUNNER_TEST_COUNT_TAG_READS'):\n"
-        "    from runner.proc import signals\n"
-        "    _real = signals.has_tag\n"
+        "    from runner.proc import membership\n"
+        "    _real = membership.has_tag\n"
         "    def has_tag(pid, run_id):\n"
         "        with open(os.environ['RUNNER_TEST_COUNT_TAG_READS'], 'a') as f:\n"
         "            f.write(f'{pid}\\n')\n"
         "        return _real(pid, run_id)\n"
-        "    signals.has_tag = has_tag\n"
+        "    membership.has_tag = has_tag\n"
         # Whatever sitecustomize this one shadows (the ablation campaign's probe) runs too.
         "import runpy, sys\n"
         "here = os.path.dirname(os.path.abspath(__file__))\n"
