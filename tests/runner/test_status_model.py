@@ -153,7 +153,8 @@ def test_stopping_from_the_request_until_the_run_has_ended(runs, victim):
     """Path: a live run whose provider traps SIGTERM (kill_grace 3 s), stopped by `runner
     stop` in the background: `status --json` says stopping while the request waits and
     after the engine took it (the request consumed into archive/, the provider not yet
-    killed), and no longer once the run has stopped."""
+    killed), and no longer once the run has stopped. Ablation: `stopping-taken` (only a
+    pending request counts) turns it red: the samples of the kill grace say not stopping."""
     rd, v = runs.live_trap_term(victim, stop={"kill_grace": 3.0, "grace": 10.0})
     assert status_json(rd)["stopping"] is False
     stopper = subprocess.Popen([*R.RUNNER, "stop", "--run-dir", str(rd.path)], stdin=subprocess.DEVNULL)
@@ -162,10 +163,13 @@ def test_stopping_from_the_request_until_the_run_has_ended(runs, victim):
         while stopper.poll() is None and v.alive():
             info = status_json(rd)
             if info["live"] and info["status"] == "running":
-                seen.append((info["stopping"], info["pending_stop"] is None))
-        assert (True, True) in seen, seen  # taken by the engine, its provider not yet dead
-        first = next(i for i, (stopping, _) in enumerate(seen) if stopping)
-        assert all(stopping for stopping, _ in seen[first:]), seen  # until the run ended
+                # The provider still alive after the read: the sample is from the kill
+                # grace, not from the instant the engine records its stop (which says
+                # stopping by the journal alone).
+                seen.append((info["stopping"], info["pending_stop"] is None, v.alive()))
+        assert (True, True, True) in seen, seen  # taken by the engine, its provider not yet dead
+        first = next(i for i, (stopping, _, _) in enumerate(seen) if stopping)
+        assert all(stopping for stopping, _, _ in seen[first:]), seen  # until the run ended
     finally:
         assert stopper.wait(timeout=60) == Exit.OK
     R.wait_engine_exit(rd)
