@@ -10,15 +10,43 @@ outlived their owner (_cleanup.sweep_needed).
 
 from __future__ import annotations
 
+import importlib
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from . import _cleanup, _guardian, _records, _report
-from ._handle import PreparedVictim, Victim
-from ._recorder import Recorder
 from .plugin import LEAK_HEADER, SKIP_REASON, enabled, leaks_enabled
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._handle import PreparedVictim, Victim
+
+# What a victim, the records and the report need is imported where it is first used, not
+# here: every session of every project with the plugin installed imports this module, and
+# one that uses no victim and no --process-leaks must cost nothing (issue 20, goal 4).
+
+
+RECORDS_BASE = f"/tmp/pytest-stoplatency-{os.getuid()}"
+"""_records.BASE, spelled here so that finding it empty imports nothing (a test pins the two)."""
+
+
+def _lazy(name: str):
+    """One of the plugin's modules, imported at its first use."""
+    return importlib.import_module(f".{name}", __package__)
+
+
+def _records_left() -> bool:
+    """Whether any pytest process left a record directory (under RECORDS_BASE): without
+    one, nothing of the plugin ever ran a victim here, and nothing is imported to find out."""
+    try:
+        names = os.listdir(RECORDS_BASE)
+    except OSError:
+        names = []
+    return bool(names)
+
 
 PLUGIN_NAME = "stoplatency-linux"
 
@@ -35,10 +63,10 @@ class VictimFactory:
         self.processes: list[subprocess.Popen] = []
 
     def prepare(self, kind, *, lang="python", sleep=7200, children=2, cleanup=1.0) -> PreparedVictim:
-        p = PreparedVictim(kind, lang=lang, sleep=sleep, children=children, cleanup=cleanup)
+        p = _lazy("_handle").PreparedVictim(kind, lang=lang, sleep=sleep, children=children, cleanup=cleanup)
         # Before anything can start it: if this pytest process dies without teardown,
         # its guardian kills what it started (_guardian.py).
-        _guardian.ensure_started()
+        _lazy("_guardian").ensure_started()
         self.prepared.append(p)  # registered before anyone can start it: cleanup finds it by token
         return p
 
@@ -56,20 +84,22 @@ class VictimFactory:
         return p.adopt(timeout, process=proc)
 
     def lineage(self) -> tuple[list[str], list[tuple[int, int]]]:
+        records = _lazy("_records")
         tokens = [str(p.token) for p in self.prepared]
         # The extras file too: a victim killed before its handshake wrote no ready file.
         extras = [
             e
             for p in self.prepared
-            for e in _records.extras_of(p.ready_info()) + _records.read_extras(_records.extras_path(p.token))
+            for e in records.extras_of(p.ready_info()) + records.read_extras(records.extras_path(p.token))
         ]
         return tokens, extras
 
     def close(self) -> tuple[list[dict], list[dict]]:
-        found, survivors = _cleanup.kill_lineage(*self.lineage())
+        cleanup = _lazy("_cleanup")
+        found, survivors = cleanup.kill_lineage(*self.lineage())
         for proc in self.processes:
             try:
-                proc.wait(timeout=_cleanup.SETTLE)
+                proc.wait(timeout=cleanup.SETTLE)
             except subprocess.TimeoutExpired:
                 pass
         return found, survivors
@@ -88,8 +118,9 @@ class StopLatency:
 
     def pytest_sessionstart(self, session):
         # Only the controller (or a plain session) sweeps: workers would race each other.
-        if not _is_worker(session.config) and _cleanup.sweep_needed():  # ablate: plugin-idle-sweep
-            self.swept += _cleanup.sweep_ownerless()
+        worker = _is_worker(session.config)
+        if not worker and _records_left() and _lazy("_cleanup").sweep_needed():  # ablate: plugin-idle-sweep
+            self.swept += _lazy("_cleanup").sweep_ownerless()
 
     def pytest_generate_tests(self, metafunc):
         n = metafunc.config.getoption("stop_latency_repeat")
@@ -116,14 +147,14 @@ class StopLatency:
         found, survivors = factory.close()
         if found:
             msg = f"{LEAK_HEADER} ({len(found)} still alive after {request.node.nodeid}); killed:\n"
-            msg += _cleanup.format_procs(found)
+            msg += _lazy("_cleanup").format_procs(found)
             if survivors:
-                msg += "\nand could NOT kill:\n" + _cleanup.format_procs(survivors)
+                msg += "\nand could NOT kill:\n" + _lazy("_cleanup").format_procs(survivors)
             pytest.fail(msg, pytrace=False)
 
     @pytest.fixture
     def stop_latency(self, request):
-        return Recorder(
+        return _lazy("_recorder").Recorder(
             nodeid=request.node.nodeid,
             worker=self.worker,
             marker=request.node.get_closest_marker("stop_latency"),
@@ -133,7 +164,7 @@ class StopLatency:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
         """xdist controller: merge a finished worker's samples (a worker that sent none is named)."""
-        data = getattr(node, "workeroutput", {}).get(_report.WORKEROUTPUT_KEY)
+        data = getattr(node, "workeroutput", {}).get(_lazy("_report").WORKEROUTPUT_KEY)
         if data is None:
             self.missing_workers.append(node.gateway.id)
         else:
@@ -144,27 +175,34 @@ class StopLatency:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session):
         config = session.config
-        self.guardian_notes.extend(f"{self.worker}: {n}" if self.worker else n for n in _guardian.notes())
+        # No guardian was ever started in a process that never imported its module.
+        guardian = sys.modules.get(f"{__package__}._guardian")
+        notes = guardian.notes() if guardian is not None else []
+        self.guardian_notes.extend(f"{self.worker}: {n}" if self.worker else n for n in notes)
         if _is_worker(config):
-            config.workeroutput[_report.WORKEROUTPUT_KEY] = {  # JSON-safe only
+            config.workeroutput[_lazy("_report").WORKEROUTPUT_KEY] = {  # JSON-safe only
                 "samples": list(self.samples),
                 "guardian_notes": list(self.guardian_notes),
             }
-            _cleanup.drop_own_records()
+            if _records_left():
+                _lazy("_cleanup").drop_own_records()
             return
-        if _cleanup.sweep_needed():  # a worker that died, or another session that did meanwhile
-            self.swept += _cleanup.sweep_ownerless()
-        _cleanup.drop_own_records()
+        if _records_left():
+            cleanup = _lazy("_cleanup")
+            if cleanup.sweep_needed():  # a worker that died, or another session that did meanwhile
+                self.swept += cleanup.sweep_ownerless()
+            cleanup.drop_own_records()
         path = config.getoption("stop_latency_json")
         if path:
-            doc = _report.document(
+            report = _lazy("_report")
+            doc = report.document(
                 self.samples, missing_workers=self.missing_workers, swept=self.swept, rootdir=Path(config.rootpath)
             )
             if leaks_enabled(config):
                 from . import _leakplugin
 
                 doc["process_leaks"] = _leakplugin.section_for(config)
-            _report.write_json(Path(config.invocation_params.dir) / path, doc)
+            report.write_json(Path(config.invocation_params.dir) / path, doc)
 
     def pytest_terminal_summary(self, terminalreporter, config):
         if _is_worker(config):
@@ -176,7 +214,8 @@ class StopLatency:
         tr = terminalreporter
         tr.write_sep("=", "stop latency")
         if self.samples:
-            for line in _report.table(_report.summarize(self.samples)):
+            report = _lazy("_report")
+            for line in report.table(report.summarize(self.samples)):
                 tr.write_line(line)
         else:
             tr.write_line("no stop-latency samples recorded")

@@ -3,16 +3,18 @@ the session reads nothing of /proc and starts no process. The sweep of ownerless
 runs only where some owner's records outlived it (_cleanup.sweep_needed).
 
 The inner pytest loads AUDIT (a `-p` plugin, imported before the entry points) which records
-every open, os.listdir and os.scandir of a /proc path, and every process it starts, through an
-audit hook (sys.addaudithook) until the interpreter exits. It also points the machine-wide record directory
-(_records.BASE) at one of the test's own: another session on this machine, with victims of
-its own, would otherwise put its records in the way.
+every open, os.listdir and os.scandir of a /proc path, and every process it starts, through
+an audit hook (sys.addaudithook) until the interpreter exits. It also points the
+machine-wide record directory (_records.BASE, and _linux.RECORDS_BASE, its spelling that
+imports nothing) at one of the test's own: another session on this machine, with victims
+of its own, would otherwise put its records in the way.
 """
 
 import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -22,9 +24,10 @@ AUDIT = """
 import atexit, json, os, sys
 from pathlib import Path
 
-from pytest_stoplatency import _records
+from pytest_stoplatency import _linux, _records
 
 _records.BASE = Path({base!r})
+_linux.RECORDS_BASE = {base!r}
 SEEN = []
 SPAWNS = ("subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "os.exec")
 STARTED = []
@@ -146,3 +149,36 @@ def test_a_used_plugin_leaves_no_records_at_its_clean_end(pytester, tmp_path, mo
     assert used["proc"], "a used plugin read nothing of /proc: the audit sees nothing"
     assert base.is_dir() and not os.listdir(base)
     assert run_audited(pytester, base)["proc"] == []
+
+
+HEAVY = ("psutil", "runner", "pytest_stoplatency._cleanup", "pytest_stoplatency._handle", "pytest_stoplatency._report")
+
+
+def test_an_unused_plugin_imports_none_of_its_heavy_modules(tmp_path):
+    """Path: _linux imports what a victim, the records and the report need at their first
+    use (_lazy), and finds no record directory without importing _records. A one-test
+    session that uses nothing of the plugin imports none of HEAVY (read from `-X
+    importtime` of a real pytest), and _linux.RECORDS_BASE is _records.BASE. No ablation yet: under
+    the mutation tool this test's inner pytest did not see the scratch copy's change."""
+    (tmp_path / "test_one.py").write_text("def test_ok():\n    assert True\n")
+    import pytest_stoplatency
+
+    # The tree under test (a scratch copy under an ablation), not whatever the cwd finds.
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(pytest_stoplatency.__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_one.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "pytest_stoplatency._linux" in imported  # the plugin did load
+    heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY or m in HEAVY)
+    assert heavy == [], heavy
+    from pytest_stoplatency import _linux, _records
+
+    assert _linux.RECORDS_BASE == str(_records.BASE)
