@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from pytest_stoplatency import _procs, _token
+from pytest_stoplatency import _cleanup, _procs, _records, _token
 
 AUDIT = """
 import atexit, json, os, sys
@@ -101,7 +101,7 @@ def test_with_a_live_sessions_records_it_reads_only_that_owners_stat(pytester, t
     assert (base / f"{me.pid}.{me.start_ticks}").is_dir()  # a live owner's records are kept
 
 
-def test_a_dead_owners_records_still_get_the_sweep(pytester, tmp_path):
+def test_a_dead_owners_records_still_get_the_sweep(pytester, tmp_path, monkeypatch):
     """Path: _cleanup.sweep_needed opens the gate for a dead owner's records: the session sweeps
     (it reads the process table for that owner's tokens and tags) and, nothing of the owner
     being left alive, removes its records; the next unused session then reads nothing of /proc.
@@ -114,6 +114,9 @@ def test_a_dead_owners_records_still_get_the_sweep(pytester, tmp_path):
     proc.wait()
     dead = base / f"{proc.pid}.{ticks}"
     dead.mkdir(parents=True)
+    with monkeypatch.context() as m:  # the gate itself, in this process, on the same records
+        m.setattr(_records, "BASE", base)
+        assert _cleanup.sweep_needed(), "the gate stays shut for a dead owner's records"
     seen = run_audited(pytester, base)
     assert ["os.listdir", "/proc"] in seen["proc"] or ["os.scandir", "/proc"] in seen["proc"], seen["proc"][:5]
     environs = [p for _, p in seen["proc"] if re.fullmatch(r"/proc/\d+/environ", p)]
