@@ -57,5 +57,11 @@ def render_table(outcome: Outcome) -> str:
         f"{len(outcome.results)} mutations: "
         f"{sum(r.verdict.verdict == 'killed' for r in outcome.results)} killed, {len(bad)} not ok "
         f"(baseline {outcome.baseline_seconds:.0f} s, total {outcome.total_seconds:.0f} s)"
+        + "".join(f"; {r.mutation.id}: {r.verdict.verdict}" for r in bad)
     )
+    # Named again after the count: a CI log is often read from its tail, where the table is cut.
+    for r in bad:
+        v = r.verdict
+        what = v.detail or ("survivors red: " + ", ".join(v.survivors_red))
+        lines.append(f"not ok: {r.mutation.id} ({v.verdict}): {what}")
     return "\n".join(lines)

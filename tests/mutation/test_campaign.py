@@ -10,6 +10,7 @@ import time
 import pytest
 
 from mutation import BaselineFailed, load, run
+from mutation.report import render_table
 from mutation.verdict import INVALID, KILLED, STALE, SURVIVED, TIMEOUT
 
 ADD_TO_SUB = """
@@ -87,6 +88,9 @@ def test_survived(fake_tree, campaign, tmp_path):
     out = campaign(tree, body)
     assert one(out).verdict == SURVIVED
     assert not out.ok
+    # A CI log is read from its tail: the count line itself names what is not ok.
+    count = [l for l in render_table(out).splitlines() if " mutations: " in l]
+    assert count and count[0].endswith("; double-triple: survived"), count
 
 
 @pytest.mark.parametrize("marker", ["mul", "twice"], ids=["no-marker", "two-markers"])
