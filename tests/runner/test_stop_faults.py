@@ -271,6 +271,32 @@ def test_sigterm_to_foreground_run_at_any_moment(runs, at):
     assert ok, f"stopped {took:.3f}s after the signal (or the engine's start)"
 
 
+def test_sigterm_to_foreground_run_once_its_run_directory_exists(runs):
+    """Path: the early mask (cli.early_signals) over the foreground's whole start-up. The
+    SIGTERM is sent the instant the run directory appears: runner code is running, and
+    the foreground's handlers come only after the engine is up (lifecycle.start_engine,
+    an interpreter's start-up later). The signal is held and honoured: exit STOPPED, the
+    stop recorded, nothing left; never a death by the signal with the engine going on.
+    Unlike the timed moments above, where the signal lands does not depend on the
+    machine's speed. Ablation: `early-signal-mask` (red: killed by the signal, -15)."""
+    spec = _provider_spec(runs, "fg-dir")
+    proc, rd = runs.foreground(spec, name="fg-dir")
+    deadline = time.monotonic() + 30
+    while not rd.path.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "the run directory was never made"
+        time.sleep(0.0005)
+    sent = time.time()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    ended = time.time()
+    assert proc.returncode == Exit.STOPPED, (proc.returncode, err)
+    runs.wait_engine_exit(rd)
+    assert not runs.tagged(rd.run_id)
+    assert faults.recorded(rd)
+    ok, took = _stopped_in_bound(runs, rd, sent, ended, FOREGROUND_MARGIN)
+    assert ok, f"stopped {took:.3f}s after the signal (or the engine's start)"
+
+
 def _as_pid1(runs, name):
     if os.geteuid() != 0:
         pytest.skip("unshare --pid needs root")
