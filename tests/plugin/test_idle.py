@@ -154,23 +154,53 @@ def test_a_used_plugin_leaves_no_records_at_its_clean_end(pytester, tmp_path, mo
     assert run_audited(pytester, base)["proc"] == []
 
 
-HEAVY = ("psutil", "runner", "pytest_stoplatency._cleanup", "pytest_stoplatency._handle", "pytest_stoplatency._report")
+HEAVY = (
+    "psutil",
+    "runner",
+    "pytest_stoplatency._cleanup",
+    "pytest_stoplatency._handle",
+    "pytest_stoplatency._records",
+    "pytest_stoplatency._report",
+)
+
+
+MODULES = """
+import atexit, json, sys
+
+from pytest_stoplatency import _linux
+
+_linux.RECORDS_BASE = {base!r}
+
+
+@atexit.register
+def _report():
+    with open({out!r}, "w") as f:
+        json.dump({{"modules": sorted(sys.modules), "linux": _linux.__file__}}, f)
+"""
 
 
 def test_an_unused_plugin_imports_none_of_its_heavy_modules(tmp_path):
     """Path: _linux imports what a victim, the records and the report need at their first
     use (_lazy), and finds no record directory without importing _records. A one-test
-    session that uses nothing of the plugin imports none of HEAVY (read from `-X
-    importtime` of a real pytest), and _linux.RECORDS_BASE is _records.BASE. No ablation yet: under
-    the mutation tool this test's inner pytest did not see the scratch copy's change."""
+    session that uses nothing of the plugin has imported none of HEAVY when its
+    interpreter exits (sys.modules, written by a `-p` module: an import during the
+    session is seen, whatever pytest captured), and _linux.RECORDS_BASE is
+    _records.BASE. The machine's record directory is pointed at an empty one of the
+    test's, through _linux.RECORDS_BASE only: other sessions' records (an xdist worker
+    beside this one) would rightly make the plugin import its clean-up. Ablation:
+    `plugin-records-unimported` (the record directory looked up through _records): red."""
     (tmp_path / "test_one.py").write_text("def test_ok():\n    assert True\n")
+    out, base = tmp_path / "modules.json", tmp_path / "records"
+    base.mkdir()
+    (tmp_path / "modules_probe.py").write_text(MODULES.format(base=str(base), out=str(out)))
     import pytest_stoplatency
 
     # The tree under test (a scratch copy under an ablation), not whatever the cwd finds.
     tree = os.path.dirname(os.path.dirname(os.path.abspath(pytest_stoplatency.__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")]))}
+    path = [tree, str(tmp_path), os.environ.get("PYTHONPATH")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_one.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "modules_probe", "-p", "no:cacheprovider", "test_one.py"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -178,8 +208,10 @@ def test_an_unused_plugin_imports_none_of_its_heavy_modules(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert "pytest_stoplatency._linux" in imported  # the plugin did load
+    seen = json.loads(out.read_text())
+    imported = set(seen["modules"])
+    assert "pytest_stoplatency.plugin" in imported  # the plugin did load
+    assert seen["linux"].startswith(tree + os.sep), seen["linux"]  # the tree under test
     heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY or m in HEAVY)
     assert heavy == [], heavy
     from pytest_stoplatency import _linux, _records
