@@ -244,6 +244,25 @@ def _stopped_in_bound(runs, rd, sent_wall, ended, margin=STOP_MARGIN):
     return ended - began <= KILL_GRACE + margin, (ended - began)
 
 
+def _sigterm(proc):
+    """SIGTERM to the foreground command; (wall time sent, its stderr, wall time it ended)."""
+    sent = time.time()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    return sent, err, time.time()
+
+
+def _assert_foreground_stopped(runs, rd, proc, err, sent, ended):
+    """Exit STOPPED, the engine gone, nothing tagged left, the stop recorded, within
+    kill_grace + FOREGROUND_MARGIN of the later of the signal and the engine's start."""
+    assert proc.returncode == Exit.STOPPED, (proc.returncode, err)
+    runs.wait_engine_exit(rd)
+    assert not runs.tagged(rd.run_id)
+    assert faults.recorded(rd)
+    ok, took = _stopped_in_bound(runs, rd, sent, ended, FOREGROUND_MARGIN)
+    assert ok, f"stopped {took:.3f}s after the signal (or the engine's start)"
+
+
 @pytest.mark.parametrize("at", MOMENTS)
 def test_sigterm_to_foreground_run_at_any_moment(runs, at):
     """Path: SIGTERM to a foreground `runner run` at 0.02-1 s after its start: the run is
@@ -254,21 +273,13 @@ def test_sigterm_to_foreground_run_at_any_moment(runs, at):
     spec = _provider_spec(runs, "fg")
     proc, rd = runs.foreground(spec, name="fg")
     time.sleep(max(0.0, at - 0.001))
-    sent = time.time()
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    ended = time.time()
+    sent, err, ended = _sigterm(proc)
     if proc.returncode == -signal.SIGTERM:
         # Only in the interpreter's start-up, before the command's first instruction:
         # then it had not even made the run directory (RunDir.create comes later).
         assert not rd.path.exists(), f"killed by the SIGTERM at {at}s after it had started the run: {err}"
         return
-    assert proc.returncode == Exit.STOPPED, (proc.returncode, err)
-    runs.wait_engine_exit(rd)
-    assert not runs.tagged(rd.run_id)
-    assert faults.recorded(rd)
-    ok, took = _stopped_in_bound(runs, rd, sent, ended, FOREGROUND_MARGIN)
-    assert ok, f"stopped {took:.3f}s after the signal (or the engine's start)"
+    _assert_foreground_stopped(runs, rd, proc, err, sent, ended)
 
 
 def test_sigterm_to_foreground_run_once_its_run_directory_exists(runs):
@@ -285,16 +296,8 @@ def test_sigterm_to_foreground_run_once_its_run_directory_exists(runs):
     while not rd.path.exists():
         assert time.monotonic() < deadline and proc.poll() is None, "the run directory was never made"
         time.sleep(0.0005)
-    sent = time.time()
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    ended = time.time()
-    assert proc.returncode == Exit.STOPPED, (proc.returncode, err)
-    runs.wait_engine_exit(rd)
-    assert not runs.tagged(rd.run_id)
-    assert faults.recorded(rd)
-    ok, took = _stopped_in_bound(runs, rd, sent, ended, FOREGROUND_MARGIN)
-    assert ok, f"stopped {took:.3f}s after the signal (or the engine's start)"
+    sent, err, ended = _sigterm(proc)
+    _assert_foreground_stopped(runs, rd, proc, err, sent, ended)
 
 
 def _as_pid1(runs, name):
