@@ -15,12 +15,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from .plugin import LEAK_HEADER, SKIP_REASON, enabled, leaks_enabled
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ._handle import PreparedVictim, Victim
 
