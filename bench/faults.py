@@ -127,8 +127,11 @@ def interrupted_stopper(work: Path, n: int, sig: int, rng: random.Random, *, kil
             )
             time.sleep(at)
             # A SIGTERM in the interpreter's own start-up, before the runner's first
-            # instruction catches it, kills the stopper before it did anything: counted.
-            trial["before_first_instruction"] = sig == signal.SIGTERM and not stop_signals_blocked(stopper.pid)
+            # instruction catches it, kills the stopper before it did anything; a SIGINT
+            # there ends the interpreter's start-up with its traceback and exit 1 (no
+            # runner code can catch it yet). Only then does the tally excuse either.
+            early = sig in (signal.SIGTERM, signal.SIGINT)
+            trial["before_first_instruction"] = early and not stop_signals_blocked(stopper.pid)
             try:
                 stopper.send_signal(sig)
             except ProcessLookupError:
@@ -155,6 +158,13 @@ def interrupted_stopper(work: Path, n: int, sig: int, rng: random.Random, *, kil
     return out
 
 
+def _died_in_interpreter_start_up(code: int | None, err: str) -> bool:
+    """How a command ends when a stop signal lands before its first instruction: killed
+    by SIGTERM, or, on SIGINT, the interpreter's KeyboardInterrupt traceback and exit 1
+    (from the runner's first import on, `runner/__main__.py` makes it INTERRUPTED)."""
+    return code == -signal.SIGTERM or (code == 1 and err.endswith("KeyboardInterrupt"))
+
+
 def tally(trials: list[dict], codes_key: tuple[str, ...] = ("first", "code")) -> dict:
     """The closing figures of one fault."""
     codes = sorted({t[k] for t in trials for k in codes_key if isinstance(t.get(k), int)})
@@ -166,8 +176,8 @@ def tally(trials: list[dict], codes_key: tuple[str, ...] = ("first", "code")) ->
         if code is not None and code not in DOCUMENTED:
             problems.append(f"{t['trial']}: undocumented exit {code}: {t.get('err')}")
         first = t.get("first")
-        if first == -signal.SIGTERM and t.get("before_first_instruction"):
-            continue  # killed in the interpreter's start-up, having done nothing
+        if t.get("before_first_instruction") and _died_in_interpreter_start_up(first, t.get("first_err", "")):
+            continue  # ended in the interpreter's start-up, having done nothing
         if first is not None and first not in DOCUMENTED and first != -signal.SIGKILL:
             problems.append(f"{t['trial']}: stopper exited {first}: {t.get('first_err')}")
     return {

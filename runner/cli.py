@@ -9,7 +9,7 @@ import sys
 
 from runner.errors import DISK_ERRNOS, BadInput, NoLiveRun, RunnerError, printable
 from runner.events import STOP_SIGNALS
-from runner.exitcodes import Exit
+from runner.exitcodes import INTERRUPTED_LINE, Exit
 
 TYPE_CHECKING = False
 
@@ -301,7 +301,7 @@ def _main(argv: Sequence[str] | None) -> int:
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # a second one must not cut this line
         # Interrupted (Ctrl-C, SIGTERM, SIGHUP): this command did not finish. A stop it
         # began is completed by the next plain `runner stop` (never "the run stopped").
-        print("runner: interrupted before this command finished", file=sys.stderr)
+        print(INTERRUPTED_LINE, file=sys.stderr)
         return int(Exit.INTERRUPTED)
     except BrokenPipeError:
         # The reader went away (`runner logs | head`): what it wanted was printed. Python's

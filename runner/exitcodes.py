@@ -42,7 +42,8 @@ class Exit(IntEnum):
     INTERRUPTED = 15
     """This command was interrupted (SIGINT, SIGTERM, SIGHUP) before it finished: it says
     nothing of how the run ended. A stop it had begun is completed by the next plain
-    `runner stop`."""
+    `runner stop`. (A SIGINT while a command's modules still load, before it did anything,
+    is this too, the foreground `run` and `resume` included.)"""
     LEFT_RUNNING = 16
     """A stop ended with processes of the run still alive that are not in uninterruptible
     sleep (they kept forking past the kill rounds' bound, or were still dying): pids
@@ -61,3 +62,7 @@ class Exit(IntEnum):
     """An unexpected error inside the runner (a bug). A command's one line names the file
     with its traceback (runner-internal-error-*.log in $TMPDIR, else /tmp); an engine's
     traceback is in engine.log in the run directory."""
+
+
+INTERRUPTED_LINE = "runner: interrupted before this command finished"
+"""What an interrupted command says (cli._main, and __main__ before cli has loaded)."""

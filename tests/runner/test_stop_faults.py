@@ -10,13 +10,15 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from bench import faults
 from runner.control import leftovers, stop, stop_record
-from runner.exitcodes import Exit
+from runner.exitcodes import INTERRUPTED_LINE, Exit
 from runner.files import identity_file
 from runner.files.rundir import RunDir
 from runner.files.state import StateStore
@@ -242,6 +244,56 @@ def _stopped_in_bound(runs, rd, sent_wall, ended, margin=STOP_MARGIN):
     start = starts[0]["t"] if starts else None
     began = max(sent_wall, start) if start is not None else sent_wall
     return ended - began <= KILL_GRACE + margin, (ended - began)
+
+
+def test_the_tally_excuses_only_what_ended_before_the_first_instruction():
+    """Unit: faults.tally excuses a stopper's exit 1 with the interpreter's
+    KeyboardInterrupt (a SIGINT in its own start-up; a CI trial) and a death by SIGTERM
+    only where the signal was sent before the runner's first instruction; the same exit
+    afterwards, or exit 1 of another error, is a problem."""
+    err = 'File "<frozen io>", line 94, in <module>\nKeyboardInterrupt'
+    trial = {"trial": "t", "code": Exit.OK, "first": 1, "first_err": err, "before_first_instruction": True}
+    assert faults.tally([trial])["problems"] == []
+    assert faults.tally([{**trial, "first": -signal.SIGTERM}])["problems"] == []
+    assert faults.tally([{**trial, "before_first_instruction": False}])["problems"]
+    assert faults.tally([{**trial, "first_err": "Traceback ...\nValueError: x"}])["problems"]
+    assert faults.tally([{**trial, "first": -signal.SIGINT}])["problems"]
+
+
+# A sitecustomize (on PYTHONPATH) that sends the command a real SIGINT as it begins to
+# import runner.errors, the first module runner.cli loads: a Ctrl-C while its modules load.
+SIGINT_WHILE_LOADING = """
+import os, signal, sys
+
+
+class _InterruptAt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "runner.errors":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+
+sys.meta_path.insert(0, _InterruptAt())
+"""
+
+
+@pytest.mark.parametrize("how", ["python -m runner", "runner"])
+def test_sigint_while_the_command_loads_is_one_line_and_interrupted(tmp_path, how):
+    """Path: runner/__main__.entry, for `python -m runner` and the installed `runner`
+    command (pyproject's entry point). A SIGINT that lands while runner.cli is still
+    being imported, before main's own handler exists: exit INTERRUPTED and its one
+    line, never Python's traceback and exit 1 (which the exit codes never use). A
+    stopper interrupted so in a CI trial exited 1. Without the SIGINT the same command
+    exits NO_LIVE_RUN, so the signal did land."""
+    (tmp_path / "sitecustomize.py").write_text(SIGINT_WHILE_LOADING)
+    argv = [sys.executable, "-m", "runner"] if how != "runner" else [str(Path(sys.executable).parent / "runner")]
+    argv += ["stop", "--run-dir", str(tmp_path / "no-run")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == Exit.INTERRUPTED, (proc.returncode, proc.stderr)
+    assert proc.stderr.strip() == INTERRUPTED_LINE, proc.stderr
+    plain = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert plain.returncode == Exit.NO_LIVE_RUN, (plain.returncode, plain.stderr)
 
 
 def _sigterm(proc):
