@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv bytecode browser test measure mutate docs docs-check bench bench-ci lint soak soak-short screenshot examples leak-demo
+.PHONY: venv bytecode browser init test measure mutate docs docs-check bench bench-ci lint soak soak-short screenshot examples leak-demo
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
@@ -46,6 +46,15 @@ browser:
 		  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; }; } || \
 		echo "make: no chromium could be installed: the dashboard's browser tests will skip" >&2
 
+# Debian's tini, the container recipe's PID 1 (examples/kubernetes/: its Containerfile, and
+# run-local, which the examples' tests and the soak drive). Installed where this user may
+# (root, apt-get); elsewhere those tests skip and the soak says so.
+init:
+	@command -v tini-static >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tini >/dev/null 2>&1 || \
+		  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tini >/dev/null; }; }; } || \
+		echo "make: no tini could be installed: run-local's tests skip and the soak's run-local row fails" >&2
+
 # Lint, format, types and architecture: ruff (lint and format check), mypy (strict on
 # runner/; see [tool.mypy] in pyproject.toml) and import-linter (runner/'s allowed import
 # directions, [tool.importlinter]). CI runs this before the tests.
@@ -70,7 +79,7 @@ $(EXAMPLES_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,dev,examples]' --config-settings editable_mode=compat
 	touch $(EXAMPLES_STAMP)
 
-examples: $(EXAMPLES_STAMP)
+examples: $(EXAMPLES_STAMP) init
 	$(PY) -m pytest -p no:xdist examples
 
 # The stop-latency tests only, serially (parallel load distorts latencies),
@@ -161,13 +170,13 @@ bench-ci: $(STAMP) bytecode
 # SIGINTed at random moments, 5 fork storms, SIGTERM at 0.02-1 s to a foreground run and to
 # a PID-1 run, twice each); then the fuzz tests with thousands of examples.
 # Writes docs/soak.json, which `make docs` renders into the Reliability section.
-soak: $(STAMP) bytecode
+soak: $(STAMP) bytecode init
 	$(PY) bench/soak.py --kills 200 --runs 50 --stoppers 10 --faults 20 --storms 5 --early 2 --json docs/soak.json --check
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -p no:xdist -q tests/runner/test_fuzz.py
 	$(MAKE) --no-print-directory docs
 
 # CI's short soak: fails on any loss; never writes the committed docs/soak.json.
-soak-short: $(STAMP) bytecode
+soak-short: $(STAMP) bytecode init
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/soak.py --kills 20 --runs 10 --stoppers 10 --faults 3 --storms 1 --early 1 --disk-trials 3 \
 		--json $(ARTIFACTS)/soak-ci.json --check
