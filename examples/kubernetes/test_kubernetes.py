@@ -47,7 +47,7 @@ needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare (a pid namespace)"
 )
 needs_init = pytest.mark.skipif(
-    shutil.which("tini-static") is None, reason="needs Debian's tini (apt-get install tini): the image's PID 1"
+    shutil.which("tini") is None, reason="needs Debian's tini (apt-get install tini): the image's PID 1"
 )
 
 
@@ -257,8 +257,8 @@ def test_sigterm_before_the_init_runs_is_held_not_dropped(pods, tmp_path):
     signal, nothing is pending, and the run would go on until a SIGKILL): red."""
     shim = tmp_path / "bin"
     shim.mkdir()
-    init = shim / "tini-static"
-    init.write_text(f"#!{sys.executable} -I\n" + SLOW_INIT.format(real=shutil.which("tini-static")))
+    init = shim / "tini"
+    init.write_text(f"#!{sys.executable} -I\n" + SLOW_INIT.format(real=shutil.which("tini")))
     init.chmod(0o755)
     ready, go = tmp_path / "ready", tmp_path / "go"
     volume = tmp_path / "vol"
@@ -430,10 +430,10 @@ def test_run_local_refuses_without_its_init_or_unshare(tmp_path):
     naming what is missing, UNSUPPORTED, nothing started or made in the volume."""
     volume = tmp_path / "vol"
     volume.mkdir()
-    for missing in ("tini-static", "unshare"):
+    for missing in ("tini", "unshare"):
         bin_dir = tmp_path / f"without-{missing}"
         bin_dir.mkdir()
-        for tool in ("tini-static", "unshare", "runner"):
+        for tool in ("tini", "unshare", "runner"):
             found = shutil.which(tool, path=faults.run_local_env(tmp_path)["PATH"])
             if tool != missing and found:
                 (bin_dir / tool).symlink_to(found)
