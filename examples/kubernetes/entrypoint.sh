@@ -25,17 +25,17 @@ if [ -L "$own" ] || { [ -e "$own" ] && [ ! -d "$own" ]; }; then
     exit 13 # FOREIGN_DIR (docs/exit-codes.md)
 fi
 if [ -e "$run_dir/state.json" ]; then
-    # `runner wait` exits with the run's own code once no engine of it is alive: OK or
-    # FAILED for a finished run; STOPPED, CRASHED or an error otherwise, which resume
-    # continues (or reports, on its own line, with its own code).
-    code=0
-    runner wait --run-dir "$run_dir" >/dev/null 2>&1 || code=$?
-    case $code in
-    0)
+    # The run's status, as `runner status --json` decides it (from its files: the run's
+    # engine, of another pod's pid namespace, is not looked for). A finished run exits with
+    # its own code; anything else is resume's to continue, or to report on its own line.
+    status=$(runner status --json --run-dir "$run_dir" 2>/dev/null |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["status"])' 2>/dev/null) || status=
+    case $status in
+    completed)
         echo "runner-entrypoint: the run in $run_dir already completed: nothing to do" >&2
         exit 0
         ;;
-    3)
+    failed)
         echo "runner-entrypoint: the run in $run_dir already completed with failed items (runner status --run-dir $run_dir)" >&2
         exit 3
         ;;
