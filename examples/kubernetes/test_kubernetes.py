@@ -41,6 +41,7 @@ from bench import faults  # noqa: E402
 from runner.exitcodes import Exit  # noqa: E402
 from runner.files import journal  # noqa: E402
 from runner.files.state import StateStore  # noqa: E402
+from runner.proc import cgroup  # noqa: E402
 
 RUN_LOCAL = faults.RUN_LOCAL
 needs_root = pytest.mark.skipif(
@@ -293,7 +294,8 @@ def test_sigkill_of_pid1_then_run_local_again_resumes(pods, tmp_path):
     """Path: SIGKILL to PID 1 (the grace period ran out) takes the namespace down; the
     run reads crashed, nothing of it is left; run-local again (the next pod) resumes the
     run to its end, and once more says it already completed (exit 0). The crashed run's
-    cgroup, where the runner has one, is named by `runner list` until the resume."""
+    cgroup, where the runner has one (the host's: the namespace's death does not remove
+    it), is named by `runner list` and removed by the resume, which says so."""
     volume = tmp_path / "vol"
     volume.mkdir()
     spec = pods.spec(provider="sleep 1")
@@ -308,9 +310,17 @@ def test_sigkill_of_pid1_then_run_local_again_resumes(pods, tmp_path):
     assert not faults.tagged(faults._key(rd))
     state = StateStore(rd.state).load()
     assert state.status == "running" and not state.stopped  # crashed: no end recorded
+    left = cgroup.leftover(faults._key(rd))
+    if cgroup.available():  # the engine's cgroup is the host's: the namespace's death left it
+        assert left is not None
+        listed = json.loads(faults.runner("list", "--json", "--runs-dir", rd.path.parent).stdout)
+        assert [r["orphaned_cgroup"] for r in listed] == [str(left)]
 
     again = pods.run(volume, spec)
     assert again.returncode == Exit.OK, again.stderr
+    if left is not None:
+        assert f"removed the cgroup the dead attempt left: {left}" in again.stderr
+        assert not left.exists()
     events = _events(rd)
     assert [e for e in events if e.get("event") == "resume"]
     assert {e.get("item") for e in events if e.get("event") == "item-done"} == {"a", "b"}
