@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -457,3 +458,86 @@ def test_run_local_refuses_without_its_init_or_unshare(tmp_path):
         assert out.returncode == Exit.UNSUPPORTED, out.stderr
         assert missing in _one_line(out.stderr)
         assert not list(volume.iterdir())
+
+
+def _readable_runner(area: Path) -> Path | None:
+    """A `runner` another user may run: a copy of the code under test and a command that
+    imports it with the system's interpreter of this version (this one's may live under
+    /root, closed to others). None when there is no such interpreter."""
+    python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if not os.access(python, os.X_OK):
+        return None
+    code = area / "code"
+    shutil.copytree(ROOT / "runner", code / "runner", ignore=shutil.ignore_patterns("__pycache__"))
+    bin_dir = area / "bin"
+    bin_dir.mkdir()
+    command = bin_dir / "runner"
+    command.write_text(
+        f"#!{python}\nimport sys\nsys.path.insert(0, {str(code)!r})\nfrom runner.__main__ import entry\n"
+        "sys.exit(entry())\n"
+    )
+    for top, _dirs, files in os.walk(area):
+        os.chmod(top, 0o755)
+        for name in files:
+            os.chmod(os.path.join(top, name), 0o755)
+    return bin_dir
+
+
+@needs_root
+@needs_init
+def test_as_the_jobs_user_on_its_fsgroup_volume(pods, tmp_path):
+    """Path: job.yaml's securityContext as a runtime applies it (run-local --user
+    runAsUser:runAsGroup --fs-group fsGroup: PID 1 is that user, fsGroup a supplementary
+    group) on the volume root the kubelet makes of a new volume with that fsGroup (root's,
+    2775, the fsGroup's group): the run starts in the entrypoint's own directory (the
+    user's, private), stops on SIGTERM to PID 1 (recorded) and resumes to its end."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs util-linux's setpriv")
+    [job] = [d for d in _documents() if d["kind"] == "Job"]
+    ctx = job["spec"]["template"]["spec"]["securityContext"]
+    uid, gid, fs_group = ctx["runAsUser"], ctx["runAsGroup"], ctx["fsGroup"]
+    area = Path(tempfile.mkdtemp(prefix="runner-k8s-user-", dir="/tmp"))
+    try:
+        bin_dir = _readable_runner(area)
+        if bin_dir is None:
+            pytest.skip("no system interpreter of this version that another user may run")
+        volume = area / "vol"
+        volume.mkdir()
+        os.chown(volume, 0, fs_group)
+        volume.chmod(0o2775)
+        spec = area / "spec.toml"
+        spec.write_text(pods.spec(provider="sleep 1").read_text())
+        spec.chmod(0o644)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env.update(RUNNER_SPEC=str(spec), PATH=f"{bin_dir}{os.pathsep}/usr/sbin:/usr/bin:/sbin:/bin")
+        argv = [sys.executable, str(RUN_LOCAL), f"--user={uid}:{gid}", f"--fs-group={fs_group}", str(volume)]
+
+        def start():
+            pods.volumes.append(volume)
+            proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            pods.procs.append((proc, []))
+            return proc
+
+        proc = start()
+        pid1 = pods.init(proc)
+        rd = faults.run_local_dir(volume)
+        _await_session(proc, rd)
+        assert os.stat(f"/proc/{pid1}").st_uid == uid
+        own = rd.path.parent.stat()
+        assert own.st_uid == uid and not own.st_mode & 0o077
+        assert rd.path.stat().st_uid == uid
+        os.kill(pid1, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == Exit.STOPPED, err
+        assert faults.recorded(rd)
+
+        again = start()
+        _, err = again.communicate(timeout=120)
+        assert again.returncode == Exit.OK, err
+        assert {e.get("item") for e in _events(rd) if e.get("event") == "item-done"} == {"a", "b"}
+    finally:
+        pods.close()
+        pods.procs.clear()
+        shutil.rmtree(area, ignore_errors=True)
