@@ -328,14 +328,23 @@ def early_sigterm(work: Path, moments: tuple[float, ...], *, pid1: bool, kill_gr
                 recorded=recorded(rd) if started else True,
             )
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-            if rd.exists():
-                runner("stop", "--now", "--run-dir", rd.path)
-                kill_tagged(_key(rd))
+            _end(proc, rd)
         out.append(trial)
     return out
+
+
+def _end(proc: subprocess.Popen, rd: RunDir, init: int | None = None) -> None:
+    """Whatever a trial left: its command (and, given, the pid namespace of which `init`
+    is PID 1: the namespace goes with it), then anything of its run."""
+    if proc.poll() is None:
+        if init is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(init, signal.SIGKILL)
+        proc.kill()
+        proc.communicate()
+    if rd.exists():
+        runner("stop", "--now", "--run-dir", rd.path)
+        kill_tagged(_key(rd))
 
 
 def stop_signals_blocked(pid: int) -> bool:
@@ -360,17 +369,22 @@ def await_mask(pid: int, timeout: float = 10.0) -> bool:
     return False
 
 
+def children(pid: int) -> list[int]:
+    """The children of `pid` (its main thread's), as /proc lists them; none once it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(k) for k in f.read().split()]
+    except OSError:
+        return []
+
+
 def _init_of(unshare_pid: int, timeout: float = 5.0) -> int:
     """The host pid of the namespace's init: unshare --fork's child."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{unshare_pid}/task/{unshare_pid}/children") as f:
-                kids = f.read().split()
-        except OSError:
-            kids = []
+        kids = children(unshare_pid)
         if kids:
-            return int(kids[0])
+            return kids[0]
         time.sleep(0.001)
     raise RuntimeError("unshare started no init")
 
@@ -496,14 +510,6 @@ def run_local_sigterm(
                 where = cgroup if trial["cgroup_left"] else "gone"
                 trial["problem"] = f"{name}: left processes {left}, the run's cgroup {where}"
         finally:
-            if proc.poll() is None:
-                if init is not None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(init, signal.SIGKILL)  # the namespace goes with its init
-                proc.kill()
-                proc.communicate()
-            if rd.exists():
-                runner("stop", "--now", "--run-dir", rd.path)
-                kill_tagged(_key(rd))
+            _end(proc, rd, init)
         out.append(trial)
     return out

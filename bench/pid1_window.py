@@ -65,14 +65,6 @@ def _read(pid: int) -> tuple[str, int, int] | None:
     return fields["Name"].strip(), int(fields["SigBlk"], 16), int(fields["SigCgt"], 16)
 
 
-def _has_child(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return bool(f.read().split())
-    except OSError:
-        return False
-
-
 def sample(which: str, work: Path) -> dict[str, Any]:
     """One start of `which` as PID 1, watched until SIGTERM is held (or it is gone)."""
     argv = _pid1_argv(which, work)
@@ -89,13 +81,9 @@ def sample(which: str, work: Path) -> dict[str, Any]:
         before = time.perf_counter()  # PID 1 has not exec'd (or does not exist) yet
         deadline = time.monotonic() + 30
         while pid1 is None and time.monotonic() < deadline:
-            try:
-                with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
-                    kids = f.read().split()
-            except OSError:
-                kids = []
+            kids = faults.children(proc.pid)
             if kids:
-                pid1 = int(kids[0])
+                pid1 = kids[0]
             else:
                 before = time.perf_counter()
         if pid1 is None:
@@ -110,7 +98,7 @@ def sample(which: str, work: Path) -> dict[str, Any]:
             if name == "unshare":
                 before = now
                 continue
-            if (blocked | caught) & SIGTERM_BIT or (which != "runner" and _has_child(pid1)):
+            if (blocked | caught) & SIGTERM_BIT or (which != "runner" and faults.children(pid1)):
                 out["at_most_s"] = now - before
                 out["at_least_s"] = (last_open - first_open) if first_open is not None else 0.0
                 return out
