@@ -17,6 +17,7 @@ recorded, and every exit code seen.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -24,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from runner.exitcodes import Exit
@@ -31,6 +33,7 @@ from runner.files import journal
 from runner.files.rundir import RunDir
 from runner.files.state import StateStore
 from runner.proc import sweep
+from runner.proc.cgroup import run_cgroup_path
 
 RUNNER = [sys.executable, "-m", "runner"]
 DOCUMENTED = {int(e) for e in Exit} - {int(Exit.INTERNAL)}
@@ -171,8 +174,8 @@ def tally(trials: list[dict], codes_key: tuple[str, ...] = ("first", "code")) ->
     problems = [t["problem"] for t in trials if "problem" in t]
     for t in trials:
         code = t.get("code")
-        if code == -signal.SIGTERM and t.get("before_first_instruction"):
-            continue  # died before its first instruction, having started nothing
+        if code in (-signal.SIGTERM, NEVER_STARTED) and t.get("before_first_instruction"):
+            continue  # died before its first instruction (run-local: tini says 143), having started nothing
         if code is not None and code not in DOCUMENTED:
             problems.append(f"{t['trial']}: undocumented exit {code}: {t.get('err')}")
         first = t.get("first")
@@ -325,14 +328,23 @@ def early_sigterm(work: Path, moments: tuple[float, ...], *, pid1: bool, kill_gr
                 recorded=recorded(rd) if started else True,
             )
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-            if rd.exists():
-                runner("stop", "--now", "--run-dir", rd.path)
-                kill_tagged(_key(rd))
+            _end(proc, rd)
         out.append(trial)
     return out
+
+
+def _end(proc: subprocess.Popen, rd: RunDir, init: int | None = None) -> None:
+    """Whatever a trial left: its command (and, given, the pid namespace of which `init`
+    is PID 1: the namespace goes with it), then anything of its run."""
+    if proc.poll() is None:
+        if init is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(init, signal.SIGKILL)
+        proc.kill()
+        proc.communicate()
+    if rd.exists():
+        runner("stop", "--now", "--run-dir", rd.path)
+        kill_tagged(_key(rd))
 
 
 def stop_signals_blocked(pid: int) -> bool:
@@ -357,16 +369,147 @@ def await_mask(pid: int, timeout: float = 10.0) -> bool:
     return False
 
 
+def children(pid: int) -> list[int]:
+    """The children of `pid` (its main thread's), as /proc lists them; none once it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(k) for k in f.read().split()]
+    except OSError:
+        return []
+
+
 def _init_of(unshare_pid: int, timeout: float = 5.0) -> int:
     """The host pid of the namespace's init: unshare --fork's child."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{unshare_pid}/task/{unshare_pid}/children") as f:
-                kids = f.read().split()
-        except OSError:
-            kids = []
+        kids = children(unshare_pid)
         if kids:
-            return int(kids[0])
+            return kids[0]
         time.sleep(0.001)
     raise RuntimeError("unshare started no init")
+
+
+# -- the container recipe's entrypoint, run as its pod runs it (examples/kubernetes/run-local) --
+
+RUN_LOCAL = Path(__file__).resolve().parent.parent / "examples" / "kubernetes" / "run-local"
+RUN_LOCAL_MOMENTS = (0.01, 0.03, 0.06, 0.1, 0.2, 0.5)
+"""Seconds after run-local's PID 1 came to exist at which it (tini) gets SIGTERM (issue 31)."""
+NEVER_STARTED = 128 + signal.SIGTERM
+"""tini's exit when a SIGTERM it forwarded ended the entrypoint before `runner`'s first
+instruction (128 + the signal): nothing of the run was started."""
+HOG = "while True: pass"
+
+
+@contextlib.contextmanager
+def hogs(n: int = 2) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """`n` CPU hogs (a busy CI runner: two beside the run on two cores), each in its own
+    process group; killed and reaped on the way out, whatever happens."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(n):
+            procs.append(subprocess.Popen([sys.executable, "-c", HOG], process_group=0, stdin=subprocess.DEVNULL))
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def run_local_env(spec: Path) -> dict[str, str]:
+    """run-local's environment: the spec, and this interpreter's `runner` first on PATH
+    (the installed one, as in the image)."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return dict(os.environ, RUNNER_SPEC=str(spec), PATH=path)
+
+
+def run_local_dir(volume: Path) -> RunDir:
+    """The run directory run-local gives the entrypoint under its volume."""
+    return RunDir(volume / "runner" / "job")
+
+
+def pidns_members(ns: str) -> list[int]:
+    """Every living process (not a zombie) in the pid namespace `ns` (a readlink of
+    /proc/PID/ns/pid), as the host sees it."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry.name}/ns/pid") != ns:
+                continue
+            with open(f"/proc/{entry.name}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            out.append(int(entry.name))
+    return out
+
+
+def run_local_sigterm(
+    work: Path, moments: tuple[float, ...], *, label: str = "", kill_grace: float = 0.5
+) -> list[dict]:
+    """One trial per moment: `run-local VOLUME` on a new volume with a provider that
+    ignores SIGTERM (TRAP_TREE), and SIGTERM to its PID 1 (tini) that many seconds after
+    PID 1 came to exist (unshare's forked child, seen from here). What must hold, whatever the
+    moment: the command exits; nothing of the namespace or the run is left; the run was
+    stopped and recorded (STOPPED) or never started (no run directory, tini's
+    NEVER_STARTED). Each trial says what it saw; `problem` when one of these failed."""
+    out = []
+    for at in moments:
+        name = f"local{label}-{at:g}-{time.monotonic_ns()}"
+        volume = work / name
+        volume.mkdir(parents=True)
+        spec = write_spec(work / f"{name}.toml", sh(TRAP_TREE), kill_grace=kill_grace)
+        rd = run_local_dir(volume)
+        proc = subprocess.Popen(
+            [str(RUN_LOCAL), str(volume)],
+            env=run_local_env(spec),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        trial: dict = {"trial": name, "at": at}
+        init = None
+        try:
+            init = _init_of(proc.pid, timeout=30)
+            t0 = time.monotonic()  # PID 1 exists: what a runtime could signal from now on
+            ns = os.readlink(f"/proc/{init}/ns/pid")
+            time.sleep(max(0.0, at - (time.monotonic() - t0)))
+            trial["sent_s"] = round(time.monotonic() - t0, 4)
+            os.kill(init, signal.SIGTERM)
+            try:
+                _, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                trial["problem"] = f"{name}: run-local did not exit within 60 s of the SIGTERM to its PID 1"
+                out.append(trial)
+                continue
+            started = rd.exists()
+            key = _key(rd) if started else None
+            # The init's exit waits for every process of its namespace to be gone: what
+            # is seen here at the exit is what is left.
+            left = pidns_members(ns) + (tagged(key) if key else [])
+            cgroup = run_cgroup_path(key) if key else None
+            trial.update(
+                code=proc.returncode,
+                err=err.strip()[-300:],
+                outcome="stopped" if started else "never started",
+                before_first_instruction=not started,
+                left_at_exit=len(left),
+                left=len(left),
+                cgroup_left=cgroup is not None and cgroup.exists(),
+                live=started and rd.is_live(),
+                recorded=recorded(rd) if started else True,
+            )
+            if started and (proc.returncode != Exit.STOPPED or not trial["recorded"]):
+                trial["problem"] = f"{name}: started, but exit {proc.returncode}, recorded {trial['recorded']}: {err}"
+            elif not started and proc.returncode != NEVER_STARTED:
+                trial["problem"] = f"{name}: never started, but exit {proc.returncode}: {err.strip()[-300:]}"
+            elif left or trial["cgroup_left"]:
+                where = cgroup if trial["cgroup_left"] else "gone"
+                trial["problem"] = f"{name}: left processes {left}, the run's cgroup {where}"
+        finally:
+            _end(proc, rd, init)
+        out.append(trial)
+    return out

@@ -348,6 +348,12 @@ class Context:
         ("fork_storm", "a fork storm (SIGTERM ignored, setsid, re-fork) without a cgroup, `runner stop --now`"),
         ("early_sigterm_foreground", "SIGTERM to a foreground `runner run` at 0.02 to 1 s after its start"),
         ("early_sigterm_pid1", "SIGTERM to `runner run` as PID 1 of a pid namespace at 0.02 to 1 s after its start"),
+        (
+            "run_local_sigterm",
+            "SIGTERM to the PID 1 (tini) of the container recipe's entrypoint under `examples/kubernetes/run-local`, "
+            "at each moment after PID 1 came to exist",
+        ),
+        ("run_local_sigterm_hog", "the same, beside two CPU hogs"),
     )
 
     def _faults(self, faults: dict | None, disk: dict | None = None) -> str:
@@ -386,6 +392,17 @@ class Context:
                 )
             if f.get("max_stop_s") is not None:
                 note += f"; slowest stop {_human(f['max_stop_s'])} after the signal or the engine's start"
+            if f.get("by_moment"):
+                note = "; per moment: " + ", ".join(
+                    f"{_seconds(float(at))}: {m['trials']} ({m['stopped']} stopped and recorded, "
+                    f"{m['never_started']} never started"
+                    + (f", **{m['problems']} otherwise**" if m["problems"] else "")
+                    + ")"
+                    for at, m in f["by_moment"].items()
+                )
+                note += (
+                    " (never started: tini's 143, the SIGTERM ended the entrypoint before `runner`'s first instruction)"
+                )
             rows.append(
                 f"| {what}{note} | {f['trials']} | {f['runs_left_running']} | {f['processes_left']} "
                 f"| {f['exit0_with_something_left']} | {f['stops_not_recorded']} | {f['codes']} |"
@@ -637,6 +654,45 @@ class Context:
             f"whatever the number of connections; a connection idle for {_seconds(connections.IDLE_TIMEOUT)}, or "
             f"whose request has not arrived whole within {_seconds(connections.REQUEST_TIMEOUT)}, is closed; at most "
             f"{connections.MAX_CONNECTIONS} connections.\n\n" + "\n".join(rows)
+        )
+
+    def bench_container_init(self) -> str:
+        part = self._bench_part("pid1")
+        if not part:
+            return self._bench_absent("A container's PID 1")
+        if part.get("skipped"):
+            return f"*A container's PID 1: not measured ({part['skipped']}).*"
+        rows = [
+            "| PID 1 | beside | n | seen deaf for at least: median, max | deaf for at most: median, p95, max |",
+            "|---|---|---|---|---|",
+        ]
+        names = {
+            "runner": "`runner` (no init)",
+            "tini": "`tini` (the recipe's)",
+            "tini-static": "`tini-static`",
+        }
+        for r in part["rows"]:
+            name = names.get(r["pid1"], f"`{r['pid1']}`")
+            if r.get("skipped"):
+                rows.append(f"| {name} | not measured: {r['skipped']} | | | |")
+                continue
+            lo, hi = r["at_least"], r["at_most"]
+            beside = "two CPU hogs" if r["cpu_hogs"] else "nothing"
+            failed = f" ({len(r['errors'])} samples failed)" if r.get("errors") else ""
+            if not hi["n"]:
+                rows.append(f"| {name} | {beside} | 0{failed} | - | - |")
+                continue
+            rows.append(
+                f"| {name} | {beside} | {hi['n']}{failed} | {_measured(lo['median_s'])}, {_measured(lo['max_s'])} "
+                f"| {_measured(hi['median_s'])}, {_measured(hi['p95_s'])}, {_measured(hi['max_s'])} |"
+            )
+        return (
+            f"{self._part_tag(part)}; `bench/pid1_window.py`. Each sample starts `unshare --pid --fork "
+            "--mount-proc PID1` with nothing blocked, as a container runtime does, and reads PID 1's "
+            '`/proc/PID/status` as fast as the benchmark can: "seen deaf for at least" spans the samples '
+            "that showed it exec'd with SIGTERM neither blocked nor caught (0: none fell in the window); "
+            '"deaf for at most" runs from the last moment it had not exec\'d to the first sample showing '
+            "SIGTERM held, and grows when the benchmark itself is kept off the CPU.\n\n" + "\n".join(rows)
         )
 
     # -- issue 20's goals beside their figures (bench/goals.py, in docs/bench.json) ------
@@ -1090,6 +1146,7 @@ def render(template: str, ctx: Context) -> str:
             "stop_modes",
             "bench_dashboard",
             "bench_goals",
+            "bench_container_init",
         ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")

@@ -28,7 +28,7 @@ from runner.files.rundir import EngineLock, RunDir, default_base, new_run_id, re
 from runner.files.spec import Spec, load_frozen
 from runner.files.spec import load_bytes as load_spec_bytes
 from runner.files.state import StateStore
-from runner.proc import membership, signals
+from runner.proc import cgroup, membership, signals
 from runner.proc.membership import Membership
 
 if TYPE_CHECKING:
@@ -151,6 +151,11 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, watch: 
         if left.refused:
             journal.append(Event.SIGNAL_REFUSED, by="resume", refused=left.refused)
             say("refused to signal (not proven the run's): " + "; ".join(left.refused))
+        # The dead attempt's cgroup, if its engine was killed before it removed it (a
+        # container's PID 1 SIGKILLed): emptied above, removed here, made anew by the engine.
+        stale = cgroup.remove_leftover(view.key)
+        if stale is not None:
+            say(f"removed the cgroup the dead attempt left: {stale}")
         # engine.json and the files in children/ are the dead attempt's: resume removes them
         # below, so their damage does not hold it up (nothing was signalled on their word).
         stale_idents = (f"{rd.engine_identity}:", f"{rd.children}/")

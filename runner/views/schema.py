@@ -120,3 +120,4 @@ class RunRow(TypedDict):
     updated: float | None  # the state's last save
     damaged: list[str]
     copy_of: str | None  # a copy of a run: the run's own directory, "" when not found; else None
+    orphaned_cgroup: str | None  # the run's cgroup, left while no engine of it is live

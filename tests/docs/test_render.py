@@ -1,6 +1,8 @@
 """docs/stop-latency.md is rendered from measurements and the code's defaults, never by hand."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -301,6 +303,29 @@ def test_renders_the_size_parts_the_bench_itself_wrote(render_mod, tmp_path):
     assert "**Journal size.** MEASURED" in sizes and "journal of 2 MiB" in sizes
     row = next(line for line in sizes.splitlines() if line.startswith("| `runner status --json` |"))
     assert row.count("exit 0") == 2, row
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_renders_the_container_pid1_part_the_bench_itself_wrote(render_mod, tmp_path):
+    """Path: the benchmark's real writer of the pid1 part (bench/pid1_window.py through
+    `python -m bench.stoppers --parts pid1`, one sample each) feeds the renderer: how long
+    `runner` as PID 1 is deaf to SIGTERM, MEASURED, quiet and beside two CPU hogs, and
+    tini's rows where it is installed (else why not)."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.stoppers", "--parts", "pid1", "--pid1-n", "1", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = _section(render_mod.render_files(TEMPLATE, None, None, None, out), "A container's PID 1")
+    assert "MEASURED by `make bench`" in doc and "bench/pid1_window.py" in doc
+    for beside in ("nothing", "two CPU hogs"):
+        assert f"| `runner` (no init) | {beside} | 1 | " in doc
+    tini = "| `tini` (the recipe's) | "
+    assert tini + ("nothing | 1 | " if shutil.which("tini") else "not measured") in doc
 
 
 STOP_MODES = (
