@@ -162,7 +162,8 @@ bench-ci: $(STAMP) bytecode
 # a PID-1 run, twice each); then the fuzz tests with thousands of examples.
 # Writes docs/soak.json, which `make docs` renders into the Reliability section.
 soak: $(STAMP) bytecode
-	$(PY) bench/soak.py --kills 200 --runs 50 --stoppers 10 --faults 20 --storms 5 --early 2 --json docs/soak.json --check
+	$(PY) bench/soak.py --kills 200 --runs 50 --stoppers 10 --faults 20 --storms 5 --early 2 --modes 3 --all-now 60 \
+		--json docs/soak.json --check
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -p no:xdist -q tests/runner/test_fuzz.py
 	$(MAKE) --no-print-directory docs
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from runner import defaults
 from runner.control import leftovers, stop, stop_record, waiting
-from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked
-from runner.events import STOP_SIGNALS, Event, Mode, Origin
+from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked, RunnerError
+from runner.events import STOP_SIGNALS, Event, Origin, StopKind
 from runner.exitcodes import Exit
 from runner.files import identity_file, ownership, stop_request, untrusted
 from runner.files.journal import Journal
@@ -28,10 +28,10 @@ from runner.files.rundir import EngineLock, RunDir, default_base, new_run_id, re
 from runner.files.spec import Spec, load_frozen
 from runner.files.spec import load_bytes as load_spec_bytes
 from runner.files.state import StateStore
-from runner.proc import membership, signals
-from runner.proc.membership import Membership
+from runner.proc import membership
 
 if TYPE_CHECKING:
+    from runner.control.stop_result import StopResult
     from runner.ident import Identity
 
 Say = Callable[[str], None]
@@ -245,7 +245,6 @@ def _foreground(
     are handled: it reads the files the engine writes and never delays a forward."""
     received: list[int] = []
     signum: int  # a signal number: the forwarded ones, then whatever the terminal sent
-    tagged = Membership(run_id=rd.key(rd.run_id))  # the engine carries the run's tag from its first instruction
     for signum in STOP_SIGNALS:
         signal.signal(signum, lambda s, f: received.append(s))
     # Blocked since this command's first instruction (cli.early_signals): one that came
@@ -254,6 +253,8 @@ def _foreground(
     tell = watch.say if watch is not None else say
     interrupts = 0
     init = os.getpid() == 1  # a container's entrypoint: every orphan of the namespace is ours
+    stopping: stop.Stop | None = None  # the hard stop the first signal began (its grace runs)
+    kill_grace = spec.stop.kill_grace
     forwarded: float | None = None  # when the first stop was forwarded (the fallback's clock)
     while True:
         if init:
@@ -263,19 +264,17 @@ def _foreground(
             break
         except subprocess.TimeoutExpired:
             pass
-        if forwarded is not None and time.monotonic() - forwarded > spec.stop.grace:
-            # Treated as `runner stop`: the engine had its grace; the fallback kills the
-            # run (recorded with fallback: true), and the wait above sees it gone.
+        if stopping is not None and forwarded is not None and time.monotonic() - forwarded > spec.stop.grace:
+            # The engine had its grace: the stop pipeline's fallback kills the run (recorded
+            # with fallback: true), as `runner stop` would, and the wait above sees it gone.
             forwarded = None
-            for line in stop.force(rd, spec.stop.kill_grace, fallback=True).lines():
-                tell(line)
+            _say_result(tell, stopping.force)
         while received:
             signum = received.pop(0)
             if signum == signal.SIGINT:
                 interrupts += 1
                 if interrupts == 1:
-                    _lodge(rd, Origin.CTRL_C)
-                    signals.signal_process(engine, signal.SIGINT, tagged)
+                    stopping = _ask(rd, spec, Origin.CTRL_C, signum, stopping, tell)
                     forwarded = time.monotonic()
                     tell("stopping (Ctrl-C again to kill now)")
                     if watch is not None:
@@ -283,12 +282,11 @@ def _foreground(
                 else:
                     if watch is not None:
                         watch.stopping("killing now")
-                    result = stop.force(rd, spec.stop.kill_grace, fallback=False)
-                    for line in result.lines():
-                        tell(line)
+                    # The first Ctrl-C's request stands (never downgraded); this stopper's own
+                    # record says what it is: forced.
+                    _say_result(tell, lambda: stop.stop(rd, StopKind.NOW, kill_grace=kill_grace))
             else:
-                _lodge(rd, Origin.SIGNAL)
-                signals.signal_process(engine, signum, tagged)
+                stopping = _ask(rd, spec, Origin.SIGNAL, signum, stopping, tell)
                 forwarded = time.monotonic() if forwarded is None else forwarded
                 if watch is not None:
                     watch.stopping(f"stopping ({signal.Signals(signum).name} forwarded)")
@@ -317,10 +315,30 @@ def reap_orphans(proc: subprocess.Popen[bytes]) -> None:
             proc.returncode = os.waitstatus_to_exitcode(status)
 
 
-def _lodge(rd: RunDir, origin: Origin) -> None:
-    """The foreground's hard request; without it (a full or read-only disk, a damaged
-    file) the signal that follows is the stop all the same."""
+def _ask(
+    rd: RunDir, spec: Spec, origin: Origin, signum: int, stopping: stop.Stop | None, tell: Say
+) -> stop.Stop | None:
+    """The foreground's hard stop (the stop pipeline's HARD kind, its first steps): the
+    request lodged, then the signal forwarded to the engine, whatever the spec's channel
+    (the terminal's signal is forwarded as it came). A second signal asks again through
+    the same stop."""
     try:
-        stop_request.lodge(rd, Mode.HARD, origin)
-    except (Damaged, BadInput):
-        pass
+        if stopping is None:
+            stopping = stop.Stop(
+                rd, StopKind.HARD, origin, grace=spec.stop.grace, kill_grace=spec.stop.kill_grace, channel="signal"
+            )
+        stopping.ask(signum)
+    except RunnerError as exc:  # a copy, another namespace: never for the run this command started
+        tell(str(exc))
+    return stopping
+
+
+def _say_result(tell: Say, run: Callable[[], StopResult]) -> None:
+    """A forced stop's lines, each on its own; a stop that cannot act says why."""
+    try:
+        result = run()
+    except RunnerError as exc:
+        tell(str(exc))
+        return
+    for line in result.lines():
+        tell(line)

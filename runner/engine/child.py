@@ -20,7 +20,7 @@ from runner import defaults
 from runner import log as _log
 from runner.engine.registry import Registry
 from runner.files import dirfd
-from runner.proc import reaper
+from runner.proc import identity, reaper
 from runner.proc.reaper import ReapReport
 from runner.values import Value
 
@@ -219,6 +219,12 @@ def run_child(
         # call (it snapshotted or contained it), so the call waits for that report
         # instead of scanning /proc again while the engine tears down.
         # (The stop journals its own refusals: the call reports none of them again.)
+        if timed_out is None and not registry.killed_by_stop(entry) and not _exited_cleanly(popen.pid):
+            # The leader died of a signal or a failure: a hard stop already asked for (its
+            # request lodged before any signal, or a stop signal the engine got) is what
+            # killed it, whichever of its signals landed first (a `--now` reaches the
+            # call and the engine at once). Decided on what is recorded, not on timing.
+            registry.claim_stop()
         if registry.killed_by_stop(entry):  # ablate: stopped-call-waits-for-the-stop
             registry.stop_report()
         else:
@@ -256,12 +262,22 @@ def run_child(
     )
 
 
+def _exited_cleanly(pid: int) -> bool:
+    """Our unreaped child exited 0 (its wait status, read from its zombie)."""
+    st = identity.stat(pid)
+    return st is not None and st.zombie and st.wait_status == 0
+
+
 def _kill_tree(registry: Registry, entry: Entry) -> ReapReport:
     """The call's group, then descendants seen now or in earlier snapshots (those that
-    left the group). No tag sweep and no cgroup kill here: other calls of the run carry
-    the same tag and share the cgroup; the tag and cgroup only prove membership."""
+    left the group), and what the engine adopted (Registry.adopted). No tag sweep and no
+    cgroup kill here: other calls of the run carry the same tag and share the cgroup;
+    the tag and cgroup only prove membership."""
     registry.snapshot(entry)
-    escaped = [i for i in entry.snapshots.values() if i.pid != entry.pid]
+    # What the leader's exit orphaned is the engine's now (a subreaper): its children,
+    # adopted, and theirs, wherever they went (setsid, env -i): the call's leftovers.
+    adopted = registry.adopted()
+    escaped = [i for i in entry.snapshots.values() if i.pid != entry.pid] + adopted
     return reaper.kill_everything(
         groups=[(entry.pgid, entry.members())],
         pids=escaped,
@@ -269,6 +285,6 @@ def _kill_tree(registry: Registry, entry: Entry) -> ReapReport:
         tag_sweep=False,
         cgroup=registry.cgroup,
         cgroup_scope=None,
-        known=entry.members(),
+        known=entry.members() + adopted,
         kill_grace=registry.kill_grace,
     )

@@ -30,7 +30,8 @@ from runner.exitcodes import Exit
 from runner.files import captured, stop_request
 from runner.files.atomic import atomic_write_text
 from runner.files.spec import substitute
-from runner.proc import membership, reaper, sweep
+from runner.files.stopped import record_stop
+from runner.proc import membership, reaper
 
 TYPE_CHECKING = False
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from runner.files.spec import CommandSpec, Spec
     from runner.files.state import State, StateStore
     from runner.proc.cgroup import RunCgroup
+    from runner.proc.reaper import ReapReport
 
 # Outcomes of one command.
 PASSED, FAILED, TIMEOUT, STOPPED = Outcome.PASSED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.STOPPED
@@ -165,12 +167,9 @@ class Engine:
         the one run-stop of the attempt."""
         try:
             self.journal.append(Event.TEARDOWN_COMPLETE, origin=stop.origin, mode=stop.mode.label)
-            self.state.stopped = True
-            self.state.status = "stopped"
-            self.state.stop_origin = stop.origin.value
-            self.state.exit_code = int(Exit.STOPPED)
-            self._save()
-            self.journal.append(Event.RUN_STOP, origin=stop.origin, mode=stop.mode.label, fallback=False, forced=False)
+            record_stop(
+                self.state, lambda _: self._save(), self.journal, origin=stop.origin, mode=stop.mode, forced=False
+            )
             self.ctl.say_disk_fault()  # the reserve these records needed, if they did
         except Exception as exc:
             if not disk_fault(exc):
@@ -353,19 +352,21 @@ class Engine:
         self.journal.append(Event.RUN_COMPLETE, status=self.state.status, failed=failed)
         return code
 
-    def _name_unproven_children(self) -> None:
-        """What the stop's kills left among the engine's own children (a subreaper, it
-        adopts what its calls double-forked): a process the engine saw as its child but
-        could not prove the run's (it left the cgroup and dropped the tag). Never
-        signalled; named in the journal, and by `runner stop` from there."""
-        live = {e.pid for e in self.registry.live()}
-        kids = [st for st in sweep.living_children(os.getpid()) if st.pid not in live]
-        if kids:  # ablate: name-unproven-children
-            self.journal.append(
-                Event.UNPROVEN_CHILDREN,
-                pids=[st.pid for st in kids],
-                names=[sweep.comm(st.pid) for st in kids],
-            )
+    def _kill_adopted(self) -> ReapReport | None:
+        """What the engine adopted and the kills above left (a subreaper, it adopts what
+        its calls double-forked, or orphaned as they exited): the run's by the kernel's
+        word (Registry.adopted), whatever their tag or cgroup, so never left behind."""
+        adopted = self.registry.adopted()
+        if not adopted:
+            return None
+        return reaper.kill_everything(
+            groups=[],
+            pids=adopted,
+            run_id=self.registry.run_id,
+            tag_sweep=False,
+            kill_grace=self.spec.stop.kill_grace,
+            known=adopted,
+        )
 
     def _cleanup(self) -> None:
         """The engine's own bounded clean-up: whatever the run started and left behind
@@ -382,11 +383,11 @@ class Engine:
                 # busy process's environment is a slow read (48 took 11 ms, measured).
                 untagged=self.registry.untagged,  # ablate: cleanup-reuses-untagged
             ),
+            self._kill_adopted,
             self.registry.reap_orphans,
         ]
         if self.ctl.stopping:
             steps.insert(0, lambda: self.registry.stop_all(self.ctl.origin))
-        steps.append(self._name_unproven_children)
         cgroup = self.cgroup
         if cgroup is not None:
             # cgroup.kill is a SIGKILL: only its confirmation needs a bound.
