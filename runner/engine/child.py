@@ -20,7 +20,7 @@ from runner import defaults
 from runner import log as _log
 from runner.engine.registry import Registry
 from runner.files import dirfd
-from runner.proc import identity, reaper
+from runner.proc import identity, oom, reaper
 from runner.proc.reaper import ReapReport
 from runner.values import Value
 
@@ -41,7 +41,17 @@ _CHUNK = 65536
 
 
 class Result(Value):
-    __slots__ = ("argv", "returncode", "timed_out", "stopped", "duration", "output_path", "reap", "output_error")
+    __slots__ = (
+        "argv",
+        "returncode",
+        "timed_out",
+        "stopped",
+        "duration",
+        "output_path",
+        "reap",
+        "output_error",
+        "killed_by",
+    )
 
     def __init__(
         self,
@@ -53,6 +63,7 @@ class Result(Value):
         output_path: Path,
         reap: ReapReport | None,
         output_error: str | None = None,
+        killed_by: str | None = None,
     ) -> None:
         self.argv = argv
         self.returncode = returncode
@@ -62,6 +73,7 @@ class Result(Value):
         self.output_path = output_path
         self.reap = reap
         self.output_error = output_error  # why the output could not be kept (a full disk)
+        self.killed_by = killed_by  # how a leader that died of a signal died: its name, or oom.OOM
 
 
 class _Capture:
@@ -154,6 +166,9 @@ def run_child(
     str_argv = [str(a) for a in argv]
     spawn_argv = registry.cgroup.wrap_argv(str_argv) if registry.cgroup is not None else str_argv
     capture = _Capture(output_path, cap_bytes, output_unwritten)
+    # The OOM killer's count before the call: a SIGKILL while it rose was for memory.
+    memory = registry.cgroup.path / "work" if registry.cgroup is not None else None
+    oom_before = oom.kills(memory)
     t0 = time.monotonic()
     popen: subprocess.Popen[bytes] | None = None
     entry: Entry | None = None
@@ -250,6 +265,8 @@ def run_child(
             registry.unregister(entry)
         capture.close()
     stopped = registry.killed_by_stop(entry)
+    died = returncode < 0 and not stopped and timed_out is None
+    killed_by = oom.killed_by(returncode, oom_before, oom.kills(memory)) if died else None
     return Result(
         argv=str_argv,
         returncode=returncode,
@@ -259,6 +276,7 @@ def run_child(
         output_path=Path(output_path),
         reap=reap,
         output_error=capture.error,
+        killed_by=killed_by,
     )
 
 

@@ -31,7 +31,7 @@ from runner.files import captured, stop_request
 from runner.files.atomic import atomic_write_text
 from runner.files.spec import substitute
 from runner.files.stopped import record_stop
-from runner.proc import membership, reaper
+from runner.proc import membership, oom, reaper
 
 TYPE_CHECKING = False
 
@@ -60,6 +60,11 @@ def outcome(result: Result) -> Outcome:
     if result.timed_out:
         return TIMEOUT
     return PASSED if result.returncode == 0 else FAILED
+
+
+def _how(result: Result) -> str:
+    """How a failed command died, when a signal ended it (": killed by ..."), else ""."""
+    return f": {oom.describe(result.killed_by)}" if result.killed_by else ""
 
 
 def say(line: str) -> None:
@@ -197,7 +202,7 @@ class Engine:
             self._phase("session", item)
             result = self._call_provider(item, "session")
             if outcome(result) != PASSED:
-                return self._item_failed(item, "session " + outcome(result))
+                return self._item_failed(item, "session " + outcome(result) + _how(result))
             st.session_done = True
             self._save()
             self._between_phases()
@@ -214,7 +219,7 @@ class Engine:
                 self.journal.append(Event.ITEM_DONE, item=item)
                 return
             if failing is None or not failing[0].fixable or st.repairs >= self.spec.repair_max_attempts:
-                return self._item_failed(item, f"verify {verdict}")
+                return self._item_failed(item, f"verify {verdict}" + (_how(failing[1]) if failing else ""))
             self._between_phases()
             self._backoff(self.spec.retry_backoff)
             self._repair(item, feedback=failing[1])
@@ -245,6 +250,7 @@ class Engine:
             kind=kind,
             outcome=verdict,
             rc=result.returncode,
+            killed_by=result.killed_by,
             duration=round(result.duration, 4),
         )
         if verdict == STOPPED:
@@ -259,7 +265,13 @@ class Engine:
             result = self._run(argv, f"{which}{index}", item, hook.timeout)
             verdict = outcome(result)
             self.journal.append(
-                Event.HOOK_RESULT, hook=which, index=index, item=item, outcome=verdict, rc=result.returncode
+                Event.HOOK_RESULT,
+                hook=which,
+                index=index,
+                item=item,
+                outcome=verdict,
+                rc=result.returncode,
+                killed_by=result.killed_by,
             )
             if verdict == STOPPED:
                 for skipped in range(index + 1, len(hooks)):
@@ -280,6 +292,7 @@ class Engine:
                     index=index,
                     outcome=verdict,
                     rc=result.returncode,
+                    killed_by=result.killed_by,
                     fixable=check.fixable,
                 )
                 if verdict == STOPPED:
