@@ -82,17 +82,25 @@ def test_every_mode_keeps_the_same_promise(matrix_work, matrix_dashboard, mode, 
 
 
 @pytest.mark.parametrize("victim", ["env-scrubbed", "setsid-escapee", "subreaper"])
-def test_now_reaches_what_the_hard_stop_reaches(matrix_work, victim):
+def test_now_reaches_what_the_hard_stop_reaches(runs, matrix_work, victim):
     """Path: Stop.kill's lineage (stop._lineage): under group containment (no cgroup),
-    `runner stop --now` finds the run's calls as children of its proven engine and
-    their descendants by parent links before its first signal, so it kills what the
-    engine's own stop kills: a provider that dropped its environment (its group's
-    leader proves nothing), an env-less setsid escapee whose parent lives, a child
-    subreaper's env-less setsid grandchildren. Exit 0 and nothing left. Ablation:
-    `now-shares-the-reach` (exit 0 with the tree alive, or the pids named)."""
-    trial = modes.cell(matrix_work, "now", victim, "group")
-    assert trial.get("code") == Exit.OK and trial.get("left_at_exit") == 0, trial
-    assert not trial["problems"], trial
+    `runner stop --now` finds the run's calls as children of its proven engine and their
+    descendants by parent links before its first signal, so it kills what the engine's
+    own stop kills: a provider that dropped its environment (its group's leader proves
+    nothing), an env-less setsid escapee whose parent lives, a child subreaper's env-less
+    setsid grandchildren. The engine is frozen first (SIGSTOP), so its own stop reaches
+    nothing: what dies is the stopper's reach alone. Exit 0, nothing left. Ablation:
+    `now-shares-the-reach` (exit 0 with the tree alive: red)."""
+    tree = modes.make_tree(victim, matrix_work / "trees", trees.SLEEP)
+    rd = runs.start(runs.spec(provider=tree.argv, stop={"kill_grace": KILL_GRACE, "containment": "group"}))
+    tree.adopt(timeout=30)
+    assert trees.scan([tree])[tree], "the victim's tree never came up"
+    os.kill(identity_file.read(rd.engine_identity).pid, signal.SIGSTOP)
+    proc = runs.runner("stop", "--now", "--run-dir", rd.path)
+    left = trees.scan([tree])[tree]
+    assert proc.returncode == Exit.OK, proc.stderr
+    assert not left, f"exit 0 with {left} of the run alive"
+    runs.wait_engine_exit(rd)
 
 
 # -- a killed session is stopped, by what was recorded ---------------------------------
