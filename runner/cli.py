@@ -398,7 +398,7 @@ def _say(line: str) -> None:
     print(f"runner: {printable(line, None)}", file=sys.stderr)
 
 
-def _watcher(args: Args) -> lifecycle.Watcher | None:
+def _display(args: Args) -> lifecycle.DisplayFactory | None:
     """The foreground's progress (views/progress.py), unless detached."""
     from runner.views import progress
 
@@ -416,7 +416,7 @@ def _run(args: Args) -> int:
         args.run_dir,
         detach=args.detach,
         say=_say,
-        watch=_watcher(args),
+        display=_display(args),
         allow_foreign=args.allow_foreign_dir,
     )
     if args.detach and code == Exit.OK:
@@ -432,7 +432,7 @@ def _resume(args: Args) -> int:
         args.run_dir,
         detach=args.detach,
         say=_say,
-        watch=_watcher(args),
+        display=_display(args),
         allow_foreign=args.allow_foreign_dir,
         resumable=status.resumable_run,
     )

@@ -97,7 +97,7 @@ class Unwritable(Damaged):
     """A run-directory file that could not be written because the file system refused
     (no space, over quota, read-only). Not damage: a Damaged subclass only so that every
     place that goes on without an unreadable file goes on without an unwritable one; a
-    stopper reports it apart (RunView.unwritten) and, where what could not be written is
+    stopper reports it apart (Survey.unwritten) and, where what could not be written is
     the record of a stop, exits NOT_RECORDED."""
 
     exit_code = Exit.NOT_RECORDED

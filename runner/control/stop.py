@@ -7,7 +7,7 @@ handler (lifecycle.py, which calls the steps of `Stop` itself: it reaps its engi
 between). The engine answers a signal and the STOP file itself (stop_controller.py).
 One path, in steps:
 
-1. prove: what the run is (run_view.view): never a copy's, never across a pid
+1. prove: what the run is (survey.of): never a copy's, never across a pid
    namespace this process cannot see into; a directory already gone is a vanished run
    (`stop_path`, stop_vanished).
 2. ask: the request (HARD, or GRACEFUL) is lodged before any signal, in every mode: a
@@ -57,7 +57,7 @@ import signal
 import time
 
 from runner import defaults
-from runner.control import run_view
+from runner.control import survey
 from runner.control.stop_record import engine_left, record_forced_stop
 from runner.control.stop_result import RecordedBy, StopFacts, StopResult, build, graceful_lodged
 from runner.errors import ControlFileError, Damaged, NoLiveRun, RunLocked, Unwritable
@@ -71,7 +71,7 @@ from runner.proc import identity, membership, reaper, signals, sweep
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from runner.control.run_view import RunView
+    from runner.control.survey import Survey
     from runner.proc.membership import Membership
     from runner.proc.vanished import Vanished as VanishedEngine
 
@@ -134,7 +134,7 @@ class Stop:
         kind: StopKind,
         origin: Origin | None = None,
         *,
-        view: RunView | None = None,
+        view: Survey | None = None,
         grace: float | None = None,
         kill_grace: float | None = None,
         channel: str | None = None,
@@ -143,7 +143,7 @@ class Stop:
         self.rd = rd
         self.kind = kind
         self.origin = origin
-        self.view = run_view.acting_on(view if view is not None else run_view.view(rd))  # prove
+        self.view = survey.acting_on(view if view is not None else survey.of(rd))  # prove
         self.grace = self.view.stop.grace if grace is None else grace
         self.kill_grace = self.view.stop.kill_grace if kill_grace is None else kill_grace
         self.channel = self.view.stop.channel if channel is None else channel
@@ -165,13 +165,13 @@ class Stop:
             use_signal = self.kind.waits  # no file channel left: the signal is all there is
         engine = self._engine()
         if engine is not None and use_signal and not identity.exiting(engine.pid):
-            signals.signal_process(engine, sig, run_view.members(view))
+            signals.signal_process(engine, sig, survey.members(view))
 
     def _engine(self) -> Identity | None:
         """The engine, if one is recorded and proven the run's (an exiting one counts:
         it cannot prove its tag any more, and is no threat)."""
         engine = self.view.engine
-        if engine is not None and run_view.members(self.view).foreign(engine.pid, engine.start_ticks):
+        if engine is not None and survey.members(self.view).foreign(engine.pid, engine.start_ticks):
             return None  # not proven the run's: never signalled, never waited for; the kill decides
         return engine
 
@@ -263,7 +263,7 @@ class Stop:
         prove it (no run's tag at all, in no run's cgroup) may still be the run's: never
         signalled, never passed over in silence (LEFT_RUNNING, its pid named)."""
         f = self.facts
-        members = run_view.members(self.view)
+        members = survey.members(self.view)
         if not f.killed and any(_alive_member(pid, members) for pid in engine_left(self.rd)):
             self.kill()  # ablate: confirm-kills-what-the-engine-left
         if not f.engine_dead:
@@ -331,7 +331,7 @@ def _of_no_run(pid: int) -> bool:
     return membership.tag_of(pid) is None and not (where or "").startswith("/runner/")
 
 
-def _lineage(view: RunView, engine: Identity) -> list[Identity]:
+def _lineage(view: Survey, engine: Identity) -> list[Identity]:
     """The engine's children and what descends from them, read live before any signal:
     the same reach as the engine's own stop. The engine is proven the run's and alive:
     its children (its calls, and what it adopted as a child subreaper: the kernel
@@ -350,7 +350,7 @@ def _lineage(view: RunView, engine: Identity) -> list[Identity]:
 
 
 def _holder(rd: RunDir) -> str:
-    pids = run_view.lock_holders(rd)
+    pids = survey.lock_holders(rd)
     return f"pid {pids[0]}" if pids else "another process"
 
 
@@ -399,11 +399,11 @@ def stop_vanished(v: VanishedEngine, kill_grace: float | None = None) -> StopRes
     in or record it, so the run is killed as `--now` kills it, proven by its tag and its
     cgroup (the only membership left), and said on one line: the pipeline's kill,
     confirmation and result, with nothing to record."""
-    from runner.control.run_view import RunView, StopSettings
+    from runner.control.survey import StopSettings, Survey
     from runner.proc.cgroup import RunCgroup, run_cgroup_path
 
     path = run_cgroup_path(v.key)
-    view = RunView(
+    view = Survey(
         RunDir(v.run_dir),
         run_id=v.run_id,
         key=v.key,

@@ -14,7 +14,7 @@ from runner.values import Value
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from runner.control.run_view import RunView
+    from runner.control.survey import Survey
     from runner.errors import Unwritable
     from runner.events import StopKind
     from runner.proc.reaper import ReapReport
@@ -56,7 +56,7 @@ class StopFacts(Value):
         "vanished",
     )
 
-    def __init__(self, kind: StopKind, view: RunView) -> None:
+    def __init__(self, kind: StopKind, view: Survey) -> None:
         self.kind = kind
         self.view = view
         self.elapsed = 0.0

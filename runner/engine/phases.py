@@ -80,7 +80,7 @@ def cause(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
-class Engine:
+class Phases:
     def __init__(
         self,
         rundir: RunDir,

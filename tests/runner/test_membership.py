@@ -183,7 +183,7 @@ def foreign_cgroup(foreign):
 
 
 def test_forged_cgroup_file_never_touches_a_foreign_cgroup(runs, victim, foreign_cgroup):
-    """Path: the cgroup path check (run_view._cgroup). The `cgroup` file names a cgroup
+    """Path: the cgroup path check (survey._cgroup). The `cgroup` file names a cgroup
     that is not the run's: it is named as damaged, none of its members is signalled, it
     is never cgroup.kill'ed and never removed; the run's own cgroup (at the one path the
     runner makes for its id) is still killed. Ablation: `cgroup-path-check` (red)."""

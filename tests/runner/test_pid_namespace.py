@@ -60,7 +60,7 @@ def _finish(proc):
 
 @pytest.mark.parametrize("how", ["stop", "now"])
 def test_host_side_stop_of_a_run_inside_a_pid_namespace_is_truthful(runs, tmp_path, how):
-    """Path: run_view._engine_elsewhere and _seen_here: engine.json carries the engine's
+    """Path: survey._engine_elsewhere and _seen_here: engine.json carries the engine's
     pid namespace; a host-side `runner stop` (or `--now`) finds the engine as the lock
     holder that the namespace calls by the recorded pid, and each call likewise, so it
     signals, waits and reports truthfully: exit 0, no "damaged" line, no pid called
@@ -87,7 +87,7 @@ def test_host_side_stop_of_a_run_inside_a_pid_namespace_is_truthful(runs, tmp_pa
 
 
 def test_stop_from_inside_another_namespace_says_so_and_signals_nothing(runs, tmp_path):
-    """Path: run_view._engine_elsewhere without a holder in sight: a `runner stop` run
+    """Path: survey._engine_elsewhere without a holder in sight: a `runner stop` run
     inside a fresh pid namespace cannot see the host's run; it exits OTHER_PID_NAMESPACE
     with one line naming both namespaces, and the run goes on untouched (then a host-side
     stop ends it, exit 0)."""
