@@ -157,7 +157,7 @@ class _OwnTree:
     """A tree of our own provider (bench/trees.Tree's interface for scan and kill)."""
 
     def __init__(self, kind: str, root: Path, sleep: float) -> None:
-        self.dir = Path(root) / f"t{next(_SERIAL)}"
+        self.dir = Path(root) / f"own{next(_SERIAL)}"  # beside trees.Tree's t<n>, never one of them
         self.dir.mkdir(parents=True)
         (self.dir / "provider.py").write_text(PROVIDER)
         self.marker = os.fsencode(f"{self.dir}/")
