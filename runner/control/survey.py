@@ -17,7 +17,7 @@ import time
 from runner import defaults
 from runner.errors import CopyOfRun, Damaged, NoLiveRun, OtherPidNamespace, RunnerError, disk_fault
 from runner.exitcodes import Exit
-from runner.files import identity_file, state, untrusted
+from runner.files import dirfd, identity_file, state, untrusted
 from runner.files.rundir import RUN_ID_SHAPE, RunDir, copy_line
 from runner.ident import Identity
 from runner.proc import identity, membership, pidns, sweep
@@ -350,6 +350,10 @@ def _stop_settings(view: Survey) -> None:
     except RunnerError as exc:
         view.note(exc)
         return
+    except FileNotFoundError:
+        if not dirfd.gone(view.rd.path):  # else the run directory went away meanwhile (rm -rf)
+            view.note(Damaged(view.rd.spec, "missing"))
+        return
     view.stop = StopSettings(grace=s.grace, kill_grace=s.kill_grace, channel=s.channel)
 
 
@@ -361,6 +365,10 @@ def spec_of(view: Survey) -> Spec | None:
 
     try:
         return load_frozen(view.rd.spec)
+    except FileNotFoundError:
+        if not dirfd.gone(view.rd.path):  # else the run directory went away meanwhile (rm -rf)
+            view.note(Damaged(view.rd.spec, "missing"))
+        return None
     except RunnerError as exc:
         view.note(exc)
         return None
