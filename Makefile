@@ -146,7 +146,7 @@ bench: $(BENCH_STAMP) bytecode
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
 	$(PY) bench/process_leaks_cost.py --n 400 --rounds 3 --json docs/process-leaks-bench.json
-	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,dashboard,plugin --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
+	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,dashboard,plugin,cost --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
 		$(PY) docs/render_stop_latency.py && $(PY) docs/render_plugin.py && exit $$status
 
 # CI's reduced stop benchmark (n=1, `timeout -k` and the two runner stops, small scale

@@ -33,6 +33,8 @@ stated through {{bound:...}}, which resolves to a constant a test asserts, or
     {{bench_scale_load}}      the stop at 1 to 1,000 processes and with many runs at once
     {{bench_dashboard}}       the dashboard server's CPU with a page open, beside its reference
                               (docs/bench.json), MEASURED
+    {{bench_stopper_cost}}    `runner stop --now` on a cooperative run beside `python -c pass`
+                              (docs/bench.json, part `cost`), MEASURED
 """
 
 from __future__ import annotations
@@ -709,6 +711,23 @@ class Context:
                 )
         return out
 
+    def bench_stopper_cost(self) -> str:
+        """The stopper's own cost beside a bare Python start-up (bench part `cost`)."""
+        part = self._bench_part("cost")
+        if not part:
+            return self._bench_absent("The stopper's own cost")
+        ms = lambda x: f"{x * 1000:.1f} ms"  # noqa: E731
+        b, s = part["bare_python"], part["stop_now"]
+        load = ", ".join(f"{x:.2f}" for x in part.get("loadavg_at_start", []))
+        return (
+            f"MEASURED: n={part['n']} each, `{self.bench_name}` ({part.get('date', '?')}, load average "
+            f"at the start {load or '?'}).\n\n"
+            "| command | wall (median) | CPU (median) |\n|---|---|---|\n"
+            f"| `python -c pass` | {ms(b['wall_median_s'])} | {ms(b['cpu_median_s'])} |\n"
+            f"| `runner stop --now`, cooperative run | {ms(s['wall_median_s'])} | {ms(s['cpu_median_s'])} |\n"
+            f"| in Python start-ups (wall) | {part['startups']:.2f} (goal 2) | |"
+        )
+
     def bench_goals(self) -> str:
         b = self.bench or {}
         goals = b.get("goals")
@@ -1159,6 +1178,7 @@ def render(template: str, ctx: Context) -> str:
             "directory_gone",
             "bench_dashboard",
             "bench_goals",
+            "bench_stopper_cost",
         ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")
