@@ -234,10 +234,10 @@ class Stop:
         self._confirm()
         if f.vanished is None and dirfd.gone(self.rd.path):
             f.vanished = str(self.rd.path)  # removed during the stop: nothing can be recorded
-        if f.vanished is not None and not f.killed:
-            self.kill()  # no record left to trust for what the engine did: the kill is finished here
         if f.vanished is None and self._engine_gone():
             self._record()  # (an engine that lives on, unkillable or left running, is never recorded over)
+        if f.vanished is not None and not f.killed:
+            self.kill()  # no record left to trust for what the engine did: the kill is finished here
         f.elapsed = time.monotonic() - self.started
         if f.report is not None and self.view.cgroup is not None and not f.report.unkillable and self._engine_gone():
             try:
@@ -305,8 +305,10 @@ class Stop:
         except (Damaged, FileNotFoundError) as exc:
             if dirfd.gone(self.rd.path):
                 f.vanished = str(self.rd.path)
-            elif isinstance(exc, Damaged):
-                self._note(exc)
+            elif isinstance(exc, FileNotFoundError):
+                self.view.note(Damaged(exc.filename or self.rd.state, "missing"))
+            else:
+                self.view.note(exc)
             return
         if state is not None:
             f.engine_origin = state.stop_origin
