@@ -341,6 +341,20 @@ class Context:
             f"| {many['stoppers']} concurrent stoppers (hard, `--now`, graceful) on one run | exit codes "
             f"{many['codes']}; problems {len(many['problems'])} |",
         ]
+        modes, all_now = s.get("stop_modes"), s.get("all_now")
+        if modes:
+            # bench/modes.py: every way to stop a run, every victim, both containments.
+            for mode, m in modes["modes"].items():
+                rows.append(
+                    f"| stop mode `{mode}`, every victim and containment (bench/modes.py) | {m['trials']} trials; "
+                    f"{m['with_problems']} broke an invariant; {m['exit0_with_something_left']} exit 0 with "
+                    f"something left; exit codes {m['codes']} |"
+                )
+        if all_now:
+            rows.append(
+                f"| {all_now['runs']} runs stopped by one `runner stop --all --now` | {all_now['with_a_failure']} "
+                f"with a session or item recorded failed; exit {all_now['code']} |"
+            )
         return (
             src
             + ":\n\n"
