@@ -156,7 +156,7 @@ bench: $(BENCH_STAMP) bytecode init
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
 	$(PY) bench/process_leaks_cost.py --n 400 --rounds 3 --json docs/process-leaks-bench.json
-	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,dashboard,plugin,pid1 --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
+	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,dashboard,plugin,pid1,cost --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
 		$(PY) docs/render_stop_latency.py && $(PY) docs/render_plugin.py && exit $$status
 
 # CI's reduced stop benchmark (n=1, `timeout -k` and the two runner stops, small scale
@@ -173,7 +173,7 @@ bench-ci: $(STAMP) bytecode
 # quiet and beside two CPU hogs); then the fuzz tests with thousands of examples.
 # Writes docs/soak.json, which `make docs` renders into the Reliability section.
 soak: $(STAMP) bytecode init
-	$(PY) bench/soak.py --kills 200 --runs 50 --stoppers 10 --faults 20 --storms 5 --early 2 --run-local 20 \
+	$(PY) bench/soak.py --kills 200 --runs 50 --stoppers 10 --faults 20 --storms 5 --early 2 --run-local 20 --modes 3 --all-now 60 \
 		--json docs/soak.json --check
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -p no:xdist -q tests/runner/test_fuzz.py
 	$(MAKE) --no-print-directory docs

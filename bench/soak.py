@@ -26,7 +26,12 @@ resume), a read-only ext4 under a live run, a run in a pid namespace stopped fro
 host; per fault, trials, runs left running, processes left, exit 0 with something left,
 stops not recorded (expected only on the read-only disk).
 
-    python bench/soak.py [--kills 200] [--runs 50] [--json docs/soak.json] [--check]
+Stop modes (bench/modes.py, issue 26): every way to stop a run against every victim in
+both containments, `--modes` trials per cell, each held to the same invariants; and
+`--all-now` runs stopped by one `runner stop --all --now`, counted for a session or item
+recorded failed.
+
+    python bench/soak.py [--kills 200] [--runs 50] [--modes 3] [--all-now 60] [--json docs/soak.json] [--check]
 
 --check exits 1 on any loss (CI runs a short soak with it). Every process the soak
 starts is killed at the end, whatever happens.
@@ -373,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         default=20,
         help="rounds of SIGTERM to run-local's PID 1 at each moment, quiet and under two CPU hogs (0: none)",
     )
+    ap.add_argument("--modes", type=int, default=0, help="trials of every cell of the stop-modes matrix")
+    ap.add_argument("--all-now", type=int, default=0, help="runs stopped by one `stop --all --now`, checked")
     ap.add_argument("--check", action="store_true", help="exit 1 on any loss")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
@@ -388,6 +395,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import soak_disk
 
         disk = soak_disk.run(work / "disk", args.disk_trials) if args.disk_trials else {"faults": {}, "problems": []}
+        from bench import modes
+
+        stop_modes = modes.soak(work / "modes", args.modes) if args.modes else None
+        all_now = modes.all_now(work, args.all_now) if args.all_now else None
     finally:
         cleanup(work)
     doc = {
@@ -404,9 +415,18 @@ def main(argv: list[str] | None = None) -> int:
         "many_stoppers": many,
         "faults": fault,
         "disk_and_pidns_faults": disk,
+        "stop_modes": stop_modes,
+        "all_now": all_now,
     }
     problems = crash["problems"] + hard["problems"] + now["problems"] + many["problems"] + list(disk["problems"])
     problems += [p for f in fault.values() for p in f["problems"] + _fault_losses(f)]
+    if stop_modes is not None:
+        problems += stop_modes["problems"]
+        print(f"soak: stop modes: {stop_modes['trials']} trials, {len(stop_modes['problems'])} problems")
+    if all_now is not None:
+        if all_now["with_a_failure"] or all_now["code"] != 0:
+            problems.append(f"stop --all --now: {all_now}")
+        print(f"soak: stop --all --now: {all_now['with_a_failure']} of {all_now['runs']} runs with a failure")
     print(
         f"soak: {crash['kills']} kills over {crash['runs']} runs ({crash['engine_group_kills']} engine groups, "
         f"{crash['child_group_kills']} call groups), losses {len(crash['problems'])}; "

@@ -106,7 +106,7 @@ def _own_cgroup() -> Path | None:
 
 def run_cgroup_path(run_id: str) -> Path | None:
     """The one cgroup a run may have: <cgroup2 root>/runner/<run key>. A path read back
-    from a run directory is used only if it is this one (run_view.py)."""
+    from a run directory is used only if it is this one (survey.py)."""
     root = cgroup2_root()
     return None if root is None else root / "runner" / run_id
 

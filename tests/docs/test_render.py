@@ -333,15 +333,16 @@ STOP_MODES = (
     "`runner stop --now`",
     "`runner stop --graceful`",
     "`runner stop --graceful --wait`",
-    "`runner stop --all [--now]`",
-    "`touch RUNDIR/STOP`",
+    "`runner stop --all`",
+    "`runner stop --all --now`",
+    "the STOP file",
     "`touch RUNDIR/PAUSE`",
     "Ctrl-C once",
     "Ctrl-C twice",
     'dashboard "Stop"',
     'dashboard "Stop now"',
     'dashboard "Stop gracefully"',
-    "SIGTERM to the engine itself",
+    "SIGTERM to the engine",
 )
 
 
@@ -350,18 +351,23 @@ def _mode_row(doc, mode):
 
 
 def test_stop_modes_table_has_every_mode_with_a_derived_worst_case(render_mod, measure_json, monkeypatch):
-    """Path: {{stop_modes}} gives each way to stop a run its worst case added up from
-    runner/defaults.py, the hard stop's as StopSpec.hard_worst_case (grace + kill_grace
-    + CONFIRM_TIMEOUT), moving with the defaults. Ablation: a typed 12 s stays put."""
+    """Path: {{stop_modes}} renders every way to stop a run from runner/events.py's WAYS,
+    each with its StopKind's worst case added up from runner/defaults.py, lock waits
+    named, the hard stop's as StopSpec.hard_worst_case, moving with the defaults.
+    Ablation: a typed 12 s stays put."""
     monkeypatch.setattr(runner.defaults, "STOP_GRACE", 20.0)
     doc = render(render_mod, measure_json)
     for mode in STOP_MODES:
         assert _mode_row(doc, mode)
     hard = _mode_row(doc, "`runner stop`")
-    assert "**22.00 s** = `STOP_GRACE` 20.00 s + `KILL_GRACE` 1.00 s + `CONFIRM_TIMEOUT` 1.00 s" in hard
+    assert (
+        "**23.50 s** = `REQUEST_LOCK_WAIT` 500 ms (lock wait) + `STOP_GRACE` 20.00 s + `KILL_GRACE` 1.00 s"
+        " + `CONFIRM_TIMEOUT` 1.00 s + `LOCK_WAIT` 1.00 s (lock wait)"
+    ) in hard
     assert "`OK` 0" in hard and "`STOP_FORCED` 8" in hard
-    assert "**2.00 s**" in _mode_row(doc, "`runner stop --now`")
-    assert "2 h 32 min" in _mode_row(doc, "`touch RUNDIR/STOP`")
+    assert "**3.50 s**" in _mode_row(doc, "`runner stop --now`")
+    assert "(lock wait)" in _mode_row(doc, 'dashboard "Stop now"')
+    assert "2 h 32 min" in _mode_row(doc, "the STOP file")
     assert "not measured" in _mode_row(doc, "`runner stop --now`")  # absent from this measure.json
 
 
@@ -369,11 +375,10 @@ def test_stop_modes_exit_codes_must_be_documented_for_the_command(render_mod, mo
     """Path: a row's exit codes are checked against the command's row of
     docs/exit-codes.md: a code the command does not return is a RenderError."""
     ctx = render_mod.Context(None, None)
-    modes = list(ctx._MODES)
-    mode = list(modes[1])
-    mode[4] = ("stop --now", ("OK", "STOP_FORCED"))  # --now never falls back
-    modes[1] = tuple(mode)
-    monkeypatch.setattr(render_mod.Context, "_MODES", tuple(modes))
+    ways = dict(ctx._WAYS)
+    what, measured, _, resumable = ways["runner stop --now"]
+    ways["runner stop --now"] = (what, measured, ("stop --now", ("OK", "STOP_FORCED")), resumable)  # never falls back
+    monkeypatch.setattr(render_mod.Context, "_WAYS", ways)
     with pytest.raises(render_mod.RenderError, match="stop --now.*STOP_FORCED"):
         ctx.stop_modes()
 
@@ -390,7 +395,7 @@ def test_one_all_command_is_one_sample(render_mod, bench_json):
     doc = render_mod.render_files(TEMPLATE, None, None, None, bench_json)
     row = next(l for l in doc.splitlines() if l.startswith("| `runner stop --all` (one command)"))
     assert "1.700 s (n=1: one command for 50 runs" in row and "n=50" not in row
-    assert "`stop --all`: 1.700 s for 50 runs (n=1: one command)" in _mode_row(doc, "`runner stop --all [--now]`")
+    assert "`stop --all`: 1.700 s for 50 runs (n=1: one command)" in _mode_row(doc, "`runner stop --all`")
 
 
 def test_a_duration_typed_into_the_template_is_refused(render_mod, tmp_path):

@@ -186,7 +186,6 @@ PLANTED = [
     "journal.jsonl",
     "lock",
     "stop-request.lock",
-    "stop.lock",
     "engine.json",
     "children/1.json",
     "run-id",
