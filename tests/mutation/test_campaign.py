@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mutation import BaselineFailed, load, run
+from mutation import BaselineFailed, inner, load, run
 from mutation.report import render_table
 from mutation.verdict import INVALID, KILLED, STALE, SURVIVED, TIMEOUT
 
@@ -205,13 +205,20 @@ def test_pytest_timeout_in_the_killer_is_timeout_not_killed(fake_tree, campaign,
 
 
 def test_timeout(fake_tree, campaign, tmp_path):
-    """Path: a mutation that hangs the killer -> its own verdict, timeout, within the limit."""
+    """Path: a mutation that hangs the killer -> its own verdict, timeout, within the limit
+    (the mutation's own `timeout`, then inner.INTERRUPT_GRACE for the SIGINTed pytest and
+    inner.LEFTOVER_GRACE for what it left), not the hour. Only the mutation's run has
+    the short limit: the baseline keeps the campaign's, which a loaded machine's pytest
+    start-up alone can outlast."""
     tree = fake_tree()
-    body = ADD_TO_SUB.replace('replace = "return a - b"', "replace = \"__import__('time').sleep(3600)\"")
-    out = campaign(tree, body, timeout=3)
+    limit = 3
+    body = ADD_TO_SUB.replace(
+        'replace = "return a - b"', f"replace = \"__import__('time').sleep(3600)\"\ntimeout = {limit}"
+    )
+    out = campaign(tree, body)
     v = one(out)
     assert v.verdict == TIMEOUT, v
-    assert out.results[0].duration < 3 + 15  # limit + SIGINT grace, not the hour
+    assert out.results[0].duration < limit + inner.INTERRUPT_GRACE + inner.LEFTOVER_GRACE
 
 
 def test_not_the_scratch_copy_is_invalid(fake_tree, campaign, tmp_path):

@@ -105,12 +105,17 @@ def test_stopping_shows_within_300_ms_of_the_click_until_stopped(runs, victim, d
 def test_a_held_pause_shows_paused_on_the_item(runs, dashboard, page):
     """Path: snapshot._run_row passes status_of's `pause_held` on; page.js shows the
     held item's chip as "paused" with no clock, and the badge "paused". Unpaused, the
-    run goes on and completes."""
+    run goes on and completes. The first call is held until the PAUSE file is there
+    (runs.gated), so the click lands while the run is running however slow the machine
+    is."""
     items = [f"i{n}" for n in range(8)]
-    rd = runs.start(runs.spec(items=items, provider=["sh", "-c", "sleep 0.3"]))
+    gate = runs.tmp_path / "gate"
+    rd = runs.start(runs.spec(items=items, provider=runs.gated(gate)))
     dash = dashboard()
     open_dashboard(page, dash, "run")
     button(page, "run", "Pause").click()
+    runs.wait_file(rd.pause_file)
+    gate.touch()
     held = runs.wait_event(rd, "paused")
     item = held["item"]
     section = row(page, "run")

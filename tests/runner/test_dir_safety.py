@@ -398,10 +398,13 @@ def test_rm_rf_of_a_live_run_stops_it(runs):
     """Path: the engine's watchdog sees its pinned run directory gone (dirfd.gone: link
     count 0; inotify IN_DELETE_SELF wakes it) and stops the run hard: nothing of the run
     (no tagged process, no cgroup) is left within kill_grace + 2 s of `rm -rf`.
-    Ablation: vanished-dir-stop (the engine and its children live on)."""
+    The directory is removed only once the engine is idle in its provider call (its
+    child file written, runs.wait_in_call): it writes nothing more by itself, so no
+    failed write of its own can end the run; only the watchdog can. Ablation:
+    vanished-dir-stop (the engine and its children live on)."""
     spec = runs.spec(provider=TRAP, stop=STOP)
     rd = runs.start(spec)
-    R.wait_event(rd, "session-start", timeout=10)
+    R.wait_in_call(rd)
     run_id = rd.run_id
     try:
         _rm_rf(rd.path)
