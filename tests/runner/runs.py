@@ -212,6 +212,13 @@ def sh(script, *args):
     return ["/bin/sh", "-c", script, "sh", *args]
 
 
+HELD_STOP = {"kill_grace": 60.0, "grace": 120.0}
+"""A [stop] whose kill grace no test sits out: a stop of a run whose provider traps SIGTERM
+stays in flight until the test kills the provider itself (once it has seen what it
+checks during the stop), however slow the machine; the grace outlasts the kill grace, so
+no stopper falls back meanwhile."""
+
+
 def gated(gate):
     """A provider whose call ends once the file `gate` exists: the test holds a call in
     flight until it has done what must happen during the call (a click, a request), and

@@ -53,15 +53,17 @@ def deduped(seq):
     return [x for i, x in enumerate(seq) if i == 0 or seq[i - 1] != x]
 
 
-def test_stopping_shows_within_300_ms_of_the_click_until_stopped(runs, victim, dashboard, page):
+def test_stopping_shows_within_300_ms_of_the_click_until_stopped(runs, victim, dashboard, page, request):
     """Path: page.js act() puts the run in "stopping" at the click (badge, buttons but
     "Stop now" disabled, a counter), and the server's `stopping` (snapshot._stopping:
     the dashboard's stop still at work) keeps it there until the run has stopped. The
-    provider traps SIGTERM and kill_grace is the default, so the stop takes a while: the
+    provider traps SIGTERM and the stop is held in its kill grace (runs.HELD_STOP) until
+    the test has seen the stopping state everywhere, then the test ends the provider: the
     badge goes running -> stopping -> stopped, never back to running. Ablation
     dashboard-stopping-on-click (only the server's flag, a poll later) turns it red: the
     state must be there at the click itself, before any answer."""
-    rd, _ = runs.live_trap_term(victim, stop=None)
+    rd, v = runs.live_trap_term(victim, stop=runs.HELD_STOP)
+    request.addfinalizer(v.kill)  # first at teardown: a red test's held stop ends at once
     dash = dashboard()
     open_dashboard(page, dash, "run")
     button(page, "run", "Stop").wait_for(state="visible")
@@ -94,6 +96,7 @@ def test_stopping_shows_within_300_ms_of_the_click_until_stopped(runs, victim, d
     time.sleep(0.5)
     assert section.locator(".head .muted").text_content() != first  # the counter ticks
     assert api_runs(dash)["run"]["stopping"] is True  # the server says so too
+    v.kill()  # seen stopping everywhere: the kill grace need not be sat out
     runs.wait_event(rd, "run-stop", timeout=30)
     section.locator('[data-field=status]:text-is("stopped")').wait_for(timeout=30_000)
     seen = deduped(page.evaluate("window.__statuses"))

@@ -31,7 +31,7 @@ import runner
 from runner.exitcodes import Exit
 from runner.files import identity_file
 from runner.files.rundir import RunDir
-from runner.proc import reaper
+from runner.proc import identity, reaper
 from runner.proc.cgroup import run_cgroup_path
 
 pytestmark = pytest.mark.timeout(180)
@@ -230,8 +230,7 @@ def test_a_link_planted_in_another_users_directory_never_writes_roots_file(user,
     _track(ids, bait)
     said = told.stderr
     if told.returncode == 0:
-        R.wait_event(RunDir(bait), "session-start", timeout=10) if planted != "output/1-0001-0-session.log" else None
-        time.sleep(0.3)
+        _first_call_settled(RunDir(bait))
         said += R.runner("stop", "--run-dir", bait).stderr
         said += R.runner("stop", "--now", "--run-dir", bait).stderr
     try:
@@ -373,6 +372,19 @@ def _kill_and_remove(run_id):
                 sub.rmdir()
             except OSError:
                 pass
+
+
+def _first_call_settled(rd):
+    """The engine's first call got as far as it will: its session-start journaled, then its
+    child file written (the call runs: its output file was opened before the spawn) or the
+    engine gone (it refused a planted file). Stopped any sooner, an engine that would
+    write through a planted link may not have come to that write yet."""
+    R.wait_event(rd, "session-start")
+    engine = identity_file.read(rd.engine_identity)
+    deadline = time.monotonic() + 30
+    while identity.is_running(engine) and not any(rd.children.glob("*.json")):
+        assert time.monotonic() < deadline, "the engine's first call neither started nor ended"
+        time.sleep(0.01)
 
 
 def _tagged_or_cgroup(run_id):
