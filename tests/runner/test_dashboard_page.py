@@ -191,14 +191,20 @@ def test_a_hostile_item_name_neither_widens_the_card_nor_reorders_the_pid(runs, 
     assert "\u202e" not in text and "\\u202e" in text, text
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text), text
     assert "\\x1b" in text and "\\x07" in text and "\\r\\n" in text, text
+    chip = section.locator(".items li").nth(1)
+    # The long name clipped, with its ellipsis: waited for as laid out (the page may not
+    # have drawn the list yet, or a poll may be redrawing it), then the widths with it.
+    page.wait_for_function(
+        """() => {
+          const n = document.querySelectorAll('section[data-run-id=run] .items li')[1]?.querySelector('.name');
+          return n && n.clientWidth > 0 && n.clientWidth < n.scrollWidth && n.clientWidth < window.innerWidth;
+        }"""
+    )
     widths = page.evaluate(
         """() => ({ win: window.innerWidth, doc: document.documentElement.scrollWidth,
                     card: document.querySelector('section[data-run-id=run]').getBoundingClientRect().width })"""
     )
     assert widths["doc"] <= widths["win"] and widths["card"] <= widths["win"], widths
-    chip = section.locator(".items li").nth(1)
-    clipped = chip.locator(".name").evaluate("(n) => [n.scrollWidth, n.clientWidth]")
-    assert clipped[1] < clipped[0] and clipped[1] < widths["win"], clipped  # clipped, with its ellipsis
     assert chip.locator(".name").evaluate("(n) => getComputedStyle(n).textOverflow") == "ellipsis"
     assert chip.get_attribute("title") == f"{long_name}: pending"
     # The pid's digits, as laid out: each one right of the one before it.

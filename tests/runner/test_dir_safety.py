@@ -308,9 +308,12 @@ def test_root_stops_a_users_run_and_the_user_keeps_using_it(user, area, mode):
     (stop-request.json, stop-request.lock, stop.lock, archive/) is given to the
     directory's owner (dirfd.own), so the user's own engine reads the request and the
     user's later resume and stop work; no phantom request is left. Ablation: none (the
-    chown is the path; without it the user's stop after root's exits 10)."""
+    chown is the path; without it the user's stop after root's exits 10). The graceful
+    mode's calls are held (R.gated) until root's request is lodged, and again for the
+    resumed attempt, so that each stop finds the run live however slow the machine."""
     _, home, _, ids = area
-    provider = SHORT if mode == "graceful" else TRAP
+    gate = home / "gate"
+    provider = R.gated(gate) if mode == "graceful" else TRAP
     spec = _spec(home / "spec.toml", provider, owner=user, items=("a", "b", "c"))
     run_dir = home / "run"
     started = user.runner("run", spec, "--run-dir", run_dir, "--detach")
@@ -321,11 +324,13 @@ def test_root_stops_a_users_run_and_the_user_keeps_using_it(user, area, mode):
     flag = {"hard": [], "now": ["--now"], "graceful": ["--graceful"]}[mode]
     stopped = R.runner("stop", *flag, "--run-dir", run_dir)
     assert stopped.returncode == Exit.OK, stopped.stderr
+    gate.touch()  # lodged: the call in flight may end now (graceful)
     assert _wait(lambda: not RunDir(run_dir).is_live(), 15), "the run did not end after root's stop"
     assert _not_owned_by(run_dir, user.uid) == [], "root left files the user does not own"
     status = _status(user, run_dir)
     assert status["stopped"] and status["pending_stop"] is None, status
 
+    gate.unlink()  # the resumed attempt's call is held until the user's stop
     resumed = user.runner("resume", "--run-dir", run_dir, "--detach")
     assert resumed.returncode == Exit.OK, resumed.stderr
     own = user.runner("stop", "--now", "--run-dir", run_dir)
