@@ -191,22 +191,23 @@ def test_a_hostile_item_name_neither_widens_the_card_nor_reorders_the_pid(runs, 
     assert "\u202e" not in text and "\\u202e" in text, text
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text), text
     assert "\\x1b" in text and "\\x07" in text and "\\r\\n" in text, text
-    chip = section.locator(".items li").nth(1)
-    # The long name clipped, with its ellipsis: waited for as laid out (the page may not
-    # have drawn the list yet, or a poll may be redrawing it), then the widths with it.
-    page.wait_for_function(
+    # The long name's chip and the card, read in one go once the list is laid out: a poll
+    # may redraw the list at any moment, and a node read across two calls may be gone.
+    laid_out = page.wait_for_function(
         """() => {
-          const n = document.querySelectorAll('section[data-run-id=run] .items li')[1]?.querySelector('.name');
-          return n && n.clientWidth > 0 && n.clientWidth < n.scrollWidth && n.clientWidth < window.innerWidth;
+          const sec = document.querySelector('section[data-run-id=run]');
+          const li = sec && sec.querySelectorAll('.items li')[1];
+          const n = li && li.querySelector('.name');
+          if (!n || n.clientWidth === 0) return null;
+          return { scroll: n.scrollWidth, client: n.clientWidth, overflow: getComputedStyle(n).textOverflow,
+                   title: li.getAttribute('title'), win: window.innerWidth,
+                   doc: document.documentElement.scrollWidth, card: sec.getBoundingClientRect().width };
         }"""
-    )
-    widths = page.evaluate(
-        """() => ({ win: window.innerWidth, doc: document.documentElement.scrollWidth,
-                    card: document.querySelector('section[data-run-id=run]').getBoundingClientRect().width })"""
-    )
-    assert widths["doc"] <= widths["win"] and widths["card"] <= widths["win"], widths
-    assert chip.locator(".name").evaluate("(n) => getComputedStyle(n).textOverflow") == "ellipsis"
-    assert chip.get_attribute("title") == f"{long_name}: pending"
+    ).json_value()
+    assert laid_out["doc"] <= laid_out["win"] and laid_out["card"] <= laid_out["win"], laid_out
+    assert laid_out["client"] < laid_out["scroll"] and laid_out["client"] < laid_out["win"], laid_out  # clipped
+    assert laid_out["overflow"] == "ellipsis", laid_out
+    assert laid_out["title"] == f"{long_name}: pending", laid_out["title"][-40:]
     # The pid's digits, as laid out: each one right of the one before it.
     lefts = now.evaluate(
         """(n, pid) => {
