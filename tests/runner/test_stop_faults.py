@@ -445,8 +445,9 @@ def test_sigterm_to_pid1_at_each_state(runs, state):
     --mount-proc; what a container's entrypoint is) gets SIGTERM, what `docker stop` or a
     pod deletion sends, at each of RUN_STATES: the run stops within the spec's hard
     worst case of the later of the signal and the engine's start, exits STOPPED, records
-    the stop, and nothing of the namespace is left. In the interpreter's own start-up,
-    before the runner's first instruction, the kernel drops an init's SIGTERM
+    the stop, and nothing of the namespace is left. Before the runner's first
+    instruction (unshare's fork, the interpreter's own start-up), the kernel drops an
+    init's SIGTERM
     (docs/exit-codes.md; no Python code can be earlier): a signal sent then is followed,
     as a runtime would, by another once the mask is in place. Ablation:
     `early-signal-mask` (a SIGTERM before the handler is dropped by the kernel for an
