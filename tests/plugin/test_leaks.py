@@ -230,6 +230,13 @@ def wait_until(pred, what):
         time.sleep(0.0002)  # another process's progress, not a latency
 
 
+def publishing(pid, grandchild):
+    # A living child of the victim other than its grandchild: the subshell that publishes
+    # the ready file (it becomes mv), which the victim's SIGSTOP does not stop.
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [k for k in map(int, f.read().split()) if k != grandchild and _procs.is_alive(k)]
+
+
 def test_killed_before_its_handshake(victim):
     for _ in range(10):
         p = victim.prepare("env-scrubber", lang="bash")
@@ -238,7 +245,12 @@ def test_killed_before_its_handshake(victim):
         victim.processes.append(proc)
         extras = _records.extras_path(p.token)
         wait_until(lambda: _records.read_extras(extras), "the grandchild never recorded itself")
-        os.kill(proc.pid, signal.SIGSTOP)  # from now on the victim cannot write its ready file
+        [(grandchild, _)] = _records.read_extras(extras)
+        os.kill(proc.pid, signal.SIGSTOP)  # from now on the victim forks no publisher of its ready file
+        # Stopped (the signal lands asynchronously), and no publisher it forked before is
+        # still at work: only then can the ready file not appear any more.
+        wait_until(lambda: _procs.state(proc.pid) == "T", "the victim never stopped")
+        wait_until(lambda: not publishing(proc.pid, grandchild), "the ready file's publisher never ended")
         if not p.ready_path.exists():
             break
         os.kill(proc.pid, signal.SIGCONT)  # too late this time: stop it properly and try again
