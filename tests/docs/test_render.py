@@ -255,6 +255,12 @@ def test_no_bench_run_renders_not_measured(render_mod, tmp_path, bench_json):
     assert "At scale: not measured" in part and "| `runner stop` (one command per run) | 50/50 |" in part
 
 
+BENCH_RUN_LIMIT = 300
+"""A hang guard for a reduced benchmark run inside a test (about 25 s on a quiet 2-core
+machine; over 90 s, the suite's default, beside other work at load 25): not a speed."""
+
+
+@pytest.mark.timeout(BENCH_RUN_LIMIT + 60)
 def test_renders_a_json_the_bench_itself_wrote(render_mod, tmp_path):
     """Path: the benchmark's real writer (`python -m bench.stoppers`, a reduced run: one
     victim under `runner stop --now`, a tree of 2 processes, 2 runs at once) feeds the
@@ -268,7 +274,7 @@ def test_renders_a_json_the_bench_itself_wrote(render_mod, tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=80,
+        timeout=BENCH_RUN_LIMIT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = render_mod.render_files(TEMPLATE, None, None, None, out)
@@ -282,6 +288,7 @@ def test_renders_a_json_the_bench_itself_wrote(render_mod, tmp_path):
     assert "| `runner stop --now` (one command per run) | 2/2 |" in scale_load
 
 
+@pytest.mark.timeout(BENCH_RUN_LIMIT + 60)
 def test_renders_the_size_parts_the_bench_itself_wrote(render_mod, tmp_path):
     """Path: the benchmark's real writer of the items and journal parts (bench/sizes.py
     through `python -m bench.stoppers --parts items,journal`, reduced: 5 items, a 2 MiB
@@ -294,7 +301,7 @@ def test_renders_the_size_parts_the_bench_itself_wrote(render_mod, tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=BENCH_RUN_LIMIT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = render_mod.render_files(TEMPLATE, None, None, None, out)
@@ -435,6 +442,7 @@ def test_a_stated_bound_is_the_constant_a_test_asserts(render_mod, tmp_path):
         render_mod.asserted_bound("docs/render_stop_latency.py", "HERE")
 
 
+@pytest.mark.timeout(BENCH_RUN_LIMIT + 60)
 def test_renders_the_goals_section_the_bench_itself_wrote(render_mod, tmp_path):
     """Path: the benchmark's real writer of the SIGTERM-to-the-engine stopper
     (contenders.RunnerEngineSigterm) and of the plugin part (bench/plugin_idle.py),
@@ -450,7 +458,7 @@ def test_renders_the_goals_section_the_bench_itself_wrote(render_mod, tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=BENCH_RUN_LIMIT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = render_mod.render_files(TEMPLATE, None, None, None, out)
