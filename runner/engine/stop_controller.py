@@ -219,7 +219,9 @@ class StopController:
             if self._stopping.is_set() or self._finishing:
                 return
             try:
-                consumed_origin = self._honored_origin(self.consume())
+                # A removed directory holds no request to consume (nor can one be made
+                # there): its stop is the removal's.
+                consumed_origin = None if origin == Origin.VANISHED else self._honored_origin(self.consume())
             except Exception:
                 consumed_origin = None
                 import traceback

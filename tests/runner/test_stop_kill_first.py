@@ -270,8 +270,8 @@ def test_waiting_for_an_empty_cgroup_reads_its_events_again_within_milliseconds(
             time.sleep(0.001)
         assert cg.populated("work")
         reads = []
-        real = os.read
-        monkeypatch.setattr(cgroup_mod.os, "read", lambda fd, n: reads.append(fd) or real(fd, n))
+        real = os.pread
+        monkeypatch.setattr(cgroup_mod.os, "pread", lambda fd, n, at: reads.append(fd) or real(fd, n, at))
         assert cg.wait_empty("work", timeout=5)
         monkeypatch.undo()
         assert len(reads) >= 5, f"cgroup.events read {len(reads)} times while its last member lived 0.1 s"

@@ -1,0 +1,210 @@
+"""The engine's stop under the kernel's limits (issue 27 item 2): a run that filled its
+pids cgroup (pids.max reached) leaves its engine no new thread or process, so the stop
+must need none. Real runs, a real cgroup v1 pids hierarchy, a provider whose trapping
+children fork until the kernel refuses (EAGAIN).
+
+The state is reached by an event: the provider writes its marker file once a fork has
+been refused, and the test checks that pids.current is pids.max before it stops."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import runs as R
+
+from runner import defaults
+from runner.exitcodes import Exit
+from runner.files.rundir import RunDir
+from runner.proc import cgroup as cgroup_mod
+
+pytestmark = pytest.mark.timeout(120)
+
+PIDS_V1 = Path("/sys/fs/cgroup/pids")
+LIMIT = 24
+"""The pids cgroup's pids.max: the engine (its main thread, its watchdog, the thread that
+leaves its cgroup), the provider and its forks fill it."""
+KILL_GRACE = 1.0
+
+# Forks children that ignore SIGTERM until the kernel refuses a fork, then writes how many
+# it made to its marker (argv[1]) and ignores SIGTERM too: only a SIGKILL ends the call.
+FORK_UNTIL_FULL = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+made = 0
+while True:
+    try:
+        pid = os.fork()
+    except BlockingIOError:
+        break
+    if pid == 0:
+        while True:
+            time.sleep(7200)
+    made += 1
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(made))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    time.sleep(7200)
+"""
+
+
+def _pids_v1_writable():
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    for line in mounts:
+        left, _, right = line.partition(" - ")
+        fields = right.split()
+        if len(fields) >= 3 and fields[0] == "cgroup" and "pids" in fields[2].split(","):
+            return left.split()[4] == str(PIDS_V1) and os.access(PIDS_V1, os.W_OK)
+    return False
+
+
+needs_pids = pytest.mark.skipif(
+    not (_pids_v1_writable() and cgroup_mod.available()),
+    reason="needs a writable cgroup v1 pids hierarchy at /sys/fs/cgroup/pids and a cgroup v2 with cgroup.kill",
+)
+
+
+def _members(path):
+    try:
+        return [int(p) for p in (path / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
+def _wait_file(path, timeout):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def _wait_empty(path, timeout):
+    """Until the pids cgroup counts no task (pids.current: a task is counted until it is
+    reaped); False at the deadline."""
+    deadline = time.monotonic() + timeout
+    while int((path / "pids.current").read_text()) != 0:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.fixture
+def pids_cgroup():
+    """A cgroup v1 pids cgroup of the test's own at pids.max LIMIT; whatever is left in it
+    is SIGKILLed and the cgroup removed at teardown, even when the test fails."""
+    path = PIDS_V1 / f"runner-test-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    try:
+        (path / "pids.max").write_text(f"{LIMIT}\n")
+        yield path
+    finally:
+        deadline = time.monotonic() + 10
+        while _members(path) and time.monotonic() < deadline:
+            for pid in _members(path):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+        while time.monotonic() < deadline:
+            try:
+                path.rmdir()
+                break
+            except OSError:
+                time.sleep(0.02)
+
+
+def _remove_run_cgroup(key):
+    path = cgroup_mod.run_cgroup_path(key)
+    if path is None or not path.exists():
+        return
+    (path / "cgroup.kill").write_text("1\n")
+    deadline = time.monotonic() + 5
+    for sub in (path / "work", path / "engine", path):
+        while sub.exists() and time.monotonic() < deadline:
+            try:
+                sub.rmdir()
+            except OSError:
+                time.sleep(0.02)
+
+
+def _start_in(cgroup, runs, name):
+    """`runner run --detach` started inside the pids cgroup (its engine and every process
+    of the run inherit it); returns the run and the provider's marker file."""
+    marker = runs.tmp_path / f"{name}.full"
+    provider = [sys.executable, "-c", FORK_UNTIL_FULL, str(marker)]
+    spec = runs.spec(name=f"{name}.toml", provider=provider, stop={"kill_grace": KILL_GRACE})
+    run_dir = runs.tmp_path / name
+    runs.started.append(run_dir)
+    enter = R.sh('echo $$ > "$1/cgroup.procs" && shift && exec "$@"', str(cgroup), *R.RUNNER)
+    started = subprocess.run(
+        [*enter, "run", str(spec), "--run-dir", str(run_dir), "--detach"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert started.returncode == 0, started.stderr
+    _wait_file(marker, 30)
+    assert int((cgroup / "pids.current").read_text()) == LIMIT, "the pids cgroup is not full"
+    return RunDir(run_dir), marker
+
+
+@needs_pids
+def test_a_full_pids_cgroup_does_not_slow_the_plain_stop(runs, pids_cgroup):
+    """Path: the engine's stop asks nothing new of the kernel (cgroup.RunCgroup.enter_engine
+    made ready the thread that leaves the run's cgroup and the descriptors of its files):
+    with the run's pids cgroup at pids.max, a plain `runner stop` exits 0 within
+    kill_grace + CONFIRM_TIMEOUT + 1 s, the engine honoured it (no fallback, no
+    `watchdog-error`: no "can't start new thread"), and nothing of the run is left.
+    Ablation: stop-needs-no-new-thread (the stop starts its thread then: refused, the
+    watchdog's kill fails once, `watchdog-error`)."""
+    rd, _ = _start_in(pids_cgroup, runs, "full")
+    t0 = time.monotonic()
+    out = R.runner("stop", "--run-dir", rd.path)
+    took = time.monotonic() - t0
+    assert out.returncode == Exit.OK, out.stderr
+    bound = KILL_GRACE + defaults.CONFIRM_TIMEOUT + 1.0
+    assert took < bound, f"the stop took {took:.2f} s, over its bound of {bound:.2f} s"
+    R.wait_engine_exit(rd, timeout=10)
+    assert _wait_empty(pids_cgroup, 5), f"left in the run's pids cgroup: {_members(pids_cgroup)}"
+    errors = R.events(rd, "watchdog-error") + R.events(rd, "cleanup-error")
+    assert not errors, errors
+    stop = R.events(rd, "run-stop")
+    assert len(stop) == 1 and stop[0]["fallback"] is False, stop
+    assert R.state(rd).stopped
+
+
+@needs_pids
+def test_rm_rf_of_a_run_that_filled_its_pids_cgroup_leaves_nothing(runs, pids_cgroup):
+    """Path: the watchdog's response to a removed directory (stop_controller: dirfd.gone)
+    needs no new thread either: `rm -rf` of a live run whose pids cgroup is full leaves
+    nothing of it within kill_grace + 3 s, and the engine's journal (read through a
+    descriptor the test held before the removal) has no `watchdog-error`. Ablation:
+    stop-needs-no-new-thread (the journal has the watchdog's "can't start new thread")."""
+    rd, _ = _start_in(pids_cgroup, runs, "gone")
+    key = rd.key(rd.run_id)
+    held = os.open(rd.journal, os.O_RDONLY)
+    try:
+        t0 = time.monotonic()
+        subprocess.run(["rm", "-rf", str(rd.path)], check=True)
+        emptied = _wait_empty(pids_cgroup, KILL_GRACE + 3.0 - (time.monotonic() - t0))
+        took = time.monotonic() - t0
+        assert emptied, f"left {took:.2f} s after rm -rf: {_members(pids_cgroup)}"
+        lines = b""
+        while chunk := os.read(held, 1 << 16):
+            lines += chunk
+    finally:
+        os.close(held)
+        _remove_run_cgroup(key)  # the engine's own, were it killed by the fixture
+    assert b'"watchdog-error"' not in lines, lines.decode(errors="replace")[-2000:]
+    assert b'"origin": "vanished"' in lines
