@@ -468,10 +468,10 @@ def _stop(args: Args) -> Exit:
         ownership.check_access(args.run_dir)
     try:
         rd = resolve(args.run_dir)
-    except NoLiveRun:
+    except NoLiveRun as missing:
         if args.run_dir is None or args.graceful:
             raise
-        return _stop_vanished(args.run_dir)
+        return _stop_vanished(args.run_dir, missing)
     if args.now:
         result = stop.stop_now(rd)
     elif args.graceful:
@@ -486,16 +486,17 @@ def _stop(args: Args) -> Exit:
     return result.code
 
 
-def _stop_vanished(run_dir: str) -> Exit:
+def _stop_vanished(run_dir: str, missing: NoLiveRun) -> Exit:
     """`runner stop [--now] --run-dir DIR` after `rm -rf DIR` of a live run: its engine,
-    if it still lives (vanished.py), is killed as `stop --all` would; else no run."""
+    if it still lives (vanished.py), is killed as `stop --all` would; else `missing`,
+    resolve's own line (no run there, or a symlink never followed)."""
     from runner.control import stop_all
     from runner.proc import vanished
 
     where = os.path.abspath(run_dir)
     found = [v for v in vanished.engines(os.path.dirname(where)) if os.path.abspath(v.run_dir) == where]
     if not found:
-        raise NoLiveRun(f"{where}: no run there (no spec.toml)")
+        raise missing
     code, lines = stop_all.stop_vanished(found[0])
     for line in lines:
         print(f"runner: {printable(line, None)}", file=sys.stdout if code == Exit.OK else sys.stderr)
