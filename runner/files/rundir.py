@@ -178,6 +178,8 @@ class RunDir:
         racing for one directory exactly one wins, and the copy is never seen half-written.
         """
         rd = cls(path)
+        if os.path.islink(rd.path):
+            raise BadInput(f"{rd.path}: {SYMLINK_REFUSED}; a run directory is a directory of its own")
         try:
             # `data`: the bytes the caller validated; re-reading could freeze another spec.
             data = Path(spec_path).read_bytes() if data is None else data
@@ -381,6 +383,10 @@ def refuse_copy(rd: RunDir) -> None:
         raise CopyOfRun(line)
 
 
+SYMLINK_REFUSED = "a symlink (never followed)"
+"""Why a run-id-shaped name that is a symlink, or a --run-dir naming one, is not a run."""
+
+
 def new_run_id() -> str:
     """UTC timestamp (sorts by start time to the second) plus 24 random bits."""
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
@@ -406,7 +412,8 @@ def run_entries(base: str | os.PathLike[str], rundirs: dict[str, RunDir] | None 
     a run id's shape (no '/', no leading '.'), a real directory (a symlink is refused,
     never followed: a run is its directory, principle 10), holding a frozen spec. Sorted
     by name (run ids sort by start time). A symlink named like a run, or an entry that
-    cannot be looked at, is an entry with its `error`; anything else is not listed.
+    cannot be looked at, is an entry with its `error`; anything else is not listed. A
+    directory reached by two names (a bind mount) is listed once, by the first.
     `rundirs`: a caller that lists again and again (the dashboard) keeps its RunDirs,
     made once per name (pathlib's cost was half a poll's CPU with sixty runs)."""
     try:
@@ -415,13 +422,21 @@ def run_entries(base: str | os.PathLike[str], rundirs: dict[str, RunDir] | None 
     except (FileNotFoundError, NotADirectoryError):
         return []
     out: list[RunEntry] = []
+    seen: set[tuple[int, int]] = set()
     for entry in found:
         if not RUN_ID_SHAPE.fullmatch(entry.name):
             continue
         try:
             if entry.is_symlink():  # ablate: list-refuses-links
-                out.append(RunEntry(entry.name, None, "a symlink (never followed)"))
+                out.append(RunEntry(entry.name, None, SYMLINK_REFUSED))
             elif entry.is_dir(follow_symlinks=False) and os.path.lexists(os.path.join(entry.path, "spec.toml")):
+                # One directory, one run: a bind mount (or any other mount) that shows a
+                # run's directory under a second name is that same directory (the same
+                # device and inode): listed once, by its first name.
+                st = entry.stat(follow_symlinks=False)
+                if (st.st_dev, st.st_ino) in seen:  # ablate: list-once-per-directory
+                    continue
+                seen.add((st.st_dev, st.st_ino))
                 rd = rundirs.get(entry.name) if rundirs is not None else None
                 if rd is None:
                     rd = RunDir(entry.path)
@@ -460,6 +475,10 @@ def resolve(
     """
     if run_dir is not None:
         rd = RunDir(run_dir)
+        if os.path.islink(rd.path):  # ablate: run-dir-refuses-links
+            # The rule `list` and `stop --all` follow (run_entries): a run is its
+            # directory, never a link to one (`--run-dir A`, A -> B, used to stop B).
+            raise NoLiveRun(f"{rd.path}: {SYMLINK_REFUSED}; name the run's own directory")
         if not rd.exists():
             raise NoLiveRun(f"{rd.path}: no run there (no spec.toml)")
         rd.pin()
