@@ -185,6 +185,7 @@ class StopController:
                 return False
             self._disk_fault_said = True
         self._journal_quietly(Event.DISK_FAULT, file=fault[0], error=fault[1], reserve="released")
+        _log.stderr_ready()
         try:  # engine.log, in what the reserve freed
             print(
                 f"runner engine: {fault[1]} (writing {fault[0]}): the reserve is given up, the run stops",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from runner import defaults, ident
 from runner.errors import BadInput, CopyOfRun, Damaged, NoLiveRun, RunLocked
-from runner.files import dirfd, untrusted
+from runner.files import dirfd, links, untrusted
 from runner.files.atomic import atomic_write_text, temp_file, write_synced
 
 TYPE_CHECKING = False
@@ -26,10 +26,13 @@ if TYPE_CHECKING:
 
 
 class EngineLock:
-    """The engine's exclusive lock on its run directory; held until release() or exit."""
+    """The engine's exclusive lock on its run directory; held until release() or exit.
+    `broken`: the links `lock` had when the engine broke them to write its pid (links.py;
+    the engine journals it), else 0."""
 
     def __init__(self, path: Path, fd: int | None) -> None:
         self.path, self.fd = path, fd
+        self.broken = 0
 
     def release(self) -> None:
         if self.fd is not None:
@@ -39,10 +42,19 @@ class EngineLock:
     @classmethod
     def holding(cls, path: Path, fd: int) -> EngineLock:
         """The lock now held on `fd`, with this process's pid written into the file for a
-        human reading the directory (liveness is the flock, never this pid)."""
+        human reading the directory (liveness is the flock, never this pid). A `lock` a
+        backup shares (`cp -al`) is first replaced by a copy of its own, locked before
+        its rename: the backup's inode is never written, and the lock is never free."""
+        broken = links.shared(fd)
+        if broken:
+            new = links.break_link(path, fd, lock=True)
+            os.close(fd)  # the old inode's flock goes once every copy of it is closed
+            fd = new
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        return cls(path, fd)
+        lock = cls(path, fd)
+        lock.broken = broken
+        return lock
 
     def __enter__(self) -> Self:
         return self
@@ -227,29 +239,36 @@ class RunDir:
         followed, and a move of the directory changes nothing for this process."""
         dirfd.pin(self.path)
 
-    def acquire_lock(self) -> EngineLock:
+    def acquire_lock(self, *, record: bool = True) -> EngineLock:
         """Take the engine lock (LOCK_EX|LOCK_NB); RunLocked if a live engine holds it.
 
         The descriptor is non-inheritable (O_CLOEXEC; Popen closes fds anyway), so a child
-        that outlives the engine cannot keep the run looking alive.
+        that outlives the engine cannot keep the run looking alive. `record`: write this
+        process's pid into it (the engine); `runner run` and `resume` only lock, so that
+        a refusal after the lock writes nothing, and hand it to the engine, which does.
+        A `lock` a backup shares is locked where it is (a lock writes nothing); once
+        held, the name must still name it, else another engine broke the link first and
+        the name is locked again.
         """
-        fd = untrusted.open_regular(self.lock, flags=os.O_RDWR | os.O_CREAT)
         # is_live() probes with a shared lock for an instant: a `runner status` at the
         # moment an engine starts must not make that engine exit REFUSED.
         deadline = time.monotonic() + defaults.LOCK_PROBE_RETRY
         while True:
+            fd = untrusted.open_regular(self.lock, flags=os.O_RDWR | os.O_CREAT, shared=True)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except OSError as e:
+                os.close(fd)
                 if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    os.close(fd)
                     raise
                 if time.monotonic() > deadline:
-                    os.close(fd)
                     raise RunLocked(f"{self.path}: a live engine holds this run directory") from None
                 time.sleep(0.005)
-        return EngineLock.holding(self.lock, fd)
+                continue
+            if not links.moved_on(self.lock, fd):
+                break
+            os.close(fd)
+        return EngineLock.holding(self.lock, fd) if record else EngineLock(self.lock, fd)
 
     def adopt_lock(self, fd: int) -> EngineLock:
         """The engine lock handed down by `runner run` or `resume` (an inherited, locked
