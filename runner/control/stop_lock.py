@@ -33,7 +33,7 @@ class StopLock:
 
     def __enter__(self) -> None:
         try:
-            fd = untrusted.open_regular(self._rd.path / "stop.lock", flags=os.O_RDWR | os.O_CREAT)
+            fd = untrusted.open_regular(self._rd.path / "stop.lock", flags=os.O_RDWR | os.O_CREAT, shared=True)
         except (Damaged, FileNotFoundError) as exc:
             self._view.note(exc)
             return
