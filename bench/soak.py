@@ -24,6 +24,12 @@ resume), a read-only ext4 under a live run, a run in a pid namespace stopped fro
 host; per fault, trials, runs left running, processes left, exit 0 with something left,
 stops not recorded (expected only on the read-only disk).
 
+Faults at the seams (bench/soak_seams.py, issue 27): `rm -rf` of the run directory
+during each stop mode, a run that filled its pids cgroup (a plain stop, and `rm -rf`),
+`umount -l` of a live run's file system then `stop --all`, `cp -al` backups beside a run,
+every refusal's bytes; per fault, trials, processes left, exit codes and whether
+docs/exit-codes.md lists them for the command, and the fault's own figure.
+
     python bench/soak.py [--kills 200] [--runs 50] [--json docs/soak.json] [--check]
 
 --check exits 1 on any loss (CI runs a short soak with it). Every process the soak
@@ -326,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--stoppers", type=int, default=10)
     ap.add_argument("--disk-trials", type=int, default=20, help="trials of each disk and pid-namespace fault")
+    ap.add_argument("--seam-trials", type=int, default=20, help="trials of each fault at the seams (issue 27)")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--json", type=Path)
     ap.add_argument("--faults", type=int, default=20, help="interrupted-stopper trials per signal (SIGKILL, SIGINT)")
@@ -346,6 +353,13 @@ def main(argv: list[str] | None = None) -> int:
         from bench import soak_disk
 
         disk = soak_disk.run(work / "disk", args.disk_trials) if args.disk_trials else {"faults": {}, "problems": []}
+        from bench import soak_seams
+
+        seams = (
+            soak_seams.run(work / "seams", args.seam_trials, args.seed)
+            if args.seam_trials
+            else {"faults": {}, "problems": []}
+        )
     finally:
         cleanup(work)
     doc = {
@@ -362,8 +376,10 @@ def main(argv: list[str] | None = None) -> int:
         "many_stoppers": many,
         "faults": fault,
         "disk_and_pidns_faults": disk,
+        "seam_faults": seams,
     }
     problems = crash["problems"] + hard["problems"] + now["problems"] + many["problems"] + list(disk["problems"])
+    problems += list(seams["problems"])
     problems += [p for f in fault.values() for p in f["problems"] + _fault_losses(f)]
     print(
         f"soak: {crash['kills']} kills over {crash['runs']} runs ({crash['engine_group_kills']} engine groups, "
@@ -379,6 +395,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{f['processes_left']} processes left, {f['exit0_with_something_left']} exit 0 with something left, "
             f"{f['stops_not_recorded']} stops not recorded; codes {f['codes']}"
         )
+    for name, f in seams["faults"].items():
+        print(f"soak: seam {name}: {f['trials']} trials, {f['processes_left']} processes left; codes {f['codes']}")
+    for name, why in (seams.get("skipped") or {}).items():
+        print(f"soak: seam {name}: skipped: {why}")
     for p in problems:
         print(f"soak: problem: {p}")
     if args.json:
