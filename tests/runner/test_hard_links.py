@@ -90,4 +90,32 @@ def test_a_backup_taken_while_the_run_lives_is_never_written(runs, mode):
     changed = R.snapshot_diff(before, R.snapshot(backup))
     assert not changed, changed
     assert "journal.jsonl" in _broken(rd), _broken(rd)
+    if mode == "stop":  # the engine closes the call's output (its cap note) in a copy
+        assert any(name.startswith("output/") for name in _broken(rd)), _broken(rd)
     assert len(R.events(rd, "run-stop")) == 1 and R.state(rd).stopped
+
+
+def test_the_engines_own_lines_never_go_into_a_backups_engine_log(runs):
+    """Path: main._stderr_guard, before each of the engine's writes to its stderr
+    (engine.log, opened long before the backup): a live run's `cp -al` backup shares
+    engine.log; the engine then writes a line there (it crashes on damage planted after
+    the backup: output/ made a symlink), and that line goes into a copy of its own, the
+    engine's stdout and stderr moved to it; the backup's engine.log is unchanged and
+    `link-broken` names engine.log. Ablation: link-break."""
+    go = runs.tmp_path / "go"
+    wait_go = ["/bin/sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.01; done', str(go)]
+    rd = runs.start(runs.spec(provider=wait_go, stop=STOP, items=("a", "b")))
+    _session(rd, 1)
+    backup = runs.tmp_path / "backup"
+    _cp_al(rd.path, backup)
+    before = R.snapshot(backup)
+    real = runs.tmp_path / "output-elsewhere"
+    rd.output.rename(real)
+    rd.output.symlink_to(real)
+    go.touch()
+    R.wait_event(rd, "engine-crash", timeout=30)
+    R.wait_engine_exit(rd, timeout=10)
+    assert "crashed: damaged run directory" in rd.engine_log.read_text()
+    changed = R.snapshot_diff(before, R.snapshot(backup))
+    assert not changed, changed
+    assert "engine.log" in _broken(rd), _broken(rd)
