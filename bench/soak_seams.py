@@ -47,6 +47,8 @@ EXIT_CODES_DOC = Path(__file__).resolve().parent.parent / "docs" / "exit-codes.m
 FORK_UNTIL_FULL = """
 import os, signal, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
+while not os.path.exists(sys.argv[2]):  # its go file: `runner run` has exited
+    time.sleep(0.01)
 while True:
     try:
         pid = os.fork()
@@ -228,10 +230,9 @@ def pids_full(work: Path, tally: _Tally, how: str, i: int) -> None:
     key = None
     try:
         (group / "pids.max").write_text(f"{PIDS_MAX}\n")
-        marker = work / f"pids-{how}-{i}.full"
-        spec = write_spec(
-            work / f"pids-{how}-{i}.toml", [sys.executable, "-c", FORK_UNTIL_FULL, str(marker)], kill_grace=KILL_GRACE
-        )
+        marker, go = work / f"pids-{how}-{i}.full", work / f"pids-{how}-{i}.go"
+        provider = [sys.executable, "-c", FORK_UNTIL_FULL, str(marker), str(go)]
+        spec = write_spec(work / f"pids-{how}-{i}.toml", provider, kill_grace=KILL_GRACE)
         rd = RunDir(work / f"pids-{how}-{i}")
         enter = sh('echo $$ > "$1/cgroup.procs" && shift && exec "$@"', str(group), *RUNNER)
         started = subprocess.run(
@@ -245,6 +246,7 @@ def pids_full(work: Path, tally: _Tally, how: str, i: int) -> None:
             raise RuntimeError(f"runner run in a pids cgroup: {started.stderr.strip()}")
         run_id = rd.run_id
         key = _key(rd, run_id)
+        go.touch()  # `runner run --detach` has exited: only the run is in the group now
         deadline = time.monotonic() + 30
         while not marker.exists():
             if time.monotonic() > deadline:

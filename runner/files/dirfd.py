@@ -182,10 +182,10 @@ def _own_new(dir_fd: int, name: str) -> None:
         os.chown(name, st.st_uid, st.st_gid, dir_fd=dir_fd, follow_symlinks=False)
 
 
-def identity_at(path: str | os.PathLike[str]) -> tuple[int, int] | None:
-    """(device, inode) of what `path` names now, no link followed; None when it names
-    nothing. A file directly in a pinned run directory is looked up through the pin
-    itself (no descriptor opened: a journal append asks this)."""
+def stat_at(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """What `path` names now (lstat: no link followed); None when it names nothing. A
+    file directly in a pinned run directory is looked up through the pin itself (no
+    descriptor opened: a journal append asks this)."""
     full = os.path.abspath(path)
     head, name = os.path.split(full)
     fd = _pins.get(head)
@@ -200,7 +200,13 @@ def identity_at(path: str | os.PathLike[str]) -> tuple[int, int] | None:
                 os.close(dfd)
     except (FileNotFoundError, NotADirectoryError, Damaged):
         return None
-    return st.st_dev, st.st_ino
+    return st
+
+
+def identity_at(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """(device, inode) of what `path` names now (stat_at), None when nothing."""
+    st = stat_at(path)
+    return None if st is None else (st.st_dev, st.st_ino)
 
 
 def lexists(path: str | os.PathLike[str]) -> bool:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 
 from runner.errors import Damaged
 from runner.files import dirfd
@@ -49,15 +50,17 @@ def shared(fd: int) -> int:
 
 
 def moved_on(path: str | os.PathLike[str], fd: int) -> bool:
-    """True when `path` now names another file than the one `fd` holds (a writer broke a
-    shared link, or the file was replaced): the holder must open `path` again. False when
-    it names the same file, or nothing (a removed run directory: its files live on in the
-    descriptors that hold them, and the engine keeps writing there)."""
-    at = dirfd.identity_at(path)
-    if at is None:
+    """True when `path` now names another regular file than the one `fd` holds (a writer
+    broke a shared link, and the copy took the name): the holder must open `path` again.
+    False when it names the same file; or nothing (a removed run directory: its files
+    live on in the descriptors that hold them, and the engine keeps writing there); or
+    something that is no regular file (a FIFO swapped in: the holder keeps writing where
+    it was, and the readers name the damage)."""
+    at = dirfd.stat_at(path)
+    if at is None or not stat.S_ISREG(at.st_mode):
         return False
     st = os.fstat(fd)
-    return at != (st.st_dev, st.st_ino)
+    return (at.st_dev, at.st_ino) != (st.st_dev, st.st_ino)
 
 
 def break_link(path: str | os.PathLike[str], fd: int, *, lock: bool = False) -> int:

@@ -268,6 +268,8 @@ class RunDir:
             if not links.moved_on(self.lock, fd):
                 break
             os.close(fd)
+            if time.monotonic() > deadline:  # replaced again and again: someone else's doing
+                raise RunLocked(f"{self.lock}: replaced while it was being locked; try again")
         return EngineLock.holding(self.lock, fd) if record else EngineLock(self.lock, fd)
 
     def adopt_lock(self, fd: int) -> EngineLock:

@@ -476,11 +476,14 @@ def test_mv_of_a_live_run_then_a_stop_through_the_new_path_is_truthful(runs, mod
     assert modes and set(modes.values()) == {0o600}, modes
 
 
-# Forks children that ignore SIGTERM until the kernel refuses a fork (the user's
-# RLIMIT_NPROC), then writes its marker (argv[1]) and ignores SIGTERM too.
+# Waits for its go file (argv[2]), then forks children that ignore SIGTERM until the
+# kernel refuses a fork (the user's RLIMIT_NPROC), then writes its marker (argv[1]) and
+# ignores SIGTERM too.
 FORK_UNTIL_REFUSED = """
 import os, signal, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
+while not os.path.exists(sys.argv[2]):  # its go file: `runner run` has exited
+    time.sleep(0.01)
 while True:
     try:
         pid = os.fork()
@@ -509,8 +512,8 @@ def test_a_users_run_at_its_rlimit_nproc_is_stopped_within_its_bound(user, area)
     from runner import defaults
 
     _, home, _, ids = area
-    marker = home / "full"
-    spec = _spec(home / "spec.toml", [user.python, "-c", FORK_UNTIL_REFUSED, str(marker)], owner=user)
+    marker, go = home / "full", home / "go"
+    spec = _spec(home / "spec.toml", [user.python, "-c", FORK_UNTIL_REFUSED, str(marker), str(go)], owner=user)
     run_dir = home / "run"
     started = subprocess.run(
         ["runuser", "-u", user.name, "--", "prlimit", f"--nproc={NPROC}:{NPROC}", "env", f"PYTHONPATH={user.code}"]
@@ -523,6 +526,8 @@ def test_a_users_run_at_its_rlimit_nproc_is_stopped_within_its_bound(user, area)
     _track(ids, run_dir)
     assert started.returncode == Exit.OK, started.stderr
     rd = RunDir(run_dir)
+    R.wait_event(rd, "session-start", timeout=30)
+    go.touch()  # `runner run` has exited: only the run counts against the limit now
     assert _wait(marker.exists, 30), "the provider never reached the user's RLIMIT_NPROC"
     t0 = time.monotonic()
     out = R.runner("stop", "--run-dir", run_dir)

@@ -3,8 +3,10 @@ pids cgroup (pids.max reached) leaves its engine no new thread or process, so th
 must need none. Real runs, a real cgroup v1 pids hierarchy, a provider whose trapping
 children fork until the kernel refuses (EAGAIN).
 
-The state is reached by an event: the provider writes its marker file once a fork has
-been refused, and the test checks that pids.current is pids.max before it stops."""
+The state is reached by events: the provider waits for the test's go file (written once
+`runner run --detach` has exited, so that nothing of the group leaves it after), forks
+until a fork is refused, then writes its marker; the test checks that pids.current is
+pids.max before it stops."""
 
 import os
 import signal
@@ -30,11 +32,14 @@ LIMIT = 24
 leaves its cgroup), the provider and its forks fill it."""
 KILL_GRACE = 1.0
 
-# Forks children that ignore SIGTERM until the kernel refuses a fork, then writes how many
-# it made to its marker (argv[1]) and ignores SIGTERM too: only a SIGKILL ends the call.
+# Waits for its go file (argv[2]), then forks children that ignore SIGTERM until the
+# kernel refuses a fork, then writes how many it made to its marker (argv[1]) and ignores
+# SIGTERM too: only a SIGKILL ends the call.
 FORK_UNTIL_FULL = """
 import os, signal, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.01)
 made = 0
 while True:
     try:
@@ -100,7 +105,9 @@ def _wait_empty(path, timeout):
 @pytest.fixture
 def pids_cgroup():
     """A cgroup v1 pids cgroup of the test's own at pids.max LIMIT; whatever is left in it
-    is SIGKILLed and the cgroup removed at teardown, even when the test fails."""
+    is SIGKILLed and the cgroup removed at teardown, even when the test fails. Asked for
+    before `runs`, so torn down after it (a run left live is force-stopped first, and
+    its engine removes its own cgroup)."""
     path = PIDS_V1 / f"runner-test-{uuid.uuid4().hex[:8]}"
     path.mkdir()
     try:
@@ -140,8 +147,8 @@ def _remove_run_cgroup(key):
 def _start_in(cgroup, runs, name):
     """`runner run --detach` started inside the pids cgroup (its engine and every process
     of the run inherit it); returns the run and the provider's marker file."""
-    marker = runs.tmp_path / f"{name}.full"
-    provider = [sys.executable, "-c", FORK_UNTIL_FULL, str(marker)]
+    marker, go = runs.tmp_path / f"{name}.full", runs.tmp_path / f"{name}.go"
+    provider = [sys.executable, "-c", FORK_UNTIL_FULL, str(marker), str(go)]
     spec = runs.spec(name=f"{name}.toml", provider=provider, stop={"kill_grace": KILL_GRACE})
     run_dir = runs.tmp_path / name
     runs.started.append(run_dir)
@@ -154,13 +161,16 @@ def _start_in(cgroup, runs, name):
         stdin=subprocess.DEVNULL,
     )
     assert started.returncode == 0, started.stderr
+    rd = RunDir(run_dir)
+    R.wait_event(rd, "session-start", timeout=30)
+    go.touch()  # `runner run` has exited: from here only the run is in the group
     _wait_file(marker, 30)
     assert int((cgroup / "pids.current").read_text()) == LIMIT, "the pids cgroup is not full"
-    return RunDir(run_dir), marker
+    return rd, marker
 
 
 @needs_pids
-def test_a_full_pids_cgroup_does_not_slow_the_plain_stop(runs, pids_cgroup):
+def test_a_full_pids_cgroup_does_not_slow_the_plain_stop(pids_cgroup, runs):
     """Path: the engine's stop asks nothing new of the kernel (cgroup.RunCgroup.enter_engine
     made ready the thread that leaves the run's cgroup and the descriptors of its files):
     with the run's pids cgroup at pids.max, a plain `runner stop` exits 0 within
@@ -185,7 +195,7 @@ def test_a_full_pids_cgroup_does_not_slow_the_plain_stop(runs, pids_cgroup):
 
 
 @needs_pids
-def test_rm_rf_of_a_run_that_filled_its_pids_cgroup_leaves_nothing(runs, pids_cgroup):
+def test_rm_rf_of_a_run_that_filled_its_pids_cgroup_leaves_nothing(pids_cgroup, runs):
     """Path: the watchdog's response to a removed directory (stop_controller: dirfd.gone)
     needs no new thread either: `rm -rf` of a live run whose pids cgroup is full leaves
     nothing of it within kill_grace + 3 s, and the engine's journal (read through a
@@ -194,6 +204,7 @@ def test_rm_rf_of_a_run_that_filled_its_pids_cgroup_leaves_nothing(runs, pids_cg
     rd, _ = _start_in(pids_cgroup, runs, "gone")
     key = rd.key(rd.run_id)
     held = os.open(rd.journal, os.O_RDONLY)
+    runs.started.remove(rd.path)  # removed below: this test cleans up after itself
     try:
         t0 = time.monotonic()
         subprocess.run(["rm", "-rf", str(rd.path)], check=True)
