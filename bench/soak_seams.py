@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import soak_disk
 from bench.faults import RUNNER, kill_tagged, runner, sh, tagged, wait_children, write_spec
 from runner import defaults
 from runner.exitcodes import Exit
@@ -47,8 +48,9 @@ EXIT_CODES_DOC = Path(__file__).resolve().parent.parent / "docs" / "exit-codes.m
 FORK_UNTIL_FULL = """
 import os, signal, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-while not os.path.exists(sys.argv[2]):  # its go file: `runner run` has exited
+while not os.path.exists(sys.argv[2]):
     time.sleep(0.01)
+made = 0
 while True:
     try:
         pid = os.fork()
@@ -57,11 +59,18 @@ while True:
     if pid == 0:
         while True:
             time.sleep(7200)
-open(sys.argv[1] + ".tmp", "w").close()
+    made += 1
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(made))
 os.rename(sys.argv[1] + ".tmp", sys.argv[1])
 while True:
     time.sleep(7200)
 """
+"""A provider (`python -c FORK_UNTIL_FULL MARKER GO`) that ignores SIGTERM, waits for its
+GO file (written once `runner run --detach` has exited, so that nothing leaves the group
+after), then forks children that ignore SIGTERM too until the kernel refuses a fork (a
+pids cgroup at pids.max, or the user's RLIMIT_NPROC), then writes MARKER (how many it
+made) and sleeps: only a SIGKILL ends it. Shared by the soak and the tests."""
 
 
 def documented(command: str) -> set[int]:
@@ -210,7 +219,9 @@ def rm_during_stop(work: Path, tally: _Tally, mode: str, i: int, rng: random.Ran
 # -- a full pids cgroup ---------------------------------------------------------------------
 
 
-def _pids_v1() -> bool:
+def pids_v1() -> bool:
+    """A writable cgroup v1 pids hierarchy at /sys/fs/cgroup/pids (where a run's pids
+    cgroup can be made without a controller of the cgroup v2 hierarchy)."""
     try:
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
             left, _, right = line.partition(" - ")
@@ -223,7 +234,7 @@ def _pids_v1() -> bool:
 
 
 def pids_full(work: Path, tally: _Tally, how: str, i: int) -> None:
-    if not (_pids_v1() and cgroup_available()):
+    if not (pids_v1() and cgroup_available()):
         raise RuntimeError("needs a writable cgroup v1 pids hierarchy and a cgroup v2 with cgroup.kill")
     group = PIDS_V1 / f"runner-soak-{os.getpid()}-{i}-{how}"
     group.mkdir()
@@ -460,7 +471,6 @@ def run(work: Path, n: int, seed: int = 0) -> dict[str, object]:
         return {"skipped": {"all": "needs root (mounts, cgroups, chown)"}, "faults": {}, "problems": []}
     rng = random.Random(seed)
     tally = _Tally()
-    skipped: dict[str, str] = {}
     steps: list[tuple[str, Callable[[int], None]]] = [
         *((f"rm -rf during {mode}", lambda i, m=mode: rm_during_stop(work, tally, m, i, rng)) for mode in RM_MODES),
         ("pids cgroup full, stop", lambda i: pids_full(work, tally, "stop", i)),
@@ -470,11 +480,5 @@ def run(work: Path, n: int, seed: int = 0) -> dict[str, object]:
         ("hard-link backup of a live run", lambda i: hard_link_backup(work, tally, True, i)),
         ("refusals", lambda i: refusals(work, tally, i)),
     ]
-    for fault, trial in steps:
-        for i in range(n):
-            try:
-                trial(i)
-            except RuntimeError as exc:  # the machine cannot stage this fault: said, not counted
-                skipped[fault] = str(exc)
-                break
+    skipped = soak_disk.trials(steps, n)
     return {"faults": tally.faults, "skipped": skipped, "problems": tally.problems}

@@ -28,6 +28,7 @@ import pytest
 import runs as R
 
 import runner
+from bench import soak_seams
 from runner.exitcodes import Exit
 from runner.files import identity_file
 from runner.files.rundir import RunDir
@@ -476,27 +477,6 @@ def test_mv_of_a_live_run_then_a_stop_through_the_new_path_is_truthful(runs, mod
     assert modes and set(modes.values()) == {0o600}, modes
 
 
-# Waits for its go file (argv[2]), then forks children that ignore SIGTERM until the
-# kernel refuses a fork (the user's RLIMIT_NPROC), then writes its marker (argv[1]) and
-# ignores SIGTERM too.
-FORK_UNTIL_REFUSED = """
-import os, signal, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-while not os.path.exists(sys.argv[2]):  # its go file: `runner run` has exited
-    time.sleep(0.01)
-while True:
-    try:
-        pid = os.fork()
-    except BlockingIOError:
-        break
-    if pid == 0:
-        while True:
-            time.sleep(7200)
-open(sys.argv[1] + ".tmp", "w").close()
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-while True:
-    time.sleep(7200)
-"""
 NPROC = 24
 
 
@@ -513,7 +493,8 @@ def test_a_users_run_at_its_rlimit_nproc_is_stopped_within_its_bound(user, area)
 
     _, home, _, ids = area
     marker, go = home / "full", home / "go"
-    spec = _spec(home / "spec.toml", [user.python, "-c", FORK_UNTIL_REFUSED, str(marker), str(go)], owner=user)
+    provider = [user.python, "-c", soak_seams.FORK_UNTIL_FULL, str(marker), str(go)]
+    spec = _spec(home / "spec.toml", provider, owner=user)
     run_dir = home / "run"
     started = subprocess.run(
         ["runuser", "-u", user.name, "--", "prlimit", f"--nproc={NPROC}:{NPROC}", "env", f"PYTHONPATH={user.code}"]

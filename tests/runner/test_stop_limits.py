@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import runs as R
 
+from bench import soak_seams
 from runner import defaults
 from runner.exitcodes import Exit
 from runner.files.rundir import RunDir
@@ -32,47 +33,9 @@ LIMIT = 24
 leaves its cgroup), the provider and its forks fill it."""
 KILL_GRACE = 1.0
 
-# Waits for its go file (argv[2]), then forks children that ignore SIGTERM until the
-# kernel refuses a fork, then writes how many it made to its marker (argv[1]) and ignores
-# SIGTERM too: only a SIGKILL ends the call.
-FORK_UNTIL_FULL = """
-import os, signal, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-while not os.path.exists(sys.argv[2]):
-    time.sleep(0.01)
-made = 0
-while True:
-    try:
-        pid = os.fork()
-    except BlockingIOError:
-        break
-    if pid == 0:
-        while True:
-            time.sleep(7200)
-    made += 1
-with open(sys.argv[1] + ".tmp", "w") as f:
-    f.write(str(made))
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-while True:
-    time.sleep(7200)
-"""
-
-
-def _pids_v1_writable():
-    try:
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return False
-    for line in mounts:
-        left, _, right = line.partition(" - ")
-        fields = right.split()
-        if len(fields) >= 3 and fields[0] == "cgroup" and "pids" in fields[2].split(","):
-            return left.split()[4] == str(PIDS_V1) and os.access(PIDS_V1, os.W_OK)
-    return False
-
 
 needs_pids = pytest.mark.skipif(
-    not (_pids_v1_writable() and cgroup_mod.available()),
+    not (soak_seams.pids_v1() and cgroup_mod.available()),
     reason="needs a writable cgroup v1 pids hierarchy at /sys/fs/cgroup/pids and a cgroup v2 with cgroup.kill",
 )
 
@@ -148,7 +111,7 @@ def _start_in(cgroup, runs, name):
     """`runner run --detach` started inside the pids cgroup (its engine and every process
     of the run inherit it); returns the run and the provider's marker file."""
     marker, go = runs.tmp_path / f"{name}.full", runs.tmp_path / f"{name}.go"
-    provider = [sys.executable, "-c", FORK_UNTIL_FULL, str(marker), str(go)]
+    provider = [sys.executable, "-c", soak_seams.FORK_UNTIL_FULL, str(marker), str(go)]
     spec = runs.spec(name=f"{name}.toml", provider=provider, stop={"kill_grace": KILL_GRACE})
     run_dir = runs.tmp_path / name
     runs.started.append(run_dir)
