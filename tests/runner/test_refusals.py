@@ -10,6 +10,7 @@ Before issue 27, a refused `resume` rewrote state.json to the next attempt (its 
 was refused after the state was saved), and wrote its pid into `lock`."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -129,7 +130,7 @@ def _refused(runs, commands, code, where, env=None):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (files of another uid, hard links to them)")
-@pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.parametrize("damage", DAMAGES, ids=lambda name: re.sub(r"[^A-Za-z0-9.]+", "-", name))
 def test_a_refused_resume_of_a_damaged_run_writes_nothing(runs, damage):
     """Path: lifecycle._resume_locked decides every refusal (the status, the view's
     damage, `_unwritable`: where resume or its engine would write) before its first
