@@ -3,18 +3,18 @@ orphaned call never works on an item beside its replay."""
 
 from __future__ import annotations
 
-from runner.control import run_view
+from runner.control import survey
 from runner.files.rundir import RunDir
 from runner.proc import reaper
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from runner.control.run_view import RunView
+    from runner.control.survey import Survey
     from runner.proc.reaper import ReapReport
 
 
-def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, RunView]:
+def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, Survey]:
     """Kill what a dead engine's attempt left running: its calls (recorded in
     children/), whatever carries the run's tag, and its cgroup's work members. Resume
     runs this first, so an orphaned call never works on an item beside its replay.
@@ -23,13 +23,13 @@ def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, RunView]:
     return kill(view, kill_grace), view
 
 
-def look(rd: RunDir) -> RunView:
+def look(rd: RunDir) -> Survey:
     """What a kill of the leftovers acts on, and what is damaged: read, nothing written
     (resume decides on it before its first write)."""
-    return run_view.not_a_copy(run_view.view(rd, wait_for_engine=False))
+    return survey.not_a_copy(survey.of(rd, wait_for_engine=False))
 
 
-def kill(view: RunView, kill_grace: float) -> ReapReport:
+def kill(view: Survey, kill_grace: float) -> ReapReport:
     """Kill the leftovers `view` names (kill_leftovers, on a view already taken). Signals
     only: no file is written."""
     children = view.children
