@@ -37,7 +37,8 @@ both containments, `--modes` trials per cell, each held to the same invariants; 
 `--all-now` runs stopped by one `runner stop --all --now`, counted for a session or item
 recorded failed.
 
-    python bench/soak.py [--kills 200] [--runs 50] [--modes 3] [--all-now 60] [--seam-trials 20] [--json docs/soak.json] [--check]
+    python bench/soak.py [--kills 200] [--runs 50] [--modes 3] [--all-now 60] [--seam-trials 20]
+                         [--json docs/soak.json] [--check]
 
 --check exits 1 on any loss (CI runs a short soak with it). Every process the soak
 starts is killed at the end, whatever happens.

@@ -14,9 +14,9 @@ run a second name in the backup: the same inode, the same bytes. The rule, per f
   write goes there; the backup's inode is never written. The break is said in the
   journal (`link-broken`: the file, its links). state.json's appended transitions need
   no break: its append path refuses a shared file and saves it whole, by rename.
-- a file the runner only locks (stop-request.lock, stop.lock, and `lock` until the
-  engine writes its pid) is locked where it is: a lock writes nothing, and the backup is
-  a copy, which no command acts on.
+- a file the runner only locks (stop-request.lock, and `lock` until the engine or a
+  recording stopper writes its pid) is locked where it is: a lock writes nothing, and
+  the backup is a copy, which no command acts on.
 
 Copies are made only of a file of the run directory's owner: a hard link there to
 anyone else's file is damage (named, never written, never copied into the run: its
