@@ -142,6 +142,7 @@ class _Tally:
     def __init__(self) -> None:
         self.faults: dict[str, dict[str, object]] = {}
         self.problems: list[str] = []
+        self.said: dict[str, dict[str, str]] = {}  # per fault, per exit code: a line it printed
 
     def add(
         self, fault: str, *, code: int | None, command: str | None, left: tuple[int, int] = (0, 0), **extra: object
@@ -204,14 +205,16 @@ def rm_during_stop(work: Path, tally: _Tally, mode: str, i: int, rng: random.Ran
         )
         time.sleep(rng.uniform(0.0, KILL_GRACE + 0.3))
         subprocess.run(["rm", "-rf", str(rd.path)], capture_output=True)
-        stopper.communicate(timeout=120)
+        out, err = stopper.communicate(timeout=120)
         left = _left(key, KILL_GRACE + 3.0)
-        tally.add(
-            f"`rm -rf` of the run directory during `{command}`",
-            code=stopper.returncode,
-            command=command,
-            left=left,
-        )
+        fault = f"`rm -rf` of the run directory during `{command}`"
+        # What it said of the run's end: `--graceful --wait` first says its request was
+        # lodged, then how the run ended; every other line counts.
+        lines = [line for line in (out + err).splitlines() if line.strip() and "graceful stop lodged" not in line]
+        tally.add(fault, code=stopper.returncode, command=command, left=left, not_one_line=int(len(lines) != 1))
+        if len(lines) != 1:
+            tally.problems.append(f"{fault}: exit {stopper.returncode}, {len(lines)} lines: {lines[:3]}")
+        tally.said.setdefault(fault, {}).setdefault(str(stopper.returncode), lines[-1] if lines else "")
     finally:
         _clean(key)
 
@@ -481,4 +484,4 @@ def run(work: Path, n: int, seed: int = 0) -> dict[str, object]:
         ("refusals", lambda i: refusals(work, tally, i)),
     ]
     skipped = soak_disk.trials(steps, n)
-    return {"faults": tally.faults, "skipped": skipped, "problems": tally.problems}
+    return {"faults": tally.faults, "said": tally.said, "skipped": skipped, "problems": tally.problems}

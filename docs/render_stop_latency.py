@@ -389,6 +389,8 @@ class Context:
                     f"slowest {_human(f['max_s'])} (bound {_human(f['bound_s'])}); over the bound "
                     f"{f.get('over_bound', 0)}"
                 )
+            if "not_one_line" in f:
+                figure.append(f"not one line {f['not_one_line']}")
             if "backups_changed" in f:
                 figure.append(f"backups changed {f['backups_changed']}")
             if "bytes_changed" in f:
