@@ -191,6 +191,19 @@ RM_MODES = {
 }
 
 
+def remove(path: Path) -> int:
+    """`rm -rf path` as its user would, again until the directory is gone: a stopper
+    that creates a file there (its request, its lock) while rm empties the directory
+    makes rm's last rmdir fail (ENOTEMPTY), and the run lives on in a directory that is
+    still there, its graceful stop waiting for a phase that never ends. Returns the
+    number of passes."""
+    for passes in range(1, 11):
+        subprocess.run(["rm", "-rf", str(path)], capture_output=True)
+        if not os.path.lexists(path):
+            return passes
+    raise RuntimeError(f"rm -rf {path}: still there after 10 passes")
+
+
 def rm_during_stop(work: Path, tally: _Tally, mode: str, i: int, rng: random.Random) -> None:
     command, flags = RM_MODES[mode]
     rd, run_id = _start(work, f"rm-{mode}-{i}", sh(TRAP))
@@ -204,14 +217,21 @@ def rm_during_stop(work: Path, tally: _Tally, mode: str, i: int, rng: random.Ran
             text=True,
         )
         time.sleep(rng.uniform(0.0, KILL_GRACE + 0.3))
-        subprocess.run(["rm", "-rf", str(rd.path)], capture_output=True)
+        passes = remove(rd.path)
         out, err = stopper.communicate(timeout=120)
         left = _left(key, KILL_GRACE + 3.0)
         fault = f"`rm -rf` of the run directory during `{command}`"
         # What it said of the run's end: `--graceful --wait` first says its request was
         # lodged, then how the run ended; every other line counts.
         lines = [line for line in (out + err).splitlines() if line.strip() and "graceful stop lodged" not in line]
-        tally.add(fault, code=stopper.returncode, command=command, left=left, not_one_line=int(len(lines) != 1))
+        tally.add(
+            fault,
+            code=stopper.returncode,
+            command=command,
+            left=left,
+            not_one_line=int(len(lines) != 1),
+            rm_again=int(passes > 1),
+        )
         if len(lines) != 1:
             tally.problems.append(f"{fault}: exit {stopper.returncode}, {len(lines)} lines: {lines[:3]}")
         tally.said.setdefault(fault, {}).setdefault(str(stopper.returncode), lines[-1] if lines else "")
@@ -283,7 +303,7 @@ def pids_full(work: Path, tally: _Tally, how: str, i: int) -> None:
             )
         else:
             bound = KILL_GRACE + 3.0
-            subprocess.run(["rm", "-rf", str(rd.path)], capture_output=True)
+            remove(rd.path)
             while int((group / "pids.current").read_text()) and time.monotonic() - t0 < bound:
                 time.sleep(0.01)
             took = time.monotonic() - t0

@@ -391,6 +391,8 @@ class Context:
                 )
             if "not_one_line" in f:
                 figure.append(f"not one line {f['not_one_line']}")
+            if f.get("rm_again"):
+                figure.append(f"`rm -rf` run again {f['rm_again']} (a file made meanwhile)")
             if "backups_changed" in f:
                 figure.append(f"backups changed {f['backups_changed']}")
             if "bytes_changed" in f:
