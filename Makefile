@@ -191,7 +191,9 @@ bench-ci: $(STAMP) bytecode
 # then --now), 10 stoppers on one run; the stop under faults (20 stoppers SIGKILLed and 20
 # SIGINTed at random moments, 5 fork storms, SIGTERM at 0.02-1 s to a foreground run and to
 # a PID-1 run, twice each; SIGTERM to run-local's PID 1 at each of its moments, 20 times,
-# quiet and beside two CPU hogs); then the fuzz tests with thousands of examples.
+# quiet and beside two CPU hogs); the disk faults and the faults at the seams (20 trials
+# each: rm -rf during each stop mode, a full pids cgroup, a lazy unmount, hard-link
+# backups, every refusal's bytes); then the fuzz tests with thousands of examples.
 # Writes docs/soak.json, which `make docs` renders into the Reliability section.
 soak: $(STAMP) bytecode init
 	$(PY) bench/soak.py --kills 200 --runs 50 --stoppers 10 --faults 20 --storms 5 --early 2 --run-local 20 --modes 3 --all-now 60 \
@@ -202,5 +204,5 @@ soak: $(STAMP) bytecode init
 # CI's short soak: fails on any loss; never writes the committed docs/soak.json.
 soak-short: $(STAMP) bytecode init
 	mkdir -p $(ARTIFACTS)
-	$(PY) bench/soak.py --kills 20 --runs 10 --stoppers 10 --faults 3 --storms 1 --early 1 --disk-trials 3 --run-local 1 \
+	$(PY) bench/soak.py --kills 20 --runs 10 --stoppers 10 --faults 3 --storms 1 --early 1 --disk-trials 3 --run-local 1 --seam-trials 1 \
 		--json $(ARTIFACTS)/soak-ci.json --check

@@ -26,12 +26,19 @@ resume), a read-only ext4 under a live run, a run in a pid namespace stopped fro
 host; per fault, trials, runs left running, processes left, exit 0 with something left,
 stops not recorded (expected only on the read-only disk).
 
+Faults at the seams (bench/soak_seams.py, issue 27): `rm -rf` of the run directory
+during each stop mode, a run that filled its pids cgroup (a plain stop, and `rm -rf`),
+`umount -l` of a live run's file system then `stop --all`, `cp -al` backups beside a run,
+every refusal's bytes; per fault, trials, processes left, exit codes and whether
+docs/exit-codes.md lists them for the command, and the fault's own figure.
+
 Stop modes (bench/modes.py, issue 26): every way to stop a run against every victim in
 both containments, `--modes` trials per cell, each held to the same invariants; and
 `--all-now` runs stopped by one `runner stop --all --now`, counted for a session or item
 recorded failed.
 
-    python bench/soak.py [--kills 200] [--runs 50] [--modes 3] [--all-now 60] [--json docs/soak.json] [--check]
+    python bench/soak.py [--kills 200] [--runs 50] [--modes 3] [--all-now 60] [--seam-trials 20]
+                         [--json docs/soak.json] [--check]
 
 --check exits 1 on any loss (CI runs a short soak with it). Every process the soak
 starts is killed at the end, whatever happens.
@@ -367,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--stoppers", type=int, default=10)
     ap.add_argument("--disk-trials", type=int, default=20, help="trials of each disk and pid-namespace fault")
+    ap.add_argument("--seam-trials", type=int, default=20, help="trials of each fault at the seams (issue 27)")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--json", type=Path)
     ap.add_argument("--faults", type=int, default=20, help="interrupted-stopper trials per signal (SIGKILL, SIGINT)")
@@ -395,6 +403,13 @@ def main(argv: list[str] | None = None) -> int:
         from bench import soak_disk
 
         disk = soak_disk.run(work / "disk", args.disk_trials) if args.disk_trials else {"faults": {}, "problems": []}
+        from bench import soak_seams
+
+        seams = (
+            soak_seams.run(work / "seams", args.seam_trials, args.seed)
+            if args.seam_trials
+            else {"faults": {}, "problems": []}
+        )
         from bench import modes
 
         stop_modes = modes.soak(work / "modes", args.modes) if args.modes else None
@@ -415,10 +430,12 @@ def main(argv: list[str] | None = None) -> int:
         "many_stoppers": many,
         "faults": fault,
         "disk_and_pidns_faults": disk,
+        "seam_faults": seams,
         "stop_modes": stop_modes,
         "all_now": all_now,
     }
     problems = crash["problems"] + hard["problems"] + now["problems"] + many["problems"] + list(disk["problems"])
+    problems += list(seams["problems"])
     problems += [p for f in fault.values() for p in f["problems"] + _fault_losses(f)]
     if stop_modes is not None:
         problems += stop_modes["problems"]
@@ -441,6 +458,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{f['processes_left']} processes left, {f['exit0_with_something_left']} exit 0 with something left, "
             f"{f['stops_not_recorded']} stops not recorded; codes {f['codes']}"
         )
+    for name, f in seams["faults"].items():
+        print(f"soak: seam {name}: {f['trials']} trials, {f['processes_left']} processes left; codes {f['codes']}")
+    for name, why in (seams.get("skipped") or {}).items():
+        print(f"soak: seam {name}: skipped: {why}")
     for p in problems:
         print(f"soak: problem: {p}")
     if args.json:

@@ -282,11 +282,20 @@ def run(work: Path, n: int) -> dict[str, object]:
             ("run in a pid namespace, host-side stop (stop)", lambda i: in_namespace("stop", i)),
             ("run in a pid namespace, host-side stop (now)", lambda i: in_namespace("now", i)),
         ]
+    skipped.update(trials(steps, n))
+    return {"faults": tally.faults, "skipped": skipped, "problems": tally.problems}
+
+
+def trials(steps: list[tuple[str, Callable[[int], None]]], n: int) -> dict[str, str]:
+    """`n` trials of each step, in order; a step whose trial raises RuntimeError (the
+    machine cannot stage that fault) is skipped from there: {fault: why}, said, not
+    counted."""
+    skipped: dict[str, str] = {}
     for fault, trial in steps:
         for i in range(n):
             try:
                 trial(i)
-            except RuntimeError as exc:  # the machine cannot stage this fault: said, not counted
+            except RuntimeError as exc:
                 skipped[fault] = str(exc)
                 break
-    return {"faults": tally.faults, "skipped": skipped, "problems": tally.problems}
+    return skipped

@@ -360,7 +360,50 @@ class Context:
             + ":\n\n"
             + "\n".join(rows)
             + self._faults(s.get("faults"), (s.get("disk_and_pidns_faults") or {}).get("faults"))
+            + self._seams(s.get("seam_faults"))
         )
+
+    def _seams(self, seams: dict | None) -> str:
+        """The faults at the seams (bench/soak_seams.py, issue 27): one row per fault, with
+        its own figure (a bound, a backup's bytes, a refusal's bytes)."""
+        faults = (seams or {}).get("faults") or {}
+        skipped = (seams or {}).get("skipped") or {}
+        if not faults and not skipped:
+            return ""
+        rows = [
+            "",
+            "",
+            "Faults at the seams, from the same soak (`bench/soak_seams.py`): per fault, the trials, the "
+            "processes of the run and the cgroups left, every exit code seen and how many of them "
+            "docs/exit-codes.md does not list for that command (INTERNAL never counts as listed), and "
+            "the fault's own figure.",
+            "",
+            "| fault | trials | processes left | cgroups left | exit codes (not listed) | figure |",
+            "|---|---|---|---|---|---|",
+        ]
+        for what, f in faults.items():
+            codes = sorted(int(c) for c in f.get("codes", {}))
+            figure = []
+            if "max_s" in f:
+                figure.append(
+                    f"slowest {_human(f['max_s'])} (bound {_human(f['bound_s'])}); over the bound "
+                    f"{f.get('over_bound', 0)}"
+                )
+            if "not_one_line" in f:
+                figure.append(f"not one line {f['not_one_line']}")
+            if f.get("rm_again"):
+                figure.append(f"`rm -rf` run again {f['rm_again']} (a file made meanwhile)")
+            if "backups_changed" in f:
+                figure.append(f"backups changed {f['backups_changed']}")
+            if "bytes_changed" in f:
+                figure.append(f"names or bytes changed {f['bytes_changed']}; not refused {f.get('not_refused', 0)}")
+            rows.append(
+                f"| {what} | {f['trials']} | {f['processes_left']} | {f.get('cgroups_left', 0)} "
+                f"| {codes} ({f.get('undocumented', 0)}) | {'; '.join(figure) or '-'} |"
+            )
+        for what, why in sorted(skipped.items()):
+            rows.append(f"| {what} | skipped: {why} | | | | |")
+        return "\n".join(rows)
 
     _FAULTS = (
         ("stopper_sigkill", "a stopper (`--now` or plain) SIGKILLed at a random moment, then a plain `runner stop`"),

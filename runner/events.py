@@ -69,6 +69,8 @@ class Event(StrEnum):
     RESERVE_UNAVAILABLE = "reserve-unavailable"
     OUTPUT_UNWRITTEN = "output-unwritten"
     DISK_FAULT = "disk-fault"
+    # -- hard links ---------------------------------------------------------------
+    LINK_BROKEN = "link-broken"
 
 
 class Outcome(StrEnum):

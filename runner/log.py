@@ -19,10 +19,26 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 
 _stderr_format: str | None = None
+
+before_stderr: Callable[[], object] | None = None
+"""Set by a process whose stderr is a file of its run (the engine's engine.log): called
+before each of the runner's writes there (a warning, a line, a traceback). The engine
+breaks a hard link a backup shares first (files/links.py)."""
+
+
+def stderr_ready() -> None:
+    """Before writing to stderr: before_stderr, if set. Its failure never stops the line."""
+    hook = before_stderr
+    if hook is not None:
+        try:
+            hook()
+        except Exception:
+            pass
 
 
 def to_stderr(fmt: str = "runner: warning: %(message)s") -> None:
@@ -48,15 +64,19 @@ class Logger:
         return self._real
 
     def info(self, msg: str, *args: object) -> None:
+        stderr_ready()
         self._logger().info(msg, *args)
 
     def warning(self, msg: str, *args: object) -> None:
+        stderr_ready()
         self._logger().warning(msg, *args)
 
     def error(self, msg: str, *args: object) -> None:
+        stderr_ready()
         self._logger().error(msg, *args)
 
     def exception(self, msg: str, *args: object) -> None:
+        stderr_ready()
         self._logger().exception(msg, *args)
 
 

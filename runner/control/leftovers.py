@@ -19,9 +19,21 @@ def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, Survey]:
     children/), whatever carries the run's tag, and its cgroup's work members. Resume
     runs this first, so an orphaned call never works on an item beside its replay.
     Returns the reaper's report and the run's view (what was damaged)."""
-    view = survey.not_a_copy(survey.of(rd, wait_for_engine=False))
+    view = look(rd)
+    return kill(view, kill_grace), view
+
+
+def look(rd: RunDir) -> Survey:
+    """What a kill of the leftovers acts on, and what is damaged: read, nothing written
+    (resume decides on it before its first write)."""
+    return survey.not_a_copy(survey.of(rd, wait_for_engine=False))
+
+
+def kill(view: Survey, kill_grace: float) -> ReapReport:
+    """Kill the leftovers `view` names (kill_leftovers, on a view already taken). Signals
+    only: no file is written."""
     children = view.children
-    report = reaper.kill_everything(
+    return reaper.kill_everything(
         groups=[(child.pgid, [child]) for child in children],
         pids=children,
         run_id=view.key,
@@ -29,4 +41,3 @@ def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, Survey]:
         cgroup=view.cgroup,
         cgroup_scope="work",
     )
-    return report, view

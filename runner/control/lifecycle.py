@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from runner.control import leftovers, stop, stop_record, waiting
 from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked, RunnerError
 from runner.events import STOP_SIGNALS, Event, Origin, StopKind
 from runner.exitcodes import Exit
-from runner.files import identity_file, ownership, stop_request, untrusted
+from runner.files import dirfd, identity_file, links, ownership, stop_request, untrusted
 from runner.files.journal import Journal
 from runner.files.rundir import EngineLock, RunDir, default_base, new_run_id, refuse_copy, resolve
 from runner.files.spec import Spec, load_frozen
@@ -80,7 +81,7 @@ def run(
         if not (allow_foreign or ownership.allowed_by_env()):
             ownership.check(rd.path, creating_in=_nearest_existing(rd.path.parent))
     rd = RunDir.create(rd.path, spec_path, data=raw, refuse_foreign=not (allow_foreign or ownership.allowed_by_env()))
-    with rd.acquire_lock() as lock:
+    with rd.acquire_lock(record=False) as lock:
         return start_engine(rd, spec, detach, say, lock, display), rd
 
 
@@ -105,7 +106,10 @@ def resume(
     left running is killed first (only what is proven the run's), pending control files
     are archived, the dead attempt's identity files removed. Another user's directory is
     refused (ownership.py) unless `allow_foreign`. `resumable`: the status model's
-    answer (views/status.py), which picks the run when `run_dir` is not given."""
+    answer (views/status.py), which picks the run when `run_dir` is not given.
+
+    A refused resume writes nothing: every refusal (another user's directory, a copy, a
+    live engine, damage, a completed run) is decided before its first write."""
     if run_dir is not None:
         ownership.check_access(run_dir)
     rd = resolve(run_dir, want=resumable, what="resumable")
@@ -117,9 +121,10 @@ def resume(
     refuse_copy(rd)
     # The engine lock is taken before anything is touched and handed to the new engine
     # (it inherits the locked descriptor): never released in between, so of two resumes
-    # racing, exactly one prepares and starts an engine; the other is REFUSED.
+    # racing, exactly one prepares and starts an engine; the other is REFUSED. Locked,
+    # not written: the engine writes its pid into it.
     try:
-        lock = rd.acquire_lock()
+        lock = rd.acquire_lock(record=False)
     except RunLocked:
         raise RunLocked(f"{rd.path}: an engine of this run is alive, or another resume is starting one") from None
     with lock:
@@ -127,20 +132,36 @@ def resume(
 
 
 def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, display: DisplayFactory | None) -> int:
-    if rd.readopt_identity():
-        say(
-            f"{rd.path}: the run directory's identity was recorded in another boot or on another machine: recorded anew"
-        )
+    # Every refusal first, on what is read: nothing is written until each has passed.
+    elsewhere = rd.recorded_elsewhere()  # a damaged dir-identity is refused here
     spec = load_frozen(rd.spec)
     store = StateStore(rd.state)
     state = store.load()
     if state.status in ("completed", "failed") and not state.stopped:
         raise BadInput(f"{rd.state}: status: expected a stopped or crashed run, got {state.status!r}")
-    with Journal(rd.journal) as journal:  # closed on every way out, a refusal included
+    view = leftovers.look(rd)
+    # engine.json and the files in children/ are the dead attempt's: resume removes them
+    # below, so their damage does not hold it up (nothing was signalled on their word).
+    stale_idents = (f"{rd.engine_identity}:", f"{rd.children}/")
+    blocking = [d for d in view.damaged if not d.startswith(stale_idents)]
+    blocking += _unwritable(rd)  # ablate: refusals-before-writes
+    if blocking:
+        # What the dead attempt left running is killed all the same (signals, no write).
+        leftovers.kill(view, spec.stop.kill_grace)
+        raise Damaged(
+            rd.path,
+            "; ".join(blocking) + " (leftovers were killed; repair or remove these files, then resume again)",
+        )
+    # From here resume writes.
+    if elsewhere and rd.readopt_identity():
+        say(
+            f"{rd.path}: the run directory's identity was recorded in another boot or on another machine: recorded anew"
+        )
+    with Journal(rd.journal) as journal:  # closed on every way out
         stop_record.complete_record(rd, journal, state)
         for name in stop_request.archive_pending(rd):
             journal.append(Event.CONTROL_FILE_ARCHIVED, file=name, reason="resume")
-        left, view = leftovers.kill_leftovers(rd, spec.stop.kill_grace)
+        left = leftovers.kill(view, spec.stop.kill_grace)
         if left.died_at_term or left.needed_kill or left.unkillable:
             journal.append(
                 Event.LEFTOVERS_KILLED,
@@ -153,18 +174,9 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, display
             say("refused to signal (not proven the run's): " + "; ".join(left.refused))
         # The dead attempt's cgroup, if its engine was killed before it removed it (a
         # container's PID 1 SIGKILLed): emptied above, removed here, made anew by the engine.
-        stale = cgroup.remove_leftover(view.key)
-        if stale is not None:
-            say(f"removed the cgroup the dead attempt left: {stale}")
-        # engine.json and the files in children/ are the dead attempt's: resume removes them
-        # below, so their damage does not hold it up (nothing was signalled on their word).
-        stale_idents = (f"{rd.engine_identity}:", f"{rd.children}/")
-        blocking = [d for d in view.damaged if not d.startswith(stale_idents)]
-        if blocking:
-            raise Damaged(
-                rd.path,
-                "; ".join(blocking) + " (leftovers were killed; repair or remove these files, then resume again)",
-            )
+        leftover = cgroup.remove_leftover(view.key)
+        if leftover is not None:
+            say(f"removed the cgroup the dead attempt left: {leftover}")
         # The previous attempt's identities name dead processes (or, later, someone else's):
         # a stopper must only ever find the new engine's, once it has written it. Removed by
         # name inside children/ (never through a link), whatever each one is.
@@ -176,6 +188,39 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, display
         store.save(store.new_attempt(state))
         journal.append(Event.RESUME, attempt=state.attempt + 1)
     return start_engine(rd, spec, detach, say, lock, display)
+
+
+def _unwritable(rd: RunDir) -> list[str]:
+    """Where resume or its engine would write and could not: a file written in place or
+    locked (journal.jsonl, engine.log, lock, stop-request.lock) that is not a regular
+    file, or a hard link to a file that is not the directory owner's (a backup's link to
+    the run's own file is broken at the write instead: links.py); a subdirectory that is
+    not one. Read only: said before resume's first write, never found after it."""
+    found: list[str] = []
+    pin = dirfd.pinned(rd.path)
+    owner = os.fstat(pin).st_uid if pin is not None else os.getuid()
+    for path in (rd.journal, rd.engine_log, rd.lock, rd.stop_request_lock):
+        try:
+            fd = untrusted.open_regular(path)
+        except FileNotFoundError:
+            continue
+        except Damaged as exc:
+            found.append(" ".join(str(exc).split()))
+            continue
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if st.st_nlink > 1 and st.st_uid != owner:
+            found.append(f"{path}: has {st.st_nlink} hard links and is not the run directory owner's file")
+    for sub in (rd.children, rd.output, rd.archive):
+        try:
+            st = os.stat(sub.name, dir_fd=pin, follow_symlinks=False) if pin is not None else os.lstat(sub)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            found.append(f"{sub}: not a directory (or a symlink, never followed)")
+    return found
 
 
 def start_engine(
@@ -190,8 +235,19 @@ def start_engine(
     if key is None:
         raise NoLiveRun(f"{rd.path}: the run directory is gone")
     env = {**os.environ, membership.TAG: key}
-    # Never through a link, relative to the run directory's descriptor (dirfd.py).
-    log_fd = untrusted.open_regular(rd.engine_log, flags=os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    # Never through a link, relative to the run directory's descriptor (dirfd.py); never
+    # into a file a backup shares (links.py: the engine's stderr is appended to).
+    log_fd = untrusted.open_regular(rd.engine_log, flags=os.O_WRONLY | os.O_APPEND | os.O_CREAT, shared=True)
+    broken = links.shared(log_fd)
+    if broken:
+        try:
+            old, log_fd = log_fd, links.break_link(rd.engine_log, log_fd)
+        except BaseException:
+            os.close(log_fd)
+            raise
+        os.close(old)
+        with Journal(rd.journal) as journal:
+            journal.append(Event.LINK_BROKEN, file=str(rd.engine_log), links=broken)
     with os.fdopen(log_fd, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "runner", "_engine", str(rd.path), "--lock-fd", str(lock.fd)],

@@ -376,23 +376,25 @@ def stop_path(run_dir: str | None, kind: StopKind) -> StopResult:
     resolved and stopped. `rm -rf DIR` of a live run, before this command or while it
     reads the run: the run's engine, if it still lives, is found by its pinned, deleted
     directory (vanished.py) and its run stopped as `--now` stops it, said on one line
-    (a graceful stop has no file left to lodge: NoLiveRun)."""
+    (a graceful stop has no file left to lodge: NoLiveRun). No engine found there:
+    resolve's own line (no run there, or a symlink never followed)."""
     try:
         rd = resolve(run_dir)
-    except NoLiveRun:
+    except NoLiveRun as missing:
         if run_dir is None or kind.mode == Mode.GRACEFUL:
             raise
-        return _vanished_at(os.path.abspath(run_dir))
+        return _vanished_at(os.path.abspath(run_dir), missing)
     return stop(rd, kind)
 
 
-def _vanished_at(where: str) -> StopResult:
-    """The run whose directory was at `where`: its engine, found by the kernel's word."""
+def _vanished_at(where: str, missing: NoLiveRun | None = None) -> StopResult:
+    """The run whose directory was at `where`: its engine, found by the kernel's word;
+    else `missing` (what resolve said of `where`) is raised."""
     from runner.proc import vanished
 
     found = [v for v in vanished.engines(os.path.dirname(where)) if os.path.abspath(v.run_dir) == where]
     if not found:
-        raise NoLiveRun(f"{where}: no run there (no spec.toml)")
+        raise missing or NoLiveRun(f"{where}: no run there (no spec.toml)")
     return stop_vanished(found[0])
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from runner import defaults
 from runner import log as _log
 from runner.engine.registry import Registry
-from runner.files import dirfd
+from runner.errors import Damaged
+from runner.files import dirfd, links
 from runner.proc import identity, oom, reaper
 from runner.proc.reaper import ReapReport
 from runner.values import Value
@@ -82,10 +83,15 @@ class _Capture:
     is counted, not stored, and `error` says why (the engine journals it)."""
 
     def __init__(
-        self, path: str | os.PathLike[str], cap_bytes: int, told: Callable[[str, str], object] | None = None
+        self,
+        path: str | os.PathLike[str],
+        cap_bytes: int,
+        told: Callable[[str, str], object] | None = None,
+        broke: Callable[[str, int], object] | None = None,
     ) -> None:
         self.path = Path(path)
         self.told = told  # told (file, error) at the first refused write, as it happens
+        self.broke = broke  # told (file, links) when a backup's link was broken (links.py)
         self.cap = cap_bytes
         self.kept = 0
         self.dropped = 0
@@ -111,10 +117,31 @@ class _Capture:
         if first and self.told is not None:
             self.told(str(self.path), self.error)
 
+    def _sole(self) -> None:
+        """Before each write: a backup that shares the file (`cp -al` of the live run)
+        keeps it; the call's output goes on in a copy of its own (links.py)."""
+        if self.file is None:
+            return
+        broken = links.shared(self.file.fileno())
+        if not broken:
+            return
+        try:
+            new = links.break_link(self.path, self.file.fileno())
+        except Damaged as exc:
+            self._failed(OSError(0, exc.what))
+            return
+        old, self.file = self.file, os.fdopen(new, "wb")
+        old.close()
+        if self.broke is not None:
+            self.broke(str(self.path), broken)
+
     def add(self, data: bytes) -> None:
         take = min(max(0, self.cap - self.kept), len(data)) if self.file is not None else 0
         if take and self.file is not None:
             try:
+                self._sole()
+                if self.file is None:
+                    raise OSError(0, self.error or "")
                 self.file.write(data[:take])
                 # On disk at once: `runner logs --follow` and the foreground progress
                 # line read the file while the call runs.
@@ -129,6 +156,9 @@ class _Capture:
         if self.file is None:
             return
         try:
+            self._sole()
+            if self.file is None:
+                return
             if self.dropped:
                 self.file.write(
                     f"\n[runner: output capped at {self.cap} bytes; {self.dropped} more bytes dropped]\n".encode()
@@ -162,10 +192,11 @@ def run_child(
     cap_bytes: int,
     cwd: str | os.PathLike[str] | None = None,
     output_unwritten: Callable[[str, str], object] | None = None,
+    link_broken: Callable[[str, int], object] | None = None,
 ) -> Result:
     str_argv = [str(a) for a in argv]
     spawn_argv = registry.cgroup.wrap_argv(str_argv) if registry.cgroup is not None else str_argv
-    capture = _Capture(output_path, cap_bytes, output_unwritten)
+    capture = _Capture(output_path, cap_bytes, output_unwritten, link_broken)
     # The OOM killer's count before the call: a SIGKILL while it rose was for memory.
     memory = registry.cgroup.path / "work" if registry.cgroup is not None else None
     oom_before = oom.kills(memory)

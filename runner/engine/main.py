@@ -15,21 +15,26 @@ import os
 import sys
 
 from runner import defaults
+from runner import log as _log
 from runner.engine.phases import Phases, say
 from runner.engine.registry import Registry
 from runner.engine.stop_controller import StopController
 from runner.errors import RunLocked, RunnerError, disk_fault
 from runner.events import Event
 from runner.exitcodes import Exit
-from runner.files import identity_file
+from runner.files import dirfd, identity_file, links
 from runner.files.atomic import atomic_write_text
 from runner.files.journal import Journal
 from runner.files.reserve import Reserve
-from runner.files.rundir import RunDir, refuse_copy
+from runner.files.rundir import EngineLock, RunDir, refuse_copy
 from runner.files.spec import load_frozen
 from runner.files.state import State, StateStore
 from runner.proc import identity, membership, pidns, sweep
 from runner.proc.cgroup import RunCgroup, resolve_containment
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
@@ -49,7 +54,7 @@ def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
         say(str(exc))
         return exc.exit_code
     try:
-        return _run_locked(rd)
+        return _run_locked(rd, lock)
     except RunnerError as exc:
         say(str(exc))
         return exc.exit_code
@@ -61,12 +66,40 @@ def main(run_dir: str | os.PathLike[str], lock_fd: int | None = None) -> Exit:
         try:
             import traceback
 
+            _log.stderr_ready()
             traceback.print_exc()
         except (OSError, ValueError):
             pass  # engine.log is on the disk that failed
         return Exit.INTERNAL
     finally:
+        _log.before_stderr = None
         lock.release()
+
+
+def _stderr_guard(rd: RunDir, journal: Journal) -> Callable[[], None]:
+    """Before each write of the engine's to its stderr: engine.log, when a backup shares
+    it (`cp -al` of the live run), is first replaced by a copy of its own that the
+    engine's stdout and stderr then write to; the backup's inode is never written
+    (links.py). Said in the journal."""
+
+    def guard() -> None:
+        broken = links.shared(2)
+        if not broken:
+            return
+        held = os.fstat(2)
+        if dirfd.identity_at(rd.engine_log) != (held.st_dev, held.st_ino):
+            return  # stderr is not this run's engine.log (an engine started by hand)
+        new = links.break_link(rd.engine_log, 2)
+        try:
+            for fd in (1, 2):
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino):
+                    os.dup2(new, fd)
+        finally:
+            os.close(new)
+        journal.append(Event.LINK_BROKEN, file=str(rd.engine_log), links=broken)
+
+    return guard
 
 
 def _own_key(rd: RunDir) -> str:
@@ -90,7 +123,7 @@ def reserve_size(state: State) -> int:
     return max(defaults.RESERVE_BYTES, 2 * len(json.dumps(state.to_dict(), indent=2)) + 64 * 1024)
 
 
-def _run_locked(rd: RunDir) -> Exit:
+def _run_locked(rd: RunDir, lock: EngineLock) -> Exit:
     key = _own_key(rd)  # before anything is written
     spec = load_frozen(rd.spec)
     store = StateStore(rd.state)
@@ -105,6 +138,9 @@ def _run_locked(rd: RunDir) -> Exit:
         no_reserve = f"{exc.strerror or exc}"
     store.spare = spare
     journal = Journal(rd.journal, spare)
+    if lock.broken:  # a backup shared `lock`: the engine wrote its pid into a copy of its own
+        journal.append(Event.LINK_BROKEN, file=str(rd.lock), links=lock.broken)
+    _log.before_stderr = _stderr_guard(rd, journal)
     containment = resolve_containment(spec.stop.containment)
     cgroup: RunCgroup | None = None
     if containment == "cgroup":

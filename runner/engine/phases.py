@@ -23,6 +23,7 @@ import sys
 import time
 
 from runner import defaults
+from runner import log as _log
 from runner.engine.child import Result, run_child
 from runner.errors import Damaged, RunStopped, disk_fault
 from runner.events import Event, Mode, Origin, Outcome
@@ -69,6 +70,7 @@ def _how(result: Result) -> str:
 
 def say(line: str) -> None:
     """One line in engine.log (the engine's stderr), if the disk still takes it."""
+    _log.stderr_ready()
     try:
         print(f"runner engine: {line}", file=sys.stderr, flush=True)
     except (OSError, ValueError):
@@ -474,6 +476,7 @@ class Phases:
             output_path=output,
             cap_bytes=self.spec.output_cap_bytes,
             output_unwritten=self._output_unwritten,
+            link_broken=self._link_broken,
         )
         if result.timed_out:
             which = Event.CALL_TIMEOUT if result.timed_out == "call" else Event.IDLE_TIMEOUT
@@ -492,6 +495,10 @@ class Phases:
         if not self._output_unwritten_said:
             self._output_unwritten_said = True
             self.journal.append(Event.OUTPUT_UNWRITTEN, file=file, error=error)
+
+    def _link_broken(self, file: str, links: int) -> None:
+        """A backup shared a command's output file: its output went on in a copy."""
+        self.journal.append(Event.LINK_BROKEN, file=file, links=links)
 
     def _save(self) -> None:
         self.state.updated = time.time()

@@ -161,14 +161,17 @@ class Registry:
             self._stop_done.wait()
             if self._stop_report is not None:
                 return self._stop_report
-        elif self.cgroup is not None:
-            # The engine's way out of its cgroup (an RCU grace period of waiting, which
-            # its exit would otherwise wait for) runs beside the kill. The kill's scope
-            # is work/, which the engine is not in: nothing of the stop needs it there.
-            self.cgroup.leave_in_background()  # ablate: stop-leaves-cgroup-early
         try:
+            if first and self.cgroup is not None:
+                # The engine's way out of its cgroup (an RCU grace period of waiting, which
+                # its exit would otherwise wait for) runs beside the kill, in the thread the
+                # engine made ready at start-up. The kill's scope is work/, which the engine
+                # is not in: nothing of the stop needs it there.
+                self.cgroup.leave_in_background()  # ablate: stop-leaves-cgroup-early
             self._stop_report = self._kill_entries(self._mark_killed())
         finally:
+            # Set however the first call ends: a second one (the watchdog's retry, the main
+            # thread's clean-up) never waits for a kill that raised before it began.
             self._stop_done.set()
         return self._stop_report
 

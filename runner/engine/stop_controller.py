@@ -186,6 +186,7 @@ class StopController:
                 return False
             self._disk_fault_said = True
         self._journal_quietly(Event.DISK_FAULT, file=fault[0], error=fault[1], reserve="released")
+        _log.stderr_ready()
         try:  # engine.log, in what the reserve freed
             print(
                 f"runner engine: {fault[1]} (writing {fault[0]}): the reserve is given up, the run stops",
@@ -220,7 +221,9 @@ class StopController:
             if self._stopping.is_set() or self._finishing:
                 return
             try:
-                consumed_origin = self._honored_origin(self.consume())
+                # A removed directory holds no request to consume (nor can one be made
+                # there): its stop is the removal's.
+                consumed_origin = None if origin == Origin.VANISHED else self._honored_origin(self.consume())
             except Exception:
                 consumed_origin = None
                 import traceback

@@ -182,6 +182,33 @@ def _own_new(dir_fd: int, name: str) -> None:
         os.chown(name, st.st_uid, st.st_gid, dir_fd=dir_fd, follow_symlinks=False)
 
 
+def stat_at(path: str | os.PathLike[str]) -> os.stat_result | None:
+    """What `path` names now (lstat: no link followed); None when it names nothing. A
+    file directly in a pinned run directory is looked up through the pin itself (no
+    descriptor opened: a journal append asks this)."""
+    full = os.path.abspath(path)
+    head, name = os.path.split(full)
+    fd = _pins.get(head)
+    try:
+        if fd is not None:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        else:
+            dfd, name = parent(full)
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            finally:
+                os.close(dfd)
+    except (FileNotFoundError, NotADirectoryError, Damaged):
+        return None
+    return st
+
+
+def identity_at(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """(device, inode) of what `path` names now (stat_at), None when nothing."""
+    st = stat_at(path)
+    return None if st is None else (st.st_dev, st.st_ino)
+
+
 def lexists(path: str | os.PathLike[str]) -> bool:
     """os.path.lexists, relative to the pinned run directory (a moved directory's files
     are still found; a link counts as there, never followed)."""

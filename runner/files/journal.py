@@ -4,6 +4,11 @@ Each record is one os.write on an O_APPEND descriptor: the kernel appends it who
 the engine, its watchdog thread and a stopper process can append at once without
 interleaving. A SIGKILL or a crash can at worst leave a torn last line; readers skip it,
 and the next writer starts on a fresh line so the torn fragment never swallows a record.
+
+Never appended through a link a backup shares (`cp -al`): before each record, under the
+flock, the writer looks at the file it holds; shared, it is copied to a new inode that
+takes the name, and `link-broken` is the first record there (links.py). A writer whose
+name now names another file (someone broke the link first) opens it again.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import time
 from runner import defaults
 from runner.errors import Damaged
 from runner.events import Event
-from runner.files import reserve, untrusted
+from runner.files import links, reserve, untrusted
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,21 +47,48 @@ class Journal:
         # json.dumps escapes newlines inside strings, so a record is always one line.
         line = (json.dumps(record, default=str) + "\n").encode("utf-8")
         with self._lock:
-            if self._fd is None:
-                self._fd = _open_append(self.path)
-            # Writers of other processes (a stopper) append too. The torn-tail check
-            # must not see another writer's record half-copied into the page cache
-            # (a reader can), so checks and writes are serialised by an flock.
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            fd = self._locked()
             try:
-                if _ends_torn(self._fd):
+                broken = links.shared(fd)
+                if broken:
+                    # A backup shares the file: the run moves on to a copy of its own
+                    # (locked before anyone can see it), and says so there first.
+                    old, fd = (
+                        fd,
+                        reserve.retrying(lambda: links.break_link(self.path, fd, lock=True), self.spare, self.path),
+                    )
+                    self._fd = fd
+                    os.close(old)  # its flock goes with it: a waiter there opens the name again
+                    said = {"event": Event.LINK_BROKEN, "t": time.time(), "file": self.path, "links": broken}
+                    line = (json.dumps(said) + "\n").encode("utf-8") + line
+                if _ends_torn(fd):
                     line = b"\n" + line
-                _write_all(self._fd, line, self.spare, self.path)
-                fd = self._fd
+                _write_all(fd, line, self.spare, self.path)
                 reserve.retrying(lambda: os.fsync(fd), self.spare, self.path)
             finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
         return record
+
+    def _locked(self) -> int:
+        """The journal's descriptor, flocked. Writers of other processes (a stopper)
+        append too: the torn-tail check must not see another writer's record half-copied
+        into the page cache (a reader can), so checks and writes are serialised by an
+        flock. Once it is held, the name must still name the file held: else another
+        writer broke a shared link (the old inode is the backup's now), and the name is
+        opened again (a few times at most: each break is of a new file, kept)."""
+        for _ in range(3):
+            if self._fd is None:
+                self._fd = _open_append(self.path)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            if not links.moved_on(self.path, self._fd):
+                break
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+        else:
+            self._fd = _open_append(self.path)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self._fd
 
     def close(self) -> None:
         with self._lock:
@@ -90,7 +122,7 @@ def _open_append(path: str) -> int:
     """The journal for appending: created if missing, but never through a symlink and
     never a FIFO or a device (the run directory is untrusted; see untrusted.py)."""
     try:
-        return untrusted.open_regular(path, flags=os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        return untrusted.open_regular(path, flags=os.O_RDWR | os.O_APPEND | os.O_CREAT, shared=True)
     except FileNotFoundError:
         raise Damaged(path, "a parent directory is missing") from None
 

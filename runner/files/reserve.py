@@ -21,7 +21,7 @@ import stat
 
 from runner import defaults
 from runner.errors import Damaged
-from runner.files import dirfd
+from runner.files import dirfd, links
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -92,8 +92,11 @@ class Reserve:
         freed = False
         if self._fd is not None:
             try:
-                os.ftruncate(self._fd, 0)
-                freed = True
+                # Never truncated where a backup shares it (`cp -al` of the live run): its
+                # copy keeps its bytes, and the space is the backup's to free (links.py).
+                if not links.shared(self._fd):
+                    os.ftruncate(self._fd, 0)
+                    freed = True
             except OSError:
                 pass
             os.close(self._fd)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from runner import defaults, ident
 from runner.errors import BadInput, CopyOfRun, Damaged, NoLiveRun, RunLocked
-from runner.files import dirfd, untrusted
+from runner.files import dirfd, links, untrusted
 from runner.files.atomic import atomic_write_text, temp_file, write_synced
 
 TYPE_CHECKING = False
@@ -26,10 +26,13 @@ if TYPE_CHECKING:
 
 
 class EngineLock:
-    """The engine's exclusive lock on its run directory; held until release() or exit."""
+    """The engine's exclusive lock on its run directory; held until release() or exit.
+    `broken`: the links `lock` had when the engine broke them to write its pid (links.py;
+    the engine journals it), else 0."""
 
     def __init__(self, path: Path, fd: int | None) -> None:
         self.path, self.fd = path, fd
+        self.broken = 0
 
     def release(self) -> None:
         if self.fd is not None:
@@ -39,10 +42,19 @@ class EngineLock:
     @classmethod
     def holding(cls, path: Path, fd: int) -> EngineLock:
         """The lock now held on `fd`, with this process's pid written into the file for a
-        human reading the directory (liveness is the flock, never this pid)."""
+        human reading the directory (liveness is the flock, never this pid). A `lock` a
+        backup shares (`cp -al`) is first replaced by a copy of its own, locked before
+        its rename: the backup's inode is never written, and the lock is never free."""
+        broken = links.shared(fd)
+        if broken:
+            new = links.break_link(path, fd, lock=True)
+            os.close(fd)  # the old inode's flock goes once every copy of it is closed
+            fd = new
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        return cls(path, fd)
+        lock = cls(path, fd)
+        lock.broken = broken
+        return lock
 
     def __enter__(self) -> Self:
         return self
@@ -178,6 +190,8 @@ class RunDir:
         racing for one directory exactly one wins, and the copy is never seen half-written.
         """
         rd = cls(path)
+        if os.path.islink(rd.path):
+            raise BadInput(f"{rd.path}: {SYMLINK_REFUSED}; a run directory is a directory of its own")
         try:
             # `data`: the bytes the caller validated; re-reading could freeze another spec.
             data = Path(spec_path).read_bytes() if data is None else data
@@ -225,29 +239,38 @@ class RunDir:
         followed, and a move of the directory changes nothing for this process."""
         dirfd.pin(self.path)
 
-    def acquire_lock(self) -> EngineLock:
+    def acquire_lock(self, *, record: bool = True) -> EngineLock:
         """Take the engine lock (LOCK_EX|LOCK_NB); RunLocked if a live engine holds it.
 
         The descriptor is non-inheritable (O_CLOEXEC; Popen closes fds anyway), so a child
-        that outlives the engine cannot keep the run looking alive.
+        that outlives the engine cannot keep the run looking alive. `record`: write this
+        process's pid into it (the engine); `runner run` and `resume` only lock, so that
+        a refusal after the lock writes nothing, and hand it to the engine, which does.
+        A `lock` a backup shares is locked where it is (a lock writes nothing); once
+        held, the name must still name it, else another engine broke the link first and
+        the name is locked again.
         """
-        fd = untrusted.open_regular(self.lock, flags=os.O_RDWR | os.O_CREAT)
         # is_live() probes with a shared lock for an instant: a `runner status` at the
         # moment an engine starts must not make that engine exit REFUSED.
         deadline = time.monotonic() + defaults.LOCK_PROBE_RETRY
         while True:
+            fd = untrusted.open_regular(self.lock, flags=os.O_RDWR | os.O_CREAT, shared=True)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except OSError as e:
+                os.close(fd)
                 if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    os.close(fd)
                     raise
                 if time.monotonic() > deadline:
-                    os.close(fd)
                     raise RunLocked(f"{self.path}: a live engine holds this run directory") from None
                 time.sleep(0.005)
-        return EngineLock.holding(self.lock, fd)
+                continue
+            if not links.moved_on(self.lock, fd):
+                break
+            os.close(fd)
+            if time.monotonic() > deadline:  # replaced again and again: someone else's doing
+                raise RunLocked(f"{self.lock}: replaced while it was being locked; try again")
+        return EngineLock.holding(self.lock, fd) if record else EngineLock(self.lock, fd)
 
     def adopt_lock(self, fd: int) -> EngineLock:
         """The engine lock handed down by `runner run` or `resume` (an inherited, locked
@@ -381,6 +404,10 @@ def refuse_copy(rd: RunDir) -> None:
         raise CopyOfRun(line)
 
 
+SYMLINK_REFUSED = "a symlink (never followed)"
+"""Why a run-id-shaped name that is a symlink, or a --run-dir naming one, is not a run."""
+
+
 def new_run_id() -> str:
     """UTC timestamp (sorts by start time to the second) plus 24 random bits."""
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
@@ -406,7 +433,8 @@ def run_entries(base: str | os.PathLike[str], rundirs: dict[str, RunDir] | None 
     a run id's shape (no '/', no leading '.'), a real directory (a symlink is refused,
     never followed: a run is its directory, principle 10), holding a frozen spec. Sorted
     by name (run ids sort by start time). A symlink named like a run, or an entry that
-    cannot be looked at, is an entry with its `error`; anything else is not listed.
+    cannot be looked at, is an entry with its `error`; anything else is not listed. A
+    directory reached by two names (a bind mount) is listed once, by the first.
     `rundirs`: a caller that lists again and again (the dashboard) keeps its RunDirs,
     made once per name (pathlib's cost was half a poll's CPU with sixty runs)."""
     try:
@@ -415,13 +443,21 @@ def run_entries(base: str | os.PathLike[str], rundirs: dict[str, RunDir] | None 
     except (FileNotFoundError, NotADirectoryError):
         return []
     out: list[RunEntry] = []
+    seen: set[tuple[int, int]] = set()
     for entry in found:
         if not RUN_ID_SHAPE.fullmatch(entry.name):
             continue
         try:
             if entry.is_symlink():  # ablate: list-refuses-links
-                out.append(RunEntry(entry.name, None, "a symlink (never followed)"))
+                out.append(RunEntry(entry.name, None, SYMLINK_REFUSED))
             elif entry.is_dir(follow_symlinks=False) and os.path.lexists(os.path.join(entry.path, "spec.toml")):
+                # One directory, one run: a bind mount (or any other mount) that shows a
+                # run's directory under a second name is that same directory (the same
+                # device and inode): listed once, by its first name.
+                st = entry.stat(follow_symlinks=False)
+                if (st.st_dev, st.st_ino) in seen:  # ablate: list-once-per-directory
+                    continue
+                seen.add((st.st_dev, st.st_ino))
                 rd = rundirs.get(entry.name) if rundirs is not None else None
                 if rd is None:
                     rd = RunDir(entry.path)
@@ -460,6 +496,10 @@ def resolve(
     """
     if run_dir is not None:
         rd = RunDir(run_dir)
+        if os.path.islink(rd.path):  # ablate: run-dir-refuses-links
+            # The rule `list` and `stop --all` follow (run_entries): a run is its
+            # directory, never a link to one (`--run-dir A`, A -> B, used to stop B).
+            raise NoLiveRun(f"{rd.path}: {SYMLINK_REFUSED}; name the run's own directory")
         if not rd.exists():
             raise NoLiveRun(f"{rd.path}: no run there (no spec.toml)")
         rd.pin()

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from runner.errors import Damaged
-from runner.files import dirfd, reserve, untrusted
+from runner.files import dirfd, links, reserve, untrusted
 from runner.files.atomic import atomic_write_bytes
 from runner.files.journal import _ends_torn, _open_append, _write_all
 from runner.values import Value
@@ -291,7 +291,8 @@ class StateStore:
     def _open_mine(self) -> int | None:
         """A descriptor to append to state.json, if it is still what this store last wrote
         (its inode and size): checked on the descriptor itself, so that an append never
-        lands in a file that another writer put in its place."""
+        lands in a file that another writer put in its place, nor in one a backup shares
+        (`cp -al`: the full save replaces it, and the backup keeps its inode; links.py)."""
         if self._written is None:
             return None
         try:
@@ -302,7 +303,7 @@ class StateStore:
             st = os.fstat(fd)
         except OSError:
             st = None
-        if st is not None and (st.st_ino, st.st_size) == self._written:
+        if st is not None and (st.st_ino, st.st_size) == self._written and not links.shared(fd):
             return fd
         os.close(fd)
         return None

@@ -77,7 +77,9 @@ class _Locked:
     def __enter__(self) -> None:
         path = self._run_dir.stop_request_lock
         try:
-            fd = untrusted.open_regular(path, flags=os.O_RDWR | os.O_CREAT)
+            # Only locked, never written: where a backup shares it (`cp -al`), locked as
+            # it is (links.py).
+            fd = untrusted.open_regular(path, flags=os.O_RDWR | os.O_CREAT, shared=True)
         except FileNotFoundError:
             raise ControlFileError(f"{path}: cannot open (no run directory)") from None
         try:

@@ -61,7 +61,12 @@ def _kind(mode: int) -> str:
 
 
 def open_regular(
-    path: str | os.PathLike[str], *, dir_fd: int | None = None, flags: int = os.O_RDONLY, follow: bool = False
+    path: str | os.PathLike[str],
+    *,
+    dir_fd: int | None = None,
+    flags: int = os.O_RDONLY,
+    follow: bool = False,
+    shared: bool = False,
 ) -> int:
     """A descriptor on `path` if it is a regular file (no link followed, never blocks).
     FileNotFoundError propagates: a missing file is the caller's call, not damage.
@@ -69,9 +74,11 @@ def open_regular(
     Below a pinned run directory (dirfd.py) the file is opened relative to its
     descriptor, no component followed if it is a link. A file opened for writing must
     have one link only (a hard link planted to another file is damage) and, created by
-    root in another user's directory, is given to that user (dirfd.own)."""
+    root in another user's directory, is given to that user (dirfd.own). `shared`: the
+    caller takes a file with other links as it is (never given to anyone), and breaks
+    the link before it writes (links.py) or only locks it."""
     if dir_fd is not None or follow:
-        return _open_regular(path, dir_fd, flags, follow)
+        return _open_regular(path, dir_fd, flags, follow, shared=shared)
     try:
         parent, name = dirfd.parent(path, create=bool(flags & os.O_CREAT))
     except (FileNotFoundError, Damaged):
@@ -79,8 +86,8 @@ def open_regular(
     except OSError as exc:
         raise Damaged(path, f"cannot open its directory ({exc.strerror or exc})") from None
     try:
-        fd = _open_regular(name, parent, flags, follow, shown=path)
-        if flags & (os.O_WRONLY | os.O_RDWR):
+        fd = _open_regular(name, parent, flags, follow, shown=path, shared=shared)
+        if flags & (os.O_WRONLY | os.O_RDWR) and os.fstat(fd).st_nlink <= 1:
             dirfd.own(parent, fd)
         return fd
     finally:
@@ -93,6 +100,8 @@ def _open_regular(
     flags: int,
     follow: bool,
     shown: str | os.PathLike[str] | None = None,
+    *,
+    shared: bool = False,
 ) -> int:
     shown = path if shown is None else shown
     try:
@@ -118,7 +127,7 @@ def _open_regular(
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise Damaged(shown, _kind(st.st_mode))
-    if flags & (os.O_WRONLY | os.O_RDWR) and st.st_nlink > 1:
+    if flags & (os.O_WRONLY | os.O_RDWR) and st.st_nlink > 1 and not shared:
         os.close(fd)
         raise Damaged(shown, f"has {st.st_nlink} hard links (never written through)")
     return fd

@@ -4,6 +4,13 @@ Layout: <cgroup2 root>/runner/<run key>/{engine,work} (the key: RunDir.key). The
 engine/; every child moves itself into work/ before exec (a shell trampoline), so a
 descendant that scrubbed its environment and left its group is still in work/. No
 controllers are enabled: containment only, no limits.
+
+The engine's stop asks nothing new of the kernel that a limit could refuse: the thread
+that takes the engine out of its cgroup and the descriptors of the files its stop
+writes (work/cgroup.kill, the home cgroup's cgroup.procs) and reads (work/cgroup.events)
+are made at start-up (`enter_engine`). A run that filled its pids cgroup (pids.max) or
+the user's RLIMIT_NPROC could otherwise refuse the engine the thread its stop starts
+("can't start new thread"), and the stop would wait for its fallback.
 """
 
 from __future__ import annotations
@@ -146,7 +153,10 @@ class RunCgroup:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._home: Path | None = None  # where enter_engine() moved the caller from
-        self._leaving: threading.Thread | None = None
+        self._home_procs: int | None = None  # its cgroup.procs, opened by enter_engine()
+        self._ready: dict[Path, int] = {}  # the stop's files, opened by enter_engine()
+        self._leave_asked: threading.Event | None = None
+        self._left: threading.Event | None = None
 
     @property
     def relative(self) -> str | None:
@@ -180,8 +190,42 @@ class RunCgroup:
         return {"engine": self.path / "engine", "work": self.path / "work", "all": self.path}[which]
 
     def enter_engine(self) -> None:
-        self._home = _own_cgroup()
+        """Move the engine in, and make ready what its stop will need: the descriptors of
+        work/cgroup.kill and work/cgroup.events, of the home cgroup's cgroup.procs, and
+        the thread that leaves (leave_in_background). Nothing of the stop starts a thread
+        or opens a cgroup file then (see the module's docstring)."""
+        home = _own_cgroup()
+        if home is not None:
+            self._home_procs = os.open(home / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+        self._home = home
+        work = self.path / "work"
+        self._ready[work / "cgroup.kill"] = os.open(work / "cgroup.kill", os.O_WRONLY | os.O_CLOEXEC)
+        self._ready[work / "cgroup.events"] = os.open(work / "cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
         (self.path / "engine" / "cgroup.procs").write_text(f"{os.getpid()}\n")
+        self._start_leaver()
+
+    def _start_leaver(self) -> None:
+        """The thread that will take the engine out of its cgroup, started now and parked
+        until the stop (or the run's end) asks. Where even this one thread is refused
+        (the limit is already reached at start-up), the leave is done in place."""
+        import threading  # the engine's alone: a stopper never leaves a cgroup
+
+        asked, left = threading.Event(), threading.Event()
+
+        def leave_when_asked() -> None:
+            asked.wait()
+            try:
+                self.leave()
+            except OSError:
+                pass  # remove() tries again and reports
+            finally:
+                left.set()
+
+        try:
+            threading.Thread(target=leave_when_asked, name="cgroup-leave", daemon=True).start()
+        except RuntimeError:  # can't start new thread
+            return
+        self._leave_asked, self._left = asked, left
 
     def wrap_argv(self, argv: Sequence[str]) -> list[str]:
         # The child writes its own pid before exec: no moment exists where it (or
@@ -230,7 +274,8 @@ class RunCgroup:
         hook), the cgroup.kill would take it too: then each other member is SIGKILLed
         through its pidfd instead."""
         base = self._dir(which)
-        if not base.exists():
+        ready = self._ready.get(base / "cgroup.kill")
+        if ready is None and not base.exists():
             return True
         protected = signals.protected_pids()
         if protected & set(self.members(which)):
@@ -240,7 +285,10 @@ class RunCgroup:
                 signals.signal_process(ident, signal.SIGKILL, members)
         else:
             try:
-                (base / "cgroup.kill").write_text("1\n")
+                if ready is not None:
+                    os.pwrite(ready, b"1\n", 0)
+                else:
+                    (base / "cgroup.kill").write_text("1\n")
             except OSError as exc:
                 # The kernel answers ENOENT (ENODEV) on the write, with no file name, when
                 # the cgroup is being removed: a dying cgroup holds nothing left to kill.
@@ -258,18 +306,26 @@ class RunCgroup:
         costs a read per 50 ms."""
         path = self._dir(which) / "cgroup.events"
         deadline = time.monotonic() + timeout
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return True
+        fd = self._ready.get(path)
+        if fd is None:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return True
+            return self._wait_events(fd, deadline, close=True)
+        return self._wait_events(fd, deadline, close=False)
+
+    @staticmethod
+    def _wait_events(fd: int, deadline: float, *, close: bool) -> bool:
         try:
             poller = select.poll()
             poller.register(fd, select.POLLPRI | select.POLLERR)
             cap = 1  # ms  # ablate: cgroup-wait-polls-fast
             while True:
-                os.lseek(fd, 0, os.SEEK_SET)
                 try:
-                    events = os.read(fd, 4096)
+                    # pread: the engine's descriptor is shared by its threads (the
+                    # watchdog's kill, the main thread's clean-up), never seeked.
+                    events = os.pread(fd, 4096, 0)
                 except OSError as exc:
                     if exc.errno in _GONE:
                         return True  # removed under us: a removed cgroup is empty
@@ -282,38 +338,45 @@ class RunCgroup:
                 poller.poll(min(cap, max(1, int(remaining * 1000))))
                 cap = min(2 * cap, 50)
         finally:
-            os.close(fd)
+            if close:
+                os.close(fd)
 
     def leave(self) -> None:
         """Move the engine back to the cgroup it came from: a cgroup that holds a
-        process cannot be removed."""
-        if self._home is not None and os.getpid() in self.members("all"):
-            (self._home / "cgroup.procs").write_text(f"{os.getpid()}\n")
+        process cannot be removed. Through the descriptor enter_engine() opened; a move
+        into a cgroup is never refused by its pids limit (only a fork is)."""
+        if self._home is None:
+            return
+        line = f"{os.getpid()}\n".encode()
+        if self._home_procs is not None:
+            os.write(self._home_procs, line)
+        else:
+            (self._home / "cgroup.procs").write_bytes(line)
 
     def leave_in_background(self) -> None:
-        """Start leave() in a thread, once nothing of the run is left to contain. The
-        kernel's migration is milliseconds of waiting (an RCU grace period) on the exit
-        path a stopper waits on; the engine's last writes (state, journal, its
-        watchdog's exit) overlap it now. remove() joins it."""
-        if self._home is None or self._leaving is not None:
-            return
-        import threading  # the engine's alone: a stopper never leaves a cgroup
-
-        def leave_quietly() -> None:
-            try:
-                self.leave()
-            except OSError:
-                pass  # remove() tries again and reports
-
-        self._leaving = threading.Thread(target=leave_quietly, name="cgroup-leave", daemon=True)
-        self._leaving.start()
+        """Have the thread enter_engine() parked leave(), once nothing of the run is left
+        to contain. The kernel's migration is milliseconds of waiting (an RCU grace
+        period) on the exit path a stopper waits on; the engine's last writes (state,
+        journal, its watchdog's exit) overlap it now. No thread is started here: the stop
+        path needs none (a full pids cgroup would refuse it). remove() waits for it."""
+        asked = self._leave_asked
+        if self._home is None or asked is None:
+            return  # no thread was made ready: remove() leaves in place
+        asked.set()  # ablate: stop-needs-no-new-thread
 
     def remove(self) -> None:
         """rmdir work/, engine/ and the run's cgroup (only possible once empty)."""
-        if self._leaving is not None:
-            self._leaving.join(timeout=defaults.CONFIRM_TIMEOUT)
-            self._leaving = None
+        busy = False  # the parked thread was asked and has not said it is done
+        if self._leave_asked is not None and self._left is not None and self._leave_asked.is_set():
+            busy = not self._left.wait(timeout=defaults.CONFIRM_TIMEOUT)
+        self._leave_asked = self._left = None
         self.leave()
+        for fd in self._ready.values():
+            os.close(fd)
+        self._ready.clear()
+        if self._home_procs is not None and not busy:  # a busy thread may still write to it
+            os.close(self._home_procs)
+            self._home_procs = None
         for path in (self.path / "work", self.path / "engine", self.path):
             try:
                 path.rmdir()

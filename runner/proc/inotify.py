@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 IN_CLOSE_WRITE = 0x00000008
 IN_MOVED_TO = 0x00000080
 IN_DELETE_SELF = 0x00000400
@@ -21,15 +25,22 @@ IN_CLOEXEC = os.O_CLOEXEC
 _MASK = IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE_SELF
 
 
+_rm_watch: Callable[[int, int], int] | None = None
+"""libc's inotify_rm_watch, looked up by watch_dir at the engine's start: the stop's
+unwatch then loads nothing."""
+
+
 def watch_dir(path: str | os.PathLike[str]) -> int | None:
     """An inotify descriptor watching `path` for files closed after writing or renamed
     into it, and for its own removal (the watchdog then stops the run: see
     stop_controller); None where inotify is not available."""
+    global _rm_watch
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         fd: int = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        _rm_watch = libc.inotify_rm_watch
     except (OSError, AttributeError):
         return None
     if fd < 0:
@@ -50,12 +61,8 @@ def unwatch(fd: int) -> None:
     still holds a watch waits for the kernel to free the watch (an SRCU grace period:
     13-20 ms measured here, and the engine's exit waits for it too); the watch removed
     first is freed in the background, and the close that follows costs nothing."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).inotify_rm_watch(fd, WATCH)
-    except (OSError, AttributeError):
-        pass  # no watch to remove: the close pays for it, nothing else changes
+    if _rm_watch is not None:  # else no watch to remove: the close pays for it, nothing else changes
+        _rm_watch(fd, WATCH)
 
 
 def drain(fd: int) -> None:

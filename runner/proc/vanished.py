@@ -1,12 +1,21 @@
-"""Live engines whose run directory is gone (`rm -rf` of a live run).
+"""Live engines whose run directory is out of every command's reach: removed (`rm -rf`
+of a live run), or unreachable (the file system holding it lazily unmounted, `umount
+-l`; a file system mounted over it or over a directory above it).
 
-The engine stops such a run itself (stop_controller: dirfd.gone). Should it not (hung,
-or an engine of an older runner), no file says the run exists any more: `runner list`
-and `runner stop --all` find it by the kernel's word instead. An engine is a process
-running `-m runner _engine DIR`, tagged RUNNER_RUN_ID; its run directory is gone when
-the directory descriptor it pinned (dirfd.py) has a link count of 0 (/proc/PID/fd shows
-it "(deleted)"). Only engines whose DIR was under the base directory asked about are
-returned, and only those this user may inspect (its own, or any as root).
+The engine stops a removed run itself (stop_controller: dirfd.gone). Should it not (hung,
+or an engine of an older runner), and for an unreachable run, which the engine does not
+stop (its directory still holds its records, still written, and is reached again once
+mounted again or uncovered: docs/stop-latency.md), no file says the run exists any more:
+`runner list` and `runner stop --all` find it by the kernel's word instead. An engine is
+a process running `-m runner _engine DIR`, tagged RUNNER_RUN_ID; its run directory is
+the directory descriptor it pinned (dirfd.py), the one whose identity its tag names. It
+is removed when that directory's link count is 0 (/proc/PID/fd shows it "(deleted)"),
+unreachable when the path the kernel gives for it (/proc/PID/fd/N) names another
+directory or nothing (a lazily unmounted file system's path is relative to its own root;
+a covered one's path leads into what covers it). A moved directory is reached at its new
+path: not vanished. Only engines whose DIR was under the base directory asked about are
+returned, and only those this user may inspect (its own, or any as root) in this mount
+namespace (another namespace's paths mean nothing here).
 """
 
 from __future__ import annotations
@@ -23,15 +32,19 @@ _ENGINE_ARGV = (b"-m", b"runner", b"_engine")
 _IDENTITY = re.compile(r"\d+-\d+")
 
 
+REMOVED = "removed"
+UNREACHABLE = "unreachable"
+
+
 class Vanished:
     """A live engine whose run directory is gone: `key` is its tag's value (the run's
     membership key, "<run id>.<dev>-<ino>", which names its cgroup too), `run_id` the
-    id people know the run by."""
+    id people know the run by, `why` REMOVED or UNREACHABLE."""
 
-    __slots__ = ("engine", "key", "run_id", "run_dir")
+    __slots__ = ("engine", "key", "run_id", "run_dir", "why")
 
-    def __init__(self, engine: Identity, key: str, run_dir: str) -> None:
-        self.engine, self.key, self.run_dir = engine, key, run_dir
+    def __init__(self, engine: Identity, key: str, run_dir: str, why: str = REMOVED) -> None:
+        self.engine, self.key, self.run_dir, self.why = engine, key, run_dir, why
         run_id, dot, identity_part = key.rpartition(".")
         self.run_id = run_id if dot and _IDENTITY.fullmatch(identity_part) else key
 
@@ -48,12 +61,50 @@ def _engine_dir(pid: int) -> str | None:
     return None
 
 
-def _holds_deleted_dir(pid: int) -> bool:
-    return any(stat.S_ISDIR(st.st_mode) and st.st_nlink == 0 for _, st in identity.descriptors(pid))
+def _same_mount_namespace(pid: int) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}/ns/mnt").st_ino == os.stat("/proc/self/ns/mnt").st_ino
+    except OSError:
+        return False
+
+
+def _reachable(pid: int, fd: str, st: os.stat_result) -> bool:
+    """Whether the directory engine `pid` holds open as `fd` (stat'ed as `st`) is the one
+    the path the kernel gives for it names. A path this user may not search says nothing
+    (reachable, as far as anyone here can tell)."""
+    try:
+        path = os.readlink(f"/proc/{pid}/fd/{fd}")
+        at = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return (at.st_dev, at.st_ino) == (st.st_dev, st.st_ino)
+
+
+def gone_why(pid: int, key: str | None) -> str | None:
+    """REMOVED when engine `pid` holds a removed directory open (link count 0: its run
+    directory is the only one an engine pins); UNREACHABLE when the directory its tag
+    `key` names (its identity, "<dev>-<ino>") is out of reach from the path the kernel
+    gives for it; else None."""
+    identity_part = key.rpartition(".")[2] if key is not None else ""
+    pinned: tuple[str, os.stat_result] | None = None
+    for fd, st in identity.descriptors(pid):
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        if st.st_nlink == 0:
+            return REMOVED
+        if f"{st.st_dev}-{st.st_ino}" == identity_part:
+            pinned = (fd, st)
+    if pinned is None or not _same_mount_namespace(pid):
+        return None
+    reachable = _reachable(pid, *pinned)  # ablate: unreachable-dir-vanished
+    return None if reachable else UNREACHABLE
 
 
 def engines(base: str | os.PathLike[str]) -> list[Vanished]:
-    """The live engines of runs that lived under `base` and whose directory is gone."""
+    """The live engines of runs that lived under `base` and whose directory is gone:
+    removed or unreachable."""
     where = os.path.abspath(base)
     boot = ident.boot_id()
     found: list[Vanished] = []
@@ -61,13 +112,14 @@ def engines(base: str | os.PathLike[str]) -> list[Vanished]:
         run_dir = _engine_dir(pid)
         if run_dir is None or os.path.dirname(os.path.abspath(run_dir)) != where:
             continue
-        if not _holds_deleted_dir(pid):
+        key = membership.tag_of(pid)
+        why = gone_why(pid, key)
+        if why is None:
             continue
-        run_id = membership.tag_of(pid)
         st = identity.stat(pid)
-        if run_id is None or st is None or st.zombie:
+        if key is None or st is None or st.zombie:
             continue
-        found.append(Vanished(identity.from_stat(st, boot), run_id, run_dir))
+        found.append(Vanished(identity.from_stat(st, boot), key, run_dir, why))
     return found
 
 

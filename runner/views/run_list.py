@@ -81,14 +81,15 @@ def _orphaned_cgroup(rd: RunDir, run_id: str, live: bool | None, copy: bool, roo
 
 def rows(base: str | os.PathLike[str]) -> list[RunRow]:
     """Every run under `base`, oldest first (run ids sort by their start time), then the
-    live runs whose directory under `base` is gone (vanished.py: the kernel's word, no
-    file is left to read), as status "vanished"."""
+    live runs whose directory under `base` is gone, removed or unreachable (vanished.py:
+    the kernel's word, no file is left to read), as status "vanished"."""
     root = cgroup.cgroup2_root()
     out = [
         row(e.rd, root) if e.rd is not None else _refused(Path(base), e.name, e.error) for e in run_entries(Path(base))
     ]
     for v in vanished.engines(base):
-        damaged = f"{v.run_dir}: removed while engine pid {v.engine.pid} runs (`runner stop --all` stops it)"
+        how = "removed" if v.why == vanished.REMOVED else "unreachable (its file system unmounted, or mounted over)"
+        damaged = f"{v.run_dir}: {how} while engine pid {v.engine.pid} runs (`runner stop --all` stops it)"
         out.append(_row_without_files(v.run_id, v.run_dir, "vanished", True, damaged))
     return out
 

@@ -471,3 +471,32 @@ def test_renders_the_goals_section_the_bench_itself_wrote(render_mod, tmp_path):
     data = json.loads(out.read_text())
     assert data["plugin"]["installed"]["codes"] == [0] and data["plugin"]["disabled"]["codes"] == [0]
     assert data["goals"]["engine_sigterm_cooperative_s"] == 0.005
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the soak's runs are in cgroups)")
+def test_renders_the_seam_rows_the_soak_itself_wrote(render_mod, tmp_path):
+    """Path: the soak's real writer of the faults at the seams (bench/soak_seams.py's
+    tally, one trial of a `cp -al` backup of a live run, then `runner stop`) feeds the
+    Reliability section beside the committed soak's other figures: one row per fault
+    with its trials, the processes and cgroups left, every exit code and how many
+    docs/exit-codes.md does not list for the command, and the fault's own figure; a
+    fault the soak skipped is a row that says why, never figures."""
+    from bench import soak, soak_seams
+
+    tally = soak_seams._Tally()
+    work = tmp_path / "seams"
+    work.mkdir()
+    try:
+        soak_seams.hard_link_backup(work, tally, True, 0)
+    finally:
+        soak.cleanup(work)
+    assert not tally.problems, tally.problems
+    doc = json.loads((ROOT / "docs" / "soak.json").read_text())
+    doc["seam_faults"] = {"faults": tally.faults, "skipped": {"lazy unmount": "no root here"}, "problems": []}
+    path = tmp_path / "soak.json"
+    path.write_text(json.dumps(doc))
+    text = render_mod.render_files(TEMPLATE, None, None, path)
+    row = next(line for line in text.splitlines() if line.startswith("| `cp -al` backup of a live run, then `stop` |"))
+    assert row == "| `cp -al` backup of a live run, then `stop` | 1 | 0 | 0 | [0] (0) | backups changed 0 |", row
+    assert "| lazy unmount | skipped: no root here | | | | |" in text

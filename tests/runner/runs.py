@@ -212,6 +212,33 @@ def sh(script, *args):
     return ["/bin/sh", "-c", script, "sh", *args]
 
 
+def snapshot(path):
+    """Every name under `path` and what it holds: a file's bytes, a symlink's target, a
+    directory, or what else it is (a FIFO is never opened). Two snapshots are equal when
+    not one byte or name changed."""
+    out = {}
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            full = os.path.join(root, name)
+            rel = os.path.relpath(full, path)
+            st = os.lstat(full)
+            if os.path.islink(full):
+                out[rel] = ("symlink", os.readlink(full))
+            elif os.path.isdir(full):
+                out[rel] = ("dir",)
+            elif not os.path.isfile(full):
+                out[rel] = ("special", st.st_mode)
+            else:
+                with open(full, "rb") as f:
+                    out[rel] = ("file", f.read())
+    return out
+
+
+def snapshot_diff(before, after):
+    """The names added, removed or changed between two snapshots (empty: unchanged)."""
+    return sorted(set(before) ^ set(after)) + sorted(k for k in before.keys() & after.keys() if before[k] != after[k])
+
+
 HELD_STOP = {"kill_grace": 60.0, "grace": 120.0}
 """A [stop] whose kill grace no test sits out: a stop of a run whose provider traps SIGTERM
 stays in flight until the test kills the provider itself (once it has seen what it

@@ -28,6 +28,7 @@ import pytest
 import runs as R
 
 import runner
+from bench import soak_seams
 from runner.exitcodes import Exit
 from runner.files import identity_file
 from runner.files.rundir import RunDir
@@ -493,3 +494,48 @@ def test_mv_of_a_live_run_then_a_stop_through_the_new_path_is_truthful(runs, mod
     assert not R.tagged(new.run_id)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (moved / "output").iterdir() if p.suffix == ".log"}
     assert modes and set(modes.values()) == {0o600}, modes
+
+
+NPROC = 24
+
+
+def test_a_users_run_at_its_rlimit_nproc_is_stopped_within_its_bound(user, area):
+    """Path: the engine's stop needs no new task from the kernel: a user's run whose
+    processes reached the user's RLIMIT_NPROC (set by prlimit on `runner run`; the kernel
+    then refuses the user's every new task, the engine's threads too) is stopped by
+    root's plain `runner stop` with exit 0 within kill_grace + CONFIRM_TIMEOUT + 1 s,
+    honoured by the engine (no fallback, no `watchdog-error`), nothing of it left.
+    Ablation: none (a user's run has no cgroup of its own here, so its stop never had a
+    thread to start; stop-needs-no-new-thread is killed by the pids cgroup tests, where
+    root's run is contained)."""
+    from runner import defaults
+
+    _, home, _, ids = area
+    marker, go = home / "full", home / "go"
+    provider = [user.python, "-c", soak_seams.FORK_UNTIL_FULL, str(marker), str(go)]
+    spec = _spec(home / "spec.toml", provider, owner=user)
+    run_dir = home / "run"
+    started = subprocess.run(
+        ["runuser", "-u", user.name, "--", "prlimit", f"--nproc={NPROC}:{NPROC}", "env", f"PYTHONPATH={user.code}"]
+        + [user.python, "-m", "runner", "run", str(spec), "--run-dir", str(run_dir), "--detach"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    _track(ids, run_dir)
+    assert started.returncode == Exit.OK, started.stderr
+    rd = RunDir(run_dir)
+    R.wait_event(rd, "session-start", timeout=30)
+    go.touch()  # `runner run` has exited: only the run counts against the limit now
+    assert _wait(marker.exists, 30), "the provider never reached the user's RLIMIT_NPROC"
+    t0 = time.monotonic()
+    out = R.runner("stop", "--run-dir", run_dir)
+    took = time.monotonic() - t0
+    assert out.returncode == Exit.OK, out.stderr
+    bound = STOP["kill_grace"] + defaults.CONFIRM_TIMEOUT + 1.0
+    assert took < bound, f"the stop took {took:.2f} s, over its bound of {bound:.2f} s"
+    R.wait_engine_exit(rd, timeout=10)
+    assert _wait(lambda: not _tagged_or_cgroup(rd.key(rd.run_id)), 5), R.tagged(rd.run_id)
+    assert not R.events(rd, "watchdog-error") and not R.events(rd, "cleanup-error")
+    assert [e["fallback"] for e in R.events(rd, "run-stop")] == [False]
