@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .plugin import LEAK_HEADER, SKIP_REASON, enabled, leaks_enabled
+from ._options import LEAK_HEADER, SKIP_REASON, enabled, leaks_enabled
 
 if TYPE_CHECKING:
     from ._handle import PreparedVictim, Victim

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_stoplatency import _leaks, plugin
+from pytest_stoplatency import _leaks, _options
 from pytest_stoplatency.victim import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ BENCH = {
 def test_texts_and_constants_come_from_the_code(mod):
     """Path: option help, routes and constants are the plugin's own, with their provenance."""
     doc = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
-    assert plugin.HELP_LEAKS in doc and plugin.NO_CGROUP_LINE in doc
+    assert _options.HELP_LEAKS in doc and _options.NO_CGROUP_LINE in doc
     assert ", ".join(f'"{r}"' for r in _leaks.ROUTES) in doc
     assert f"{_leaks.ROUNDS:g} (DERIVED: `pytest_stoplatency/_leaks.py: ROUNDS`)" in doc
     assert "| quiet | 200 x 3 | 0.500 ms | 0.550 ms | 0.050 ms | 0.040 ms |" in doc
@@ -95,8 +95,8 @@ def test_the_cgroup_route_gets_its_own_columns(mod):
     assert "with and without a cgroup" in doc and "`paced` ones sleeping 0.05 s" in doc
     # The option's help, less its pointer to this very guide (the guide never sends its
     # reader to itself).
-    assert plugin.HELP_LEAKS_CGROUP.split(" (the plugin guide")[0] in doc
-    assert "docs/plugin.md" in plugin.HELP_LEAKS_CGROUP and "docs/plugin.md" not in doc
+    assert _options.HELP_LEAKS_CGROUP.split(" (the plugin guide")[0] in doc
+    assert "docs/plugin.md" in _options.HELP_LEAKS_CGROUP and "docs/plugin.md" not in doc
 
 
 def test_the_opening_report_is_pasted_from_a_real_run(mod, tmp_path):
@@ -112,7 +112,7 @@ def test_the_opening_report_is_pasted_from_a_real_run(mod, tmp_path):
     assert demo["exit_status"] == 1 and demo["command"] == "pytest --process-leaks test_app.py"
     report = "\n".join(demo["report"])
     for line in (
-        f"{plugin.PROCESS_LEAKS_HEADER}: test_app.py::test_forgets_its_child left 1 process(es)",
+        f"{_options.PROCESS_LEAKS_HEADER}: test_app.py::test_forgets_its_child left 1 process(es)",
         "escaped: still a child: sleep 600",
         "escaped: re-parented: sleep 600",
         "escaped: own session: sleep 600",

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from pytest_stoplatency import _procs, _report, plugin
+from pytest_stoplatency import _procs, _report, _options
 
 LATENCY_TESTS = """
 import json, os, signal, pytest
@@ -34,7 +34,7 @@ def test_marked_tests_skip_without_the_flag(pytester):
     pytester.makepyfile(LATENCY_TESTS)
     result = run(pytester, "-rs", "-p", "no:xdist")
     result.assert_outcomes(skipped=2)
-    result.stdout.fnmatch_lines([f"*{plugin.SKIP_REASON}*"])
+    result.stdout.fnmatch_lines([f"*{_options.SKIP_REASON}*"])
 
 
 def test_ini_key_enables_them(pytester):
@@ -49,9 +49,9 @@ def test_marker_registered_and_help_texts(pytester):
     pytester.makepyfile(LATENCY_TESTS)
     run(pytester, "--strict-markers", "-p", "no:xdist").assert_outcomes(skipped=2)
     markers = run(pytester, "--markers")
-    assert plugin.MARKER_LINE in markers.stdout.str()
+    assert _options.MARKER_LINE in markers.stdout.str()
     helptext = " ".join(run(pytester, "--help").stdout.str().split())
-    for text in (plugin.HELP_ENABLE, plugin.HELP_JSON, plugin.HELP_REPEAT, plugin.HELP_INI):
+    for text in (_options.HELP_ENABLE, _options.HELP_JSON, _options.HELP_REPEAT, _options.HELP_INI):
         assert " ".join(text.split()) in helptext
 
 

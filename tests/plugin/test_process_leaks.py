@@ -16,7 +16,7 @@ from plugin_helpers import kill_identified as _kill
 from plugin_helpers import sleep_marks as _marks
 from plugin_helpers import sleepers as _sleepers
 
-from pytest_stoplatency import _leakreport, _procs, plugin
+from pytest_stoplatency import _leakreport, _procs, _options
 from pytest_stoplatency._guardian import ENV_DISABLE as ENV_NO_GUARDIAN
 
 
@@ -254,7 +254,7 @@ def run_acceptance(pytester, marks, flag):
     assert outcomes["passed"] == 13 and "failed" not in outcomes
     result.stdout.fnmatch_lines(["*= process leaks =*", "stoplatency: * leaked process(es) from * scope(s), * killed*"])
     if unseen:
-        result.stdout.fnmatch_lines([f"*{plugin.NO_CGROUP_LINE}*"])
+        result.stdout.fnmatch_lines([f"*{_options.NO_CGROUP_LINE}*"])
 
 
 CLEAN_SUITE = """
@@ -361,7 +361,7 @@ def test_env_scrubber():
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks-subreaper")
     alive = _sleepers(marks)
     assert not alive, f"survivors: {alive}"
-    result.stdout.fnmatch_lines([plugin.SUBREAPER_LINE, f"*escaped: no run tag: *{marks['scrubber']}*"])
+    result.stdout.fnmatch_lines([_options.SUBREAPER_LINE, f"*escaped: no run tag: *{marks['scrubber']}*"])
     result.assert_outcomes(passed=1, errors=1)
 
 
@@ -401,10 +401,10 @@ def test_help_texts(pytester):
     """Path: the option, ini key and marker document themselves with the plugin's constants."""
     result = pytester.runpytest_subprocess("--help")
     result.stdout.fnmatch_lines(
-        [f"*--process-leaks*{plugin.HELP_LEAKS[:40]}*", f"*process_leaks*{plugin.HELP_LEAKS_INI[:30]}*"]
+        [f"*--process-leaks*{_options.HELP_LEAKS[:40]}*", f"*process_leaks*{_options.HELP_LEAKS_INI[:30]}*"]
     )
     result = pytester.runpytest_subprocess("--markers")
-    result.stdout.fnmatch_lines([f"*{plugin.LEAKS_MARKER_LINE[:50]}*"])
+    result.stdout.fnmatch_lines([f"*{_options.LEAKS_MARKER_LINE[:50]}*"])
 
 
 def test_a_pytest_that_dies_without_teardown_has_its_leaks_killed_by_the_guardian(pytester, marks):
