@@ -5,7 +5,7 @@
 
 No number or option text is typed into the template. Each comes from:
 
-    {{help:NAME}}          a text constant of pytest_stoplatency/plugin.py (option help, marker line)
+    {{help:NAME}}          a text constant of pytest_stoplatency/_options.py (option help, marker line)
     {{const:MODULE.NAME}}  a constant of pytest_stoplatency/MODULE.py, DERIVED, with its file
     {{default:PARAM}}      a default of `victim(...)` (_linux.VictimFactory.__call__), bare (it stands in code)
     {{kind:NAME}}          a victim kind's heading; every kind of victim.KINDS must have one, once
@@ -76,10 +76,9 @@ class Context:
         self.kinds_seen: list[str] = []
 
     def help(self, name: str) -> str:
-        plugin = _module("plugin")
-        value = getattr(plugin, name, None)
+        value = getattr(_module("_options"), name, None)
         if not isinstance(value, str):
-            raise RenderError(f"template names {name!r}, which pytest_stoplatency/plugin.py does not define")
+            raise RenderError(f"template names {name!r}, which pytest_stoplatency/_options.py does not define")
         return re.sub(r" ?\([^()]*docs/plugin\.md[^()]*\)", "", value)
 
     def const(self, dotted: str) -> str:

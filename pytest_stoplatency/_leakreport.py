@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import _report
-from ._leaks import format_leaks
+from ._leaks import format_leaks, one_line
 
 SCHEMA = 3
 """Version of the "process_leaks" object: {"schema", "checked", "leaking_tests", "culprits",
@@ -70,7 +70,7 @@ def session_message(leaks: list[dict]) -> str:
 
 
 def _names(leaks: list[dict]) -> str:
-    return ", ".join(f"pid {x['pid']} ({x['cmdline']})" for x in sorted(leaks, key=lambda x: x["pid"]))
+    return ", ".join(f"pid {x['pid']} ({one_line(x['cmdline'])})" for x in sorted(leaks, key=lambda x: x["pid"]))
 
 
 def summary_lines(leaks: list[dict], *, checked: int, excluded: list[dict]) -> list[str]:

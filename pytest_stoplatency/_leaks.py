@@ -678,6 +678,11 @@ def wait_dead(procs: list[tuple[int, int]], timeout: float) -> set[tuple[int, in
             os.close(fd)
 
 
+def one_line(cmdline: str) -> str:
+    """A command line on one line of a report (`python -c` code has newlines)."""
+    return cmdline.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
 def format_leaks(leaks: list[dict]) -> str:
     def note(x: dict) -> str:
         started = f" (started in the {x['started_by']})" if x.get("started_by") else ""
@@ -685,5 +690,6 @@ def format_leaks(leaks: list[dict]) -> str:
         return started + failed
 
     return "\n".join(
-        f"  pid {x['pid']}, age {x['age']:.2f} s, escaped: {x['route']}: {x['cmdline']}{note(x)}" for x in leaks
+        f"  pid {x['pid']}, age {x['age']:.2f} s, escaped: {x['route']}: {one_line(x['cmdline'])}{note(x)}"
+        for x in leaks
     )

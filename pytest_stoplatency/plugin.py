@@ -61,7 +61,6 @@ def pytest_configure(config):
         # unused check reads nothing and changes nothing).
         from . import _linux
 
-        config.pluginmanager.register(_linux.StopLatency(config), _linux.PLUGIN_NAME)
         if _options.leaks_enabled(config):
             from . import _leakplugin, _records, _token
 
@@ -70,7 +69,11 @@ def pytest_configure(config):
             # until the session's end) should it die: created before any test runs,
             # removed at a clean end (_cleanup.drop_own_records).
             _records.owner_dir(_token.me())
+            # Registered first: of two trylast hooks pluggy calls the first registered
+            # last, and the stop latency's session end (which writes the leaks into its
+            # JSON and drops the records) must come after the check's (which kills).
             config.pluginmanager.register(_leakplugin.ProcessLeaks(config), _leakplugin.NAME)
+        config.pluginmanager.register(_linux.StopLatency(config), _linux.PLUGIN_NAME)
         return
     # A check that cannot run must not pass for one that found nothing.
     asked = _leak_check_asked(config)

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from pytest_stoplatency import _procs, _report, _options
+from pytest_stoplatency import _options, _procs, _report
 
 LATENCY_TESTS = """
 import json, os, signal, pytest

@@ -16,7 +16,7 @@ from plugin_helpers import kill_identified as _kill
 from plugin_helpers import sleep_marks as _marks
 from plugin_helpers import sleepers as _sleepers
 
-from pytest_stoplatency import _leakreport, _procs, _options
+from pytest_stoplatency import _leakreport, _options, _procs
 from pytest_stoplatency._guardian import ENV_DISABLE as ENV_NO_GUARDIAN
 
 
@@ -398,11 +398,26 @@ def test_ini_key_and_module_marker(pytester, marks):
 
 
 def test_help_texts(pytester):
-    """Path: the option, ini key and marker document themselves with the plugin's constants."""
+    """Path: the options, ini keys and marker document themselves with the plugin's constants;
+    `--process-leaks=warn` is an option string of its own."""
     result = pytester.runpytest_subprocess("--help")
     result.stdout.fnmatch_lines(
-        [f"*--process-leaks*{_options.HELP_LEAKS[:40]}*", f"*process_leaks*{_options.HELP_LEAKS_INI[:30]}*"]
+        [
+            f"*--process-leaks *{_options.HELP_LEAKS[:40]}*",
+            f"*--process-leaks=warn *{_options.HELP_LEAKS_WARN[:30]}*",
+            "*--process-leaks-kill={session,teardown}*",
+            f"*{_options.HELP_LEAKS_KILL[:30]}*",
+            "*--process-leaks-grace=SECONDS*",
+            f"*{_options.HELP_LEAKS_GRACE[:30]}*",
+        ]
     )
+    for key, text in (
+        ("process_leaks", _options.HELP_LEAKS_INI),
+        ("process_leaks_kill", _options.HELP_LEAKS_KILL_INI),
+        ("process_leaks_grace", _options.HELP_LEAKS_GRACE_INI),
+        ("process_leaks_exclude", _options.HELP_LEAKS_EXCLUDE_INI),
+    ):
+        result.stdout.fnmatch_lines([f"  {key} (string):*", f"*{text[:30]}*"])
     result = pytester.runpytest_subprocess("--markers")
     result.stdout.fnmatch_lines([f"*{_options.LEAKS_MARKER_LINE[:50]}*"])
 

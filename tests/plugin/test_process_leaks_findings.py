@@ -309,8 +309,10 @@ def test_a_process_alive_after_teardown_is_reported_though_a_finaliser_kills_it_
     pytester.makepyfile(test_gc=GC_SUITE.format(n=marks["gc"]))
     result = _run(pytester, "-p", "no:xdist", "--process-leaks", "--process-leaks-json", "leaks.json")
     leaks = _json(pytester)["leaks"]
-    assert [(x["scope"], x["route"], x["cmdline"], x["killed"]) for x in leaks] == [
-        ("test_gc.py::test_spawn_dropped_alive", _leaks.ROUTE_OWN_SESSION, f"sleep {marks['gc']}", True)
+    # Kept alive after its report, as without the check: the finaliser ended it, before the
+    # session's end could.
+    assert [(x["scope"], x["route"], x["cmdline"], x["alive_at_end"]) for x in leaks] == [
+        ("test_gc.py::test_spawn_dropped_alive", _leaks.ROUTE_OWN_SESSION, f"sleep {marks['gc']}", False)
     ], result.stdout.str()
     result.assert_outcomes(passed=2, errors=1)
     assert "gc" not in sleepers(marks)
@@ -431,7 +433,7 @@ def test_a_session_fixture_in_a_subfolder_conftest_is_named_not_a_test(pytester,
     assert not sleepers(marks)
     result.stdout.fnmatch_lines(
         [
-            f"stoplatency: process leaks: {label} left 2 process(es) alive after its teardown; killed:",
+            f"stoplatency: process leaks: {label} left 2 process(es) alive after its teardown; {_options.KEPT_NOTE}:",
             f"  {label}: 2 process(es) (still a child), found at the teardown of test_z_last.py::test_last",
         ]
     )
