@@ -1,0 +1,341 @@
+"""`make leaks-strangers`: --process-leaks on five strangers' suites, from their sdists (issue 28).
+
+    python -m bench.strangers [--suites psutil,pexpect,...] [--json docs/leaks-strangers.json]
+                              [--work .artifacts/strangers] [--timeout 2400]
+
+Each suite (SUITES: psutil, pexpect, execnet, sh, plumbum, pinned) is fetched from PyPI
+(`pip download --no-binary :all:`), unpacked and installed, with pytest, pytest-xdist,
+pytest-timeout (this repository's versions), this plugin and what the suite's tests need, into
+one virtualenv under --work. Then, serially (`-p no:xdist`) and with `-n 2`, three sessions:
+plain, with `--process-leaks` (default settings), plain again. Beside each session runs the
+independent checker (checker.py, a process of its own), told of every test's start and end by
+the probe (leakcheck_probe.py, loaded into every pytest process through PYTEST_PLUGINS).
+
+Per suite and mode, measured:
+- tests: the node ids that ran (the probe's reports);
+- outcome changes: tests whose outcome with --process-leaks differs from the first plain
+  session's, among the tests whose two plain sessions agree (the others are flaky: counted
+  apart); a teardown error that is the check's own leak report is not an outcome;
+- leaks reported (the plugin's --process-leaks-json), verified (the checker, too, saw that
+  process outlive a test or fixture), misses (the checker saw a process outlive its scope
+  that the plugin did not report), and what outlived the session (the checker's last look,
+  after pytest exited: must be none with the check; the plain sessions' are the suite's own
+  leaks, killed by this harness);
+- wall time of each session.
+
+Not in CI (it needs PyPI's sdists and about an hour on 2 cores). Writes --json, which
+`make docs` renders into docs/plugin.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    version: str
+    tests: tuple[str, ...]  # paths, relative to the unpacked sdist
+    editable: bool = False  # installed in place (a C extension its tests import from the source tree)
+    needs: tuple[str, ...] = ()  # what its tests import or its configuration requires
+    why: str = ""
+
+
+SUITES = {
+    s.name: s
+    for s in (
+        Suite("psutil", "7.2.2", ("tests",), editable=True, needs=("pytest-instafail",), why="process tree APIs"),
+        Suite("pexpect", "4.9.0", ("tests",), why="pty children, gc-finalised spawns"),
+        Suite("execnet", "2.1.2", ("testing",), why="cached gateways, a function fixture's process reused"),
+        Suite("sh", "2.4.0", ("tests",), why="a subprocess per call, background processes"),
+        Suite(
+            "plumbum",
+            "2.0.2",
+            ("tests",),
+            needs=("pytest-mock", "pytest-asyncio", "pytest-cov", "psutil"),
+            why="local commands, pipelines, background jobs",
+        ),
+    )
+}
+MODES = {"serial": ["-p", "no:xdist"], "xdist": ["-n", "2"]}
+SESSIONS = ("plain", "check", "plain-again")
+
+
+def log(msg: str) -> None:
+    print(f"[{datetime.now().strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run(argv: list[str], **kw) -> None:
+    subprocess.run(argv, check=True, **kw)
+
+
+# -- set-up -----------------------------------------------------------------------------------
+
+
+def fetch(suite: Suite, work: Path) -> Path:
+    """The unpacked sdist (downloaded once into work/sdists)."""
+    sdists = work / "sdists"
+    sdists.mkdir(parents=True, exist_ok=True)
+    src = work / "src" / f"{suite.name}-{suite.version}"
+    if src.is_dir():
+        return src
+    found = list(sdists.glob(f"{suite.name}-{suite.version}.tar.gz"))
+    if not found:
+        run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:"]
+            + [f"{suite.name}=={suite.version}", "-d", str(sdists)]
+        )
+        found = list(sdists.glob(f"{suite.name}-{suite.version}.tar.gz"))
+    (src.parent).mkdir(parents=True, exist_ok=True)
+    with tarfile.open(found[0]) as tar:
+        tar.extractall(src.parent, filter="data")
+    return src
+
+
+def venv(work: Path, suites: list[Suite], sources: dict[str, Path]) -> Path:
+    """One virtualenv for every suite: this repository's pytest, xdist and timeout, the plugin
+    (editable: the tree under test), what the suites need, and the suites themselves."""
+    env = work / "venv"
+    py = env / "bin" / "python"
+    stamp = env / ".installed"
+    want = json.dumps(sorted(f"{s.name}=={s.version}" for s in suites))
+    if stamp.exists() and stamp.read_text() == want:
+        return py
+    shutil.rmtree(env, ignore_errors=True)
+    base = getattr(sys, "_base_executable", sys.executable)
+    run([base, "-m", "venv", str(env)])
+    pins = [f"{d}=={metadata.version(d)}" for d in ("pytest", "pytest-xdist", "pytest-timeout", "psutil")]
+    pip = [str(py), "-m", "pip", "install", "--quiet"]
+    run([*pip, "--upgrade", "pip"])
+    run([*pip, *pins, "-e", str(ROOT), "--config-settings", "editable_mode=compat"])
+    needs = sorted({n for s in suites for n in s.needs if n != "psutil"})
+    if needs:
+        run([*pip, *needs])
+    for s in suites:
+        if s.editable:
+            run([*pip, "-e", str(sources[s.name])])
+        else:
+            run([*pip, str(sources[s.name])])
+    stamp.write_text(want)
+    return py
+
+
+# -- one session --------------------------------------------------------------------------------
+
+
+def _kill_outlived(procs: list[dict]) -> int:
+    """SIGKILL what outlived a session (by pidfd, its start ticks checked); how many."""
+    n = 0
+    for x in procs:
+        try:
+            fd = os.pidfd_open(x["pid"])
+        except OSError:
+            continue
+        try:
+            with open(f"/proc/{x['pid']}/stat", "rb") as f:
+                data = f.read()
+            if int(data[data.rfind(b")") + 2 :].split()[19]) == x["start_ticks"]:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+                n += 1
+        except (OSError, ValueError, IndexError):
+            pass
+        finally:
+            os.close(fd)
+    return n
+
+
+def session(py: Path, suite: Suite, src: Path, mode: str, kind: str, out: Path, timeout: float) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    tmp = Path(tempfile.mkdtemp(prefix="lc-", dir="/tmp"))
+    sock = tmp / "s"
+    run_id = f"lc{os.getpid()}x{int(time.time() * 1000) % 10**9}"
+    checker_out = out / "checker.json"
+    checker = subprocess.Popen(
+        [sys.executable, str(HERE / "checker.py"), "--socket", str(sock), "--run", run_id, "--out", str(checker_out)],
+        stdin=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while not (tmp / "s.ready").exists():
+        if checker.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the checker did not start ({checker.returncode})")
+        time.sleep(0.01)
+    argv = [str(py), "-m", "pytest", *suite.tests, "-p", "no:cacheprovider", *MODES[mode]]
+    if kind == "check":
+        argv += ["--process-leaks", "--process-leaks-json", str(out / "leaks.json")]
+    env = {
+        **os.environ,
+        "PYTEST_PLUGINS": "leakcheck_probe",
+        "PYTHONPATH": str(HERE),
+        "LEAKCHECK_SOCKET": str(sock),
+        "LEAKCHECK_RUN": run_id,
+        "LEAKCHECK_OUTCOMES": str(out / "outcomes.json"),
+    }
+    env.pop("PYTEST_ADDOPTS", None)
+    t0 = time.monotonic()
+    with open(out / "pytest.log", "wb") as logf:
+        proc = subprocess.Popen(
+            argv,
+            cwd=src,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+            code = f"timeout ({code})"
+    wall = time.monotonic() - t0
+    if checker.poll() is not None:
+        raise SystemExit(f"the checker died during the session ({checker.returncode}): see above")
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(str(sock))
+    conn.sendall(b'{"op": "final"}\n')
+    conn.makefile("rb").readline()
+    conn.close()
+    checker.wait(timeout=60)
+    shutil.rmtree(tmp, ignore_errors=True)
+    checked = json.loads(checker_out.read_text())
+    killed = _kill_outlived(checked["outlived_session"])
+    leaks = json.loads((out / "leaks.json").read_text()) if kind == "check" and (out / "leaks.json").exists() else None
+    outcomes = json.loads((out / "outcomes.json").read_text()) if (out / "outcomes.json").exists() else {}
+    return {
+        "exit": code,
+        "wall_s": round(wall, 1),
+        "outcomes": outcomes,
+        "plugin": leaks,
+        "checker": checked,
+        "killed_after": killed,
+    }
+
+
+# -- comparison ---------------------------------------------------------------------------------
+
+
+def outcome(phases: dict[str, str]) -> str:
+    """One word per test: its setup and call outcome, and a teardown error that is not the
+    check's own leak report."""
+    setup, call, teardown = phases.get("setup"), phases.get("call"), phases.get("teardown")
+    if setup not in (None, "passed"):
+        word = "error" if setup == "failed" else setup
+    else:
+        word = call or "not run"
+    if teardown == "failed":
+        word += "+teardown error"
+    return word
+
+
+def compare(sessions: dict[str, dict]) -> dict:
+    plain, check, again = (sessions[k]["outcomes"] for k in SESSIONS)
+    a = {k: outcome(v) for k, v in plain.items()}
+    b = {k: outcome(v) for k, v in again.items()}
+    c = {k: outcome(v) for k, v in check.items()}
+    flaky = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    changes = sorted(k for k in set(a) | set(c) if k not in flaky and a.get(k) != c.get(k))
+    plugin = sessions["check"]["plugin"] or {"leaks": [], "excluded": []}
+    reported = {(x["pid"], x["start_ticks"]): x for x in plugin["leaks"]}
+    excluded = {(x["pid"], x["start_ticks"]) for x in plugin.get("excluded", [])}
+    seen = {(x["pid"], x["start_ticks"]): x for x in sessions["check"]["checker"]["leaks"]}
+    verified = sorted(set(reported) & set(seen))
+    unverified = [reported[k] for k in sorted(set(reported) - set(seen))]
+    misses = [seen[k] for k in sorted(set(seen) - set(reported) - excluded)]
+    return {
+        "tests": len(c),
+        "outcome_changes": len(changes),
+        "changed": [{"nodeid": k, "plain": a.get(k), "check": c.get(k)} for k in changes],
+        "flaky": len(flaky),
+        "flaky_tests": flaky,
+        "reported": len(reported),
+        "verified": len(verified),
+        "unverified": unverified,
+        "misses": len(misses),
+        "missed": misses,
+        "checker_found_plain": len(sessions["plain"]["checker"]["leaks"]),
+        "outlived_plain": len(sessions["plain"]["checker"]["outlived_session"]),
+        "outlived_check": len(sessions["check"]["checker"]["outlived_session"]),
+        "outlived_check_procs": sessions["check"]["checker"]["outlived_session"],
+        "wall_s": {k: sessions[k]["wall_s"] for k in SESSIONS},
+        "exit": {k: sessions[k]["exit"] for k in SESSIONS},
+        "checker_scan_s": sessions["check"]["checker"]["scan_s"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.strangers", description=__doc__.splitlines()[0])
+    ap.add_argument("--suites", default=",".join(SUITES))
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--work", type=Path, default=ROOT / ".artifacts" / "strangers")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--timeout", type=float, default=2400.0, help="seconds per pytest session")
+    args = ap.parse_args(argv)
+    suites = [SUITES[n] for n in args.suites.split(",")]
+    modes = args.modes.split(",")
+    work = args.work.resolve()
+    # Every suite is installed, whichever run: one environment for all of them.
+    sources = {s.name: fetch(s, work) for s in SUITES.values()}
+    py = venv(work, list(SUITES.values()), sources)
+    load_before = round(os.getloadavg()[0], 2)
+    t0 = time.monotonic()
+    rows = []
+    for s in suites:
+        for mode in modes:
+            sessions = {}
+            for kind in SESSIONS:
+                log(f"{s.name} {s.version} {mode} {kind}")
+                sessions[kind] = session(
+                    py, s, sources[s.name], mode, kind, work / "runs" / s.name / mode / kind, args.timeout
+                )
+                log(f"  exit {sessions[kind]['exit']}, {sessions[kind]['wall_s']} s")
+            row = {"suite": s.name, "version": s.version, "why": s.why, "mode": mode, **compare(sessions)}
+            log(
+                f"  tests {row['tests']}, changes {row['outcome_changes']} (flaky {row['flaky']}), reported "
+                f"{row['reported']}, verified {row['verified']}, misses {row['misses']}, outlived "
+                f"{row['outlived_plain']} plain / {row['outlived_check']} with the check"
+            )
+            rows.append(row)
+    doc = {
+        "kind": "leaks-strangers",
+        "machine": {"kernel": platform.release(), "python": platform.python_version(), "cpus": os.cpu_count()},
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_before": load_before,
+        "total_s": round(time.monotonic() - t0, 1),
+        "git_commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
+        "pytest": metadata.version("pytest"),
+        "sessions": list(SESSIONS),
+        "rows": rows,
+    }
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        log(f"wrote {args.json}")
+    bad = [r for r in rows if r["outcome_changes"] or r["misses"] or r["outlived_check"] or r["unverified"]]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
