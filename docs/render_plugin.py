@@ -11,6 +11,11 @@ No number or option text is typed into the template. Each comes from:
     {{kind:NAME}}          a victim kind's heading; every kind of victim.KINDS must have one, once
     {{measured:LABEL}}     a stop-latency label of docs/measure.json (`make measure`), MEASURED
     {{leak_cost}}          the --process-leaks cost, docs/process-leaks-bench.json (`make bench`), MEASURED
+    {{leak_load}}          the check's own time under load, the same file's "load" part, MEASURED
+    {{idle_cost}}          the unused plugin's cost with and without writable byte code, docs/bench.json's
+                           "plugin" part (`make bench`), MEASURED
+    {{leak_strangers}}     --process-leaks on strangers' suites, docs/leaks-strangers.json
+                           (`make leaks-strangers`), MEASURED
     {{leak_demo}}          a real --process-leaks report, docs/process-leaks-demo.json (`make leak-demo`), MEASURED
     {{examples}}           examples/: each file's first docstring line and its strict xfails' reasons
     {{routes}}             the escape routes, in the order they are decided
@@ -68,8 +73,14 @@ class Context:
         demo_name: str = "docs/process-leaks-demo.json",
         latency: dict | None = None,
         latency_name: str = "docs/stop-latency-demo.json",
+        stop_bench: dict | None = None,
+        stop_bench_name: str = "docs/bench.json",
+        strangers: dict | None = None,
+        strangers_name: str = "docs/leaks-strangers.json",
     ):
         self.latency, self.latency_name = latency, latency_name
+        self.stop_bench, self.stop_bench_name = stop_bench, stop_bench_name
+        self.strangers, self.strangers_name = strangers, strangers_name
         self.stop = StopLatencyContext(measure, None)
         self.bench, self.bench_name, self.examples_dir = bench, bench_name, examples_dir
         self.demo, self.demo_name = demo, demo_name
@@ -143,6 +154,72 @@ class Context:
             f"Linux {m.get('kernel', '?')}, {m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}; "
             f"load average {b.get('load_before', '?')} at the start; {b['n_tests']} tests per session{pace}; "
             f"{where}):\n\n" + "\n".join(rows)
+        )
+
+    def leak_load(self) -> str:
+        load = (self.bench or {}).get("load")
+        if not load:
+            return f"*Not measured: `{self.bench_name}` has no load part (run `make bench`).*"
+        rows = ["| test kind | n | time in the check per test: median | p95 | max |", "|---|---|---|---|---|"]
+        for kind, k in load["kinds"].items():
+            rows.append(
+                f"| {kind} | {k['n']} | {k['median_check_ms']:.3f} ms | {k['p95_check_ms']:.3f} ms "
+                f"| {k['max_check_ms']:.3f} ms |"
+            )
+        return (
+            f"MEASURED by `bench/process_leaks_cost.py --live {load['live']} --hogs {load['hogs']}` "
+            f"(`{self.bench_name}`, {self.bench.get('time', '?')}; {load['processes_on_machine']} processes on the "
+            f"machine during the session, {load['hogs']} CPU hogs, load average {load['load_start']} at the start "
+            f"and {load['load_end']} at the end; grace {load['grace_s']:g} s; one session of "
+            f"{sum(k['n'] for k in load['kinds'].values())} tests, {load['wall_s']:g} s):\n\n" + "\n".join(rows)
+        )
+
+    def idle_cost(self) -> str:
+        plugin = (self.stop_bench or {}).get("plugin") or {}
+        parts = plugin.get("bytecode")
+        if not parts:
+            return f"*Not measured: `{self.stop_bench_name}` has no byte-code part (run `make bench`).*"
+        ms = lambda x: f"{x * 1000:.1f} ms"  # noqa: E731
+        rows = [
+            "| byte code | session with the plugin, CPU (median) | without, CPU (median) | cost, CPU (median of pairs) "
+            "| cost, wall (median of pairs) | noise (CPU) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, label in (("writable", "writable"), ("not_writable", "not writable (`PYTHONDONTWRITEBYTECODE=1`)")):
+            p = parts[name]
+            rows.append(
+                f"| {label} | {ms(p['installed']['cpu_median_s'])} | {ms(p['disabled']['cpu_median_s'])} "
+                f"| {ms(p['cost_cpu_s'])} | {ms(p['cost_wall_s'])} | ±{ms(p['noise_cpu_s'])} |"
+            )
+        return (
+            f"MEASURED by `bench/plugin_idle.py` (`python -m bench.stoppers --parts plugin`, `{self.stop_bench_name}`, "
+            f"{plugin.get('date', '?')}, commit {str(plugin.get('git_commit', '?'))[:7]}; `{plugin['command']}` of one "
+            f"passing test with the plugin and with `-p no:stoplatency`, {plugin['rounds']} sessions a side, "
+            f"alternating; load average {plugin.get('loadavg_at_start', ['?'])[0]} at the start):\n\n" + "\n".join(rows)
+        )
+
+    def leak_strangers(self) -> str:
+        d = self.strangers
+        if not d:
+            return f"*Not run: `{self.strangers_name}` is absent (run `make leaks-strangers`).*"
+        m = d.get("machine", {})
+        rows = [
+            "| suite | mode | tests | outcome changes | flaky (plain vs plain) | leaks reported | verified | misses "
+            "| outlived the session: plain / with the check | wall time: plain / with the check |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in d["rows"]:
+            w = r["wall_s"]
+            rows.append(
+                f"| {r['suite']} {r['version']} | {'-n 2' if r['mode'] == 'xdist' else 'serial'} | {r['tests']} "
+                f"| {r['outcome_changes']} | {r['flaky']} | {r['reported']} | {r['verified']} | {r['misses']} "
+                f"| {r['outlived_plain']} / {r['outlived_check']} | {w['plain']:g} s / {w['check']:g} s |"
+            )
+        return (
+            f"MEASURED by `make leaks-strangers` (`{self.strangers_name}`, {d.get('time', '?')}, commit "
+            f"{d.get('git_commit', '?')}; Linux {m.get('kernel', '?')}, {m.get('cpus', '?')} CPUs, Python "
+            f"{m.get('python', '?')}, pytest {d.get('pytest', '?')}; load average {d.get('load_before', '?')} at "
+            f"the start, {d.get('total_s', '?')} s in all):\n\n" + "\n".join(rows)
         )
 
     def leak_demo(self) -> str:
@@ -273,7 +350,17 @@ def render(template: str, ctx: Context) -> str:
             "project",
         ):
             return getattr(ctx, kind)(arg.strip())
-        if arg is None and kind in ("leak_cost", "leak_demo", "latency_demo", "examples", "routes", "installs"):
+        if arg is None and kind in (
+            "leak_cost",
+            "leak_load",
+            "idle_cost",
+            "leak_strangers",
+            "leak_demo",
+            "latency_demo",
+            "examples",
+            "routes",
+            "installs",
+        ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")
 
@@ -292,6 +379,8 @@ def main(argv=None) -> int:
     ap.add_argument("--examples", type=Path, default=ROOT / "examples")
     ap.add_argument("--demo", type=Path, default=HERE / "process-leaks-demo.json")
     ap.add_argument("--latency-demo", type=Path, default=HERE / "stop-latency-demo.json")
+    ap.add_argument("--stop-bench", type=Path, default=HERE / "bench.json")
+    ap.add_argument("--strangers", type=Path, default=HERE / "leaks-strangers.json")
     ap.add_argument("--out", type=Path, default=HERE / "plugin.md")
     ap.add_argument("--check", action="store_true", help="fail with a diff if --out differs from a fresh render")
     args = ap.parse_args(argv)
@@ -305,6 +394,10 @@ def main(argv=None) -> int:
             f"docs/{args.demo.name}",
             _load(args.latency_demo),
             f"docs/{args.latency_demo.name}",
+            _load(args.stop_bench),
+            f"docs/{args.stop_bench.name}",
+            _load(args.strangers),
+            f"docs/{args.strangers.name}",
         )
         text = render(args.template.read_text(encoding="utf-8"), ctx)
     except (RenderError, ValueError, KeyError) as exc:

@@ -323,3 +323,33 @@ def test_kept_leaks_die_with_a_pytest_that_dies_through_its_guardian(pytester, m
     while sleepers(marks) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not sleepers(marks)
+
+
+def test_a_fixture_turns_the_check_off_for_the_tests_that_use_it(pytester, marks):
+    """Path: the per-fixture opt-out the guide names: a fixture that applies the process_leaks marker
+    (request.applymarker) turns the check off for every test that uses it, as the marker on the test
+    would; a test without it is checked."""
+    pytester.makeconftest(
+        """
+import pytest
+
+@pytest.fixture
+def keeps_its_processes(request):
+    request.applymarker(pytest.mark.process_leaks(enabled=False))
+"""
+    )
+    pytester.makepyfile(
+        test_optout=f"""
+import subprocess
+
+def test_opted_out(keeps_its_processes):
+    subprocess.Popen(["sleep", "{marks["kept"]}"])
+
+def test_checked():
+    subprocess.Popen(["sleep", "{marks["leak"]}"])
+"""
+    )
+    result = _run(pytester, "-p", "no:xdist", "--process-leaks", "--process-leaks-json", "leaks.json")
+    assert [x["cmdline"] for x in _json(pytester)["leaks"]] == [f"sleep {marks['leak']}"]
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["stoplatency: * leaked process(es) from 1 scope(s)*(1 test(s) checked):"])
