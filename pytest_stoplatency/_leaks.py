@@ -28,10 +28,14 @@ returned). Which processes are a scope's, without touching anybody else's:
 
 The candidates are taken in one snapshot with the garbage collector held off: a
 finaliser (pexpect's, which kills its child) that a collection runs in the middle of the
-check would otherwise hide a process that was alive when the check began. Then the
-survivors are killed by pidfd after an identity check (_procs.signal_identified), round
-after round. Zombies are left to whoever waits for them (a Popen, pexpect, multiprocessing)
-unless pytest is a subreaper, whose adopted orphans nobody else will reap.
+check would otherwise hide a process that was alive when the check began. They get a grace
+to exit (one wait on all their pidfds, the collector still held off): a process already
+told to exit is no leak. What is left is reported once and kept: never a candidate again,
+and what it starts later is its own (its lineage). The kept are killed by pidfd after an
+identity check (_procs.signal_identified), round after round, at the session's check
+(check_session), or at once with kill_at_check (--process-leaks-kill=teardown). Zombies
+are left to whoever waits for them (a Popen, pexpect, multiprocessing) unless pytest is a
+subreaper, whose adopted orphans nobody else will reap.
 """
 
 from __future__ import annotations
