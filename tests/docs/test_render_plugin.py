@@ -128,3 +128,75 @@ def test_the_opening_report_is_pasted_from_a_real_run(mod, tmp_path):
 def test_without_the_leak_demo_it_says_not_run(mod):
     doc = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
     assert "*Not run: `docs/process-leaks-demo.json` is absent (run `make leak-demo`).*" in doc
+
+
+def test_the_checks_time_under_load_is_rendered_from_the_benchmark(mod):
+    """Path: {{leak_load}}: the "load" part of docs/process-leaks-bench.json, per test kind, with how it
+    was loaded; without it, "not measured"."""
+    load = {
+        "live": 500,
+        "hogs": 2,
+        "processes_on_machine": 731,
+        "load_start": 2.5,
+        "load_end": 3.5,
+        "wall_s": 40.0,
+        "grace_s": 0.25,
+        "kinds": {"leaks": {"n": 20, "median_check_ms": 260.5, "p95_check_ms": 280.25, "max_check_ms": 300.125}},
+    }
+    doc = mod.render(TEMPLATE.read_text(), ctx(mod, {**BENCH, "load": load}))
+    assert "| leaks | 20 | 260.500 ms | 280.250 ms | 300.125 ms |" in doc
+    assert "731 processes on the machine during the session, 2 CPU hogs" in doc
+    bare = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
+    assert "*Not measured: `docs/process-leaks-bench.json` has no load part (run `make bench`).*" in bare
+
+
+def _part(cost):
+    return {
+        "installed": {"cpu_median_s": 0.8 + cost},
+        "disabled": {"cpu_median_s": 0.8},
+        "cost_cpu_s": cost,
+        "cost_wall_s": cost,
+        "noise_cpu_s": 0.01,
+    }
+
+
+def test_the_unused_plugins_cost_is_rendered_with_and_without_writable_byte_code(mod):
+    """Path: {{idle_cost}}: docs/bench.json's plugin part, one row per byte-code mode."""
+    plugin = {
+        "command": "python -m pytest -q -p no:cacheprovider",
+        "rounds": 30,
+        "date": "2025-01-02T03:04:05Z",
+        "git_commit": "abcdef0123",
+        "loadavg_at_start": [0.5, 0.4, 0.3],
+        "bytecode": {"writable": _part(0.002), "not_writable": _part(0.003)},
+    }
+    c = mod.Context(None, BENCH, "b.json", ROOT / "examples", stop_bench={"plugin": plugin})
+    doc = mod.render(TEMPLATE.read_text(), c)
+    assert "| writable | 802.0 ms | 800.0 ms | 2.0 ms | 2.0 ms | ±10.0 ms |" in doc
+    assert "| not writable (`PYTHONDONTWRITEBYTECODE=1`) | 803.0 ms | 800.0 ms | 3.0 ms | 3.0 ms | ±10.0 ms |" in doc
+    bare = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
+    assert "*Not measured: `docs/bench.json` has no byte-code part (run `make bench`).*" in bare
+
+
+def test_the_strangers_table_is_rendered_from_its_json(mod):
+    """Path: {{leak_strangers}}: one row per suite and mode of docs/leaks-strangers.json."""
+    row = {
+        "suite": "execnet",
+        "version": "2.1.2",
+        "mode": "xdist",
+        "tests": 1094,
+        "outcome_changes": 0,
+        "flaky": 3,
+        "reported": 13,
+        "verified": 13,
+        "misses": 0,
+        "outlived_plain": 2,
+        "outlived_check": 0,
+        "wall_s": {"plain": 90.5, "check": 95.25, "plain-again": 91.0},
+    }
+    strangers = {"rows": [row], "time": "2025-01-02T03:04:05+00:00", "git_commit": "abc1234", "pytest": "9.2.0"}
+    c = mod.Context(None, BENCH, "b.json", ROOT / "examples", strangers=strangers)
+    doc = mod.render(TEMPLATE.read_text(), c)
+    assert "| execnet 2.1.2 | -n 2 | 1094 | 0 | 3 | 13 | 13 | 0 | 2 / 0 | 90.5 s / 95.25 s |" in doc
+    bare = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
+    assert "*Not run: `docs/leaks-strangers.json` is absent (run `make leaks-strangers`).*" in bare

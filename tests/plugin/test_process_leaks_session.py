@@ -353,3 +353,34 @@ def test_checked():
     assert [x["cmdline"] for x in _json(pytester)["leaks"]] == [f"sleep {marks['leak']}"]
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(["stoplatency: * leaked process(es) from 1 scope(s)*(1 test(s) checked):"])
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["-o", "process_leaks=loud"], "process_leaks = 'loud' (ini file): expected true, error, warn or false"),
+        (["--process-leaks", "-o", "process_leaks_kill=never"], "process_leaks_kill = 'never' (ini file)"),
+        (["--process-leaks", "--process-leaks-grace", "-1"], "--process-leaks-grace: expected a number of seconds"),
+        (["--process-leaks", "-o", "process_leaks_grace=soon"], "process_leaks_grace (ini file): expected a number"),
+        (["--process-leaks=loud"], "argument --process-leaks: ignored explicit argument 'loud'"),
+    ],
+    ids=["mode-ini", "kill-ini", "grace-option", "grace-ini", "mode-option"],
+)
+def test_a_setting_that_makes_no_sense_is_a_usage_error(pytester, args, says):
+    """Path: _options' readers: a value of --process-leaks, its ini key, process_leaks_kill or
+    process_leaks_grace that means nothing is a usage error naming it, before any test runs."""
+    pytester.makepyfile(test_plain="def test_a():\n    pass\n")
+    result = _run(pytester, "-p", "no:xdist", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines([f"*{says}*"])
+
+
+def test_bare_process_leaks_before_a_path_takes_no_value(pytester, marks):
+    """Path: `--process-leaks=warn` is an option string of its own: a bare --process-leaks followed by
+    a path (`pytest --process-leaks test_x.py`) still checks, and collects that path."""
+    pytester.makepyfile(
+        test_x=f"import subprocess\ndef test_a():\n    subprocess.Popen(['sleep', '{marks['leak']}'])\n"
+    )
+    pytester.makepyfile(test_other="def test_not_collected():\n    pass\n")
+    result = _run(pytester, "-p", "no:xdist", "--process-leaks", "test_x.py")
+    result.assert_outcomes(passed=1, errors=1)
