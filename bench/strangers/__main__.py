@@ -63,7 +63,14 @@ class Suite:
 SUITES = {
     s.name: s
     for s in (
-        Suite("psutil", "7.2.2", ("tests",), editable=True, needs=("pytest-instafail",), why="process tree APIs"),
+        Suite(
+            "psutil",
+            "7.2.2",
+            ("tests",),
+            editable=True,
+            needs=("pytest-instafail", "psleak", "setuptools"),
+            why="process tree APIs",
+        ),
         Suite("pexpect", "4.9.0", ("tests",), why="pty children, gc-finalised spawns"),
         Suite("execnet", "2.1.2", ("testing",), why="cached gateways, a function fixture's process reused"),
         Suite("sh", "2.4.0", ("tests",), why="a subprocess per call, background processes"),
@@ -76,7 +83,9 @@ SUITES = {
         ),
     )
 }
-MODES = {"serial": ["-p", "no:xdist"], "xdist": ["-n", "2"]}
+# Serially as a user runs it (xdist installed, no -n: psutil's own configuration loads xdist and
+# uses its markers, so -p no:xdist would break its collection).
+MODES = {"serial": [], "xdist": ["-n", "2"]}
 SESSIONS = ("plain", "check", "plain-again")
 
 
@@ -117,7 +126,7 @@ def venv(work: Path, suites: list[Suite], sources: dict[str, Path]) -> Path:
     env = work / "venv"
     py = env / "bin" / "python"
     stamp = env / ".installed"
-    want = json.dumps(sorted(f"{s.name}=={s.version}" for s in suites))
+    want = json.dumps(sorted(f"{s.name}=={s.version} {' '.join(s.needs)}" for s in suites))
     if stamp.exists() and stamp.read_text() == want:
         return py
     shutil.rmtree(env, ignore_errors=True)
@@ -208,6 +217,12 @@ def session(py: Path, suite: Suite, src: Path, mode: str, kind: str, out: Path, 
             os.killpg(proc.pid, signal.SIGKILL)
             code = proc.wait()
             code = f"timeout ({code})"
+        except BaseException:  # this harness stopped (SIGTERM, ^C): the session and the checker with it
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            checker.kill()
+            checker.wait()
+            raise
     wall = time.monotonic() - t0
     if checker.poll() is not None:
         raise SystemExit(f"the checker died during the session ({checker.returncode}): see above")
@@ -283,7 +298,12 @@ def compare(sessions: dict[str, dict]) -> dict:
     }
 
 
+def _stop(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _stop)
     ap = argparse.ArgumentParser(prog="python -m bench.strangers", description=__doc__.splitlines()[0])
     ap.add_argument("--suites", default=",".join(SUITES))
     ap.add_argument("--modes", default=",".join(MODES))
