@@ -244,10 +244,21 @@ def main() -> int:
     ap.add_argument("--live", type=int, default=0, help="with --hogs: the check's time under load (0: not run)")
     ap.add_argument("--hogs", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--load-only", action="store_true", help="run only the --live part, into --json's other figures (kept)"
+    )
     args = ap.parse_args()
     half = max(args.n // 2, 1)
     paced = max(args.paced, 1)
     sys.path.insert(0, str(ROOT))
+    if args.load_only:
+        if not (args.live and args.json and args.json.exists()):
+            raise SystemExit("--load-only needs --live N and an existing --json")
+        doc = json.loads(args.json.read_text())
+        doc["load"] = run_load(args.live, args.hogs, n=max(half // 2, 1), leaks=20)
+        doc["load"]["time"] = datetime.now(UTC).isoformat(timespec="seconds")
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+        return 0
     from pytest_stoplatency import _cgroup
 
     cgroup = _cgroup.probe()
@@ -299,6 +310,7 @@ def main() -> int:
             )
     if args.live:
         result["load"] = run_load(args.live, args.hogs, n=max(half // 2, 1), leaks=20)
+        result["load"]["time"] = result["time"]
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -168,7 +168,7 @@ class Context:
             )
         return (
             f"MEASURED by `bench/process_leaks_cost.py --live {load['live']} --hogs {load['hogs']}` "
-            f"(`{self.bench_name}`, {self.bench.get('time', '?')}; {load['processes_on_machine']} processes on the "
+            f"(`{self.bench_name}`, {load.get('time', '?')}; {load['processes_on_machine']} processes on the "
             f"machine during the session, {load['hogs']} CPU hogs, load average {load['load_start']} at the start "
             f"and {load['load_end']} at the end; grace {load['grace_s']:g} s; one session of "
             f"{sum(k['n'] for k in load['kinds'].values())} tests, {load['wall_s']:g} s):\n\n" + "\n".join(rows)

@@ -58,6 +58,8 @@ class Suite:
     editable: bool = False  # installed in place (a C extension its tests import from the source tree)
     needs: tuple[str, ...] = ()  # what its tests import or its configuration requires
     why: str = ""
+    options: tuple[str, ...] = ()  # what its own way of running its tests adds (its Makefile, tox.ini)
+    env: tuple[tuple[str, str], ...] = ()
 
 
 SUITES = {
@@ -70,6 +72,10 @@ SUITES = {
             editable=True,
             needs=("pytest-instafail", "psleak", "setuptools"),
             why="process tree APIs",
+            # Its Makefile's PSUTIL_TESTING; its pyproject.toml's verbosity_subtests = "0" (a TOML
+            # string), which pytest 9 refuses when a subtest reads it: given as an int here.
+            options=("-o", "verbosity_subtests=0"),
+            env=(("PSUTIL_TESTING", "1"),),
         ),
         Suite("pexpect", "4.9.0", ("tests",), why="pty children, gc-finalised spawns"),
         Suite("execnet", "2.1.2", ("testing",), why="cached gateways, a function fixture's process reused"),
@@ -188,11 +194,12 @@ def session(py: Path, suite: Suite, src: Path, mode: str, kind: str, out: Path, 
         if checker.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"the checker did not start ({checker.returncode})")
         time.sleep(0.01)
-    argv = [str(py), "-m", "pytest", *suite.tests, "-p", "no:cacheprovider", *MODES[mode]]
+    argv = [str(py), "-m", "pytest", *suite.tests, "-p", "no:cacheprovider", *suite.options, *MODES[mode]]
     if kind == "check":
         argv += ["--process-leaks", "--process-leaks-json", str(out / "leaks.json")]
     env = {
         **os.environ,
+        **dict(suite.env),
         "PYTEST_PLUGINS": "leakcheck_probe",
         "PYTHONPATH": str(HERE),
         "LEAKCHECK_SOCKET": str(sock),
@@ -309,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--work", type=Path, default=ROOT / ".artifacts" / "strangers")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--merge", action="store_true", help="keep the rows of --json's other suites and modes")
     ap.add_argument("--timeout", type=float, default=2400.0, help="seconds per pytest session")
     args = ap.parse_args(argv)
     suites = [SUITES[n] for n in args.suites.split(",")]
@@ -330,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 log(f"  exit {sessions[kind]['exit']}, {sessions[kind]['wall_s']} s")
             row = {"suite": s.name, "version": s.version, "why": s.why, "mode": mode, **compare(sessions)}
+            row["time"] = datetime.now(UTC).isoformat(timespec="seconds")
             log(
                 f"  tests {row['tests']}, changes {row['outcome_changes']} (flaky {row['flaky']}), reported "
                 f"{row['reported']}, verified {row['verified']}, misses {row['misses']}, outlived "
@@ -349,6 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         "sessions": list(SESSIONS),
         "rows": rows,
     }
+    if args.json and args.merge and args.json.exists():
+        ran = {(r["suite"], r["mode"]) for r in rows}
+        kept = [r for r in json.loads(args.json.read_text())["rows"] if (r["suite"], r["mode"]) not in ran]
+        order = {(n, m): i for i, (n, m) in enumerate((n, m) for n in SUITES for m in MODES)}
+        doc["rows"] = sorted(kept + rows, key=lambda r: order[(r["suite"], r["mode"])])
+        doc["merged"] = True
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
