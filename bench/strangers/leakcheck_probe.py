@@ -6,11 +6,16 @@ In each process that runs tests: LEAKCHECK_SCOPE in os.environ names the running
 before its setup), a wider fixture while it is set up and torn down, or the gap after a test;
 the checker is told when each starts, and at each test's end (pytest_runtest_logfinish, after
 its whole teardown and report) it is told which scopes ended and the probe waits until it has
-looked. On the controller (or a plain session): every test's outcome by phase, and whether a
+looked. From the end of a test's teardown until the checker has looked, no automatic garbage
+collection runs (a finaliser, pexpect's, would kill a process that was alive after the
+teardown before the checker sees it): the checker looks at what the test left, as the
+plugin's check does; the plugin, which holds the collector off for its own check too, sees
+nothing different. On the controller (or a plain session): every test's outcome by phase, and whether a
 teardown error is the leak check's own report, written at the session's end to
 LEAKCHECK_OUTCOMES. Standard library and pytest only; nothing of the plugin.
 """
 
+import gc
 import itertools
 import json
 import os
@@ -96,6 +101,16 @@ def pytest_fixture_setup(fixturedef, request):
         fixturedef.addfinalizer(teardown_starts)  # runs before it
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    # Inner to the leak check's own wrapper (tryfirst): this runs first once the teardown is over.
+    try:
+        return (yield)
+    finally:
+        _state["gc_was"] = gc.isenabled()
+        gc.disable()
+
+
 def pytest_runtest_logfinish(nodeid, location):
     gap = _new_tag("g")
     _state["gaps"].append(gap)
@@ -103,7 +118,14 @@ def pytest_runtest_logfinish(nodeid, location):
     test = _state["open"].pop(nodeid, None)
     os.environ[TAG] = gap
     tags = [t for t in [test, *ended] if t]
-    _send({"op": "end", "tags": tags, "nodeid": nodeid, "gap": gap, "pid": os.getpid(), "ticks": _ticks()}, wait=True)
+    try:
+        _send(
+            {"op": "end", "tags": tags, "nodeid": nodeid, "gap": gap, "pid": os.getpid(), "ticks": _ticks()},
+            wait=True,
+        )
+    finally:
+        if _state.pop("gc_was", False):
+            gc.enable()
 
 
 def pytest_runtest_logreport(report):
