@@ -14,8 +14,10 @@ the probe (leakcheck_probe.py, loaded into every pytest process through PYTEST_P
 Per suite and mode, measured:
 - tests: the node ids that ran (the probe's reports);
 - outcome changes: tests whose outcome with --process-leaks differs from the first plain
-  session's, among the tests whose two plain sessions agree (the others are flaky: counted
-  apart); a teardown error that is the check's own leak report is not an outcome;
+  session's, among the tests whose two plain sessions agree; a teardown error that is the
+  check's own leak report is not an outcome. Each such test is then run alone, RECHECK times,
+  without the check: if its outcome with the check shows up there too, it is flaky, not a
+  change (counted apart with the tests whose two plain sessions disagree);
 - leaks reported (the plugin's --process-leaks-json), verified (the checker, too, saw that
   process outlive a test or fixture), misses (the checker saw a process outlive its scope
   that the plugin did not report), and what outlived the session (the checker's last look,
@@ -33,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -93,6 +96,7 @@ SUITES = {
 # uses its markers, so -p no:xdist would break its collection).
 MODES = {"serial": [], "xdist": ["-n", "2"]}
 SESSIONS = ("plain", "check", "plain-again")
+RECHECK = 5
 
 
 def log(msg: str) -> None:
@@ -270,13 +274,56 @@ def outcome(phases: dict[str, str]) -> str:
     return word
 
 
-def compare(sessions: dict[str, dict]) -> dict:
+def recheck(py: Path, suite: Suite, src: Path, nodeid: str, out: Path) -> list[str]:
+    """The outcomes of `nodeid` run alone, RECHECK times, without the check."""
+    out.mkdir(parents=True, exist_ok=True)
+    got = []
+    for i in range(RECHECK):
+        where = out / f"recheck-{i}.json"
+        env = {
+            **os.environ,
+            **dict(suite.env),
+            "PYTEST_PLUGINS": "leakcheck_probe",
+            "PYTHONPATH": str(HERE),
+            "LEAKCHECK_OUTCOMES": str(where),
+        }
+        env.pop("LEAKCHECK_SOCKET", None)
+        argv = [str(py), "-m", "pytest", nodeid, "-p", "no:cacheprovider", *suite.options]
+        proc = subprocess.Popen(
+            argv,
+            cwd=src,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            proc.wait(timeout=600)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever the test left, and a hung session
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        outcomes = json.loads(where.read_text()) if where.exists() else {}
+        got.append(outcome(outcomes.get(nodeid, {})))
+    return got
+
+
+def compare(sessions: dict[str, dict], rechecked=None) -> dict:
     plain, check, again = (sessions[k]["outcomes"] for k in SESSIONS)
     a = {k: outcome(v) for k, v in plain.items()}
     b = {k: outcome(v) for k, v in again.items()}
     c = {k: outcome(v) for k, v in check.items()}
     flaky = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
     changes = sorted(k for k in set(a) | set(c) if k not in flaky and a.get(k) != c.get(k))
+    rechecks = {}
+    if rechecked is not None:
+        rechecks = {k: rechecked(k) for k in changes}
+        reproduced = [k for k in changes if c.get(k) in rechecks[k]]
+        flaky = sorted(set(flaky) | set(reproduced))
+        changes = [k for k in changes if k not in reproduced]
     plugin = sessions["check"]["plugin"] or {"leaks": [], "excluded": []}
     reported = {(x["pid"], x["start_ticks"]): x for x in plugin["leaks"]}
     excluded = {(x["pid"], x["start_ticks"]) for x in plugin.get("excluded", [])}
@@ -288,6 +335,10 @@ def compare(sessions: dict[str, dict]) -> dict:
         "tests": len(c),
         "outcome_changes": len(changes),
         "changed": [{"nodeid": k, "plain": a.get(k), "check": c.get(k)} for k in changes],
+        "rechecked": [
+            {"nodeid": k, "plain": a.get(k), "check": c.get(k), "alone_without_the_check": v}
+            for k, v in rechecks.items()
+        ],
         "flaky": len(flaky),
         "flaky_tests": flaky,
         "reported": len(reported),
@@ -337,7 +388,19 @@ def main(argv: list[str] | None = None) -> int:
                     py, s, sources[s.name], mode, kind, work / "runs" / s.name / mode / kind, args.timeout
                 )
                 log(f"  exit {sessions[kind]['exit']}, {sessions[kind]['wall_s']} s")
-            row = {"suite": s.name, "version": s.version, "why": s.why, "mode": mode, **compare(sessions)}
+            runs = work / "runs" / s.name / mode
+
+            def rechecked(nodeid, s=s, runs=runs):
+                log(f"  recheck {nodeid} alone, {RECHECK} times without the check")
+                return recheck(py, s, sources[s.name], nodeid, runs / "recheck" / re.sub(r"\W+", "_", nodeid)[-120:])
+
+            row = {
+                "suite": s.name,
+                "version": s.version,
+                "why": s.why,
+                "mode": mode,
+                **compare(sessions, rechecked),
+            }
             row["time"] = datetime.now(UTC).isoformat(timespec="seconds")
             log(
                 f"  tests {row['tests']}, changes {row['outcome_changes']} (flaky {row['flaky']}), reported "
