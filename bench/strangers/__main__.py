@@ -1,7 +1,7 @@
 """`make leaks-strangers`: --process-leaks on five strangers' suites, from their sdists (issue 28).
 
     python -m bench.strangers [--suites psutil,pexpect,...] [--json docs/leaks-strangers.json]
-                              [--work .artifacts/strangers] [--timeout 2400]
+                              [--work ~/.cache/pytest-stoplatency-strangers] [--timeout 2400]
 
 Each suite (SUITES: psutil, pexpect, execnet, sh, plumbum, pinned) is fetched from PyPI
 (`pip download --no-binary :all:`), unpacked and installed, with pytest, pytest-xdist,
@@ -92,6 +92,14 @@ SUITES = {
             ("tests",),
             needs=("pytest-mock", "pytest-asyncio", "pytest-cov", "psutil"),
             why="local commands, pipelines, background jobs",
+            # Its conftest reads config.inicfg, which pytest 9 deprecates, and its configuration
+            # makes every warning an error; pytest-asyncio warns when its loop scope is unset.
+            options=(
+                "-W",
+                "default::pytest.PytestRemovedIn10Warning",
+                "-o",
+                "asyncio_default_fixture_loop_scope=function",
+            ),
         ),
     )
 }
@@ -376,7 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.strangers", description=__doc__.splitlines()[0])
     ap.add_argument("--suites", default=",".join(SUITES))
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--work", type=Path, default=ROOT / ".artifacts" / "strangers")
+    # Outside this repository: a suite without a pytest configuration of its own (sh) would
+    # otherwise take this repository's.
+    ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "pytest-stoplatency-strangers")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--merge", action="store_true", help="keep the rows of --json's other suites and modes")
     ap.add_argument("--timeout", type=float, default=2400.0, help="seconds per pytest session")

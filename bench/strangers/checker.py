@@ -8,8 +8,12 @@ ends, and waits at each end until the checker has looked.
 Whose a process is: its own LEAKCHECK_SCOPE, else its nearest ancestor's; else, when it
 descends from a pytest process that runs tests, the scope that process was running when the
 process started (by start ticks). A process that descends from one already counted belongs to
-it. At a scope's end, its living processes get GRACE seconds to exit (one pidfd wait); those
-still alive outlived it, counted once (the first end that finds them). At the session's end,
+it. At the end of a test's teardown (before the plugin's check: the probe waits for it), the
+checker takes a snapshot of the living processes of the test and of the fixtures torn down
+with it, and watches each through a pidfd (a thread records when each exits); a process of
+the snapshot still alive GRACE seconds after it outlived its scope, counted once. At the test's
+end (after its report), what is alive of those scopes and not in a snapshot gets GRACE seconds
+to exit (one pidfd wait) and is counted the same way. At the session's end,
 what a gap (between tests, after the last) or a scope already ended started, the same. After
 pytest has exited, what is left of the run (any of its tags, or under an ended scope) outlived
 the session. pytest's own helpers are not the suite's: the plugin's session guardian,
@@ -18,7 +22,8 @@ multiprocessing's resource tracker and fork server.
     python checker.py --socket PATH --run ID --out PATH [--grace 0.25]
 
 Messages (one JSON object a line): {"op": "start", "tag", "nodeid", "pid", "ticks"},
-{"op": "end", "tags": [...], "nodeid"} (answered "ok"), {"op": "session-end", "tags": [...]}
+{"op": "snapshot", "tags": [...]} (answered), {"op": "end", "tags": [...], "nodeid"} (answered "ok"),
+{"op": "session-end", "tags": [...]}
 (answered), {"op": "final"} (from the harness, after pytest exited: answered with what outlived
 the session, then the checker writes --out and exits).
 """
@@ -31,6 +36,7 @@ import os
 import select
 import socket
 import sys
+import threading
 import time
 
 TAG = "LEAKCHECK_SCOPE"
@@ -83,6 +89,12 @@ class Checker:
         self.outlived: list[dict] = []
         self.scans = 0
         self.scan_s = 0.0
+        self.snaps: dict[str, list[tuple[dict, float]]] = {}  # tag -> [(candidate, snapshot time)]
+        self.exits: dict[tuple[int, int], float] = {}  # when a watched process exited (monotonic)
+        self._watched: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, start ticks)
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        threading.Thread(target=self._watch_exits, daemon=True).start()
 
     # -- attribution ------------------------------------------------------------------
 
@@ -178,6 +190,56 @@ class Checker:
             for fd in fds:
                 os.close(fd)
 
+    def _watch_exits(self) -> None:
+        """Record, as it happens, when each process of a snapshot exits."""
+        while True:
+            poller = select.poll()
+            poller.register(self._wake_r, select.POLLIN)
+            with self._lock:
+                for fd in self._watched:
+                    poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll():
+                if fd == self._wake_r:
+                    os.read(self._wake_r, 4096)
+                    continue
+                now = time.monotonic()
+                with self._lock:
+                    key = self._watched.pop(fd, None)
+                    if key is not None:
+                        self.exits.setdefault(key, now)
+                        os.close(fd)
+
+    def _snapshot(self, tags: set[str]) -> None:
+        t = time.monotonic()
+        for x in self._candidates(tags.__contains__):
+            try:
+                fd = os.pidfd_open(x["pid"])
+            except OSError:
+                continue
+            s = stat(x["pid"])
+            if s is None or s[2] != x["start_ticks"] or s[0] in ("Z", "X", "x"):
+                os.close(fd)
+                continue
+            with self._lock:
+                self._watched[fd] = (x["pid"], x["start_ticks"])
+            self.snaps.setdefault(x["tag"], []).append((x, t))
+        os.write(self._wake_w, b"x")
+
+    def _judge_snapshots(self, tags: set[str], nodeid: str | None) -> None:
+        """The snapshot's processes still alive GRACE seconds after it outlived their scope."""
+        for tag in tags:
+            for x, t in self.snaps.pop(tag, []):
+                key = (x["pid"], x["start_ticks"])
+                with self._lock:
+                    gone = self.exits.get(key)
+                if key in self.counted or (gone is not None and gone <= t + self.grace):
+                    continue
+                if gone is None and time.monotonic() < t + self.grace:
+                    continue  # still within its grace (an end that comes at once): the scan below waits
+                self.counted.add(key)
+                scope = self.scopes.get(x["tag"], {})
+                self.leaks.append({**x, "scope": scope.get("nodeid", x["tag"]), "found_at": nodeid, "when": "snapshot"})
+
     def _count(self, found: list[dict], when: str, nodeid: str | None) -> None:
         for x in self._wait(found):
             key = (x["pid"], x["start_ticks"])
@@ -195,7 +257,11 @@ class Checker:
             self.scopes[msg["tag"]] = {"nodeid": msg["nodeid"], "pid": msg["pid"], "start": msg["ticks"]}
             self.timeline.setdefault(msg["pid"], []).append((msg["ticks"], msg["tag"]))
             return None
+        if op == "snapshot":
+            self._snapshot(set(msg["tags"]))
+            return {"ok": True}
         if op == "end":
+            self._judge_snapshots(set(msg["tags"]), msg.get("nodeid"))
             if msg.get("gap"):
                 gap = msg["gap"]
                 self.scopes[gap] = {"nodeid": f"after {msg.get('nodeid')}", "pid": msg["pid"], "start": msg["ticks"]}

@@ -109,6 +109,9 @@ def pytest_runtest_teardown(item, nextitem):
     finally:
         _state["gc_was"] = gc.isenabled()
         gc.disable()
+        # What the test left, as it is now (before the plugin's check): the checker's snapshot.
+        tags = [t for t in [_state["open"].get(item.nodeid), *_state["ended"]] if t]
+        _send({"op": "snapshot", "tags": tags}, wait=True)
 
 
 def pytest_runtest_logfinish(nodeid, location):
