@@ -195,7 +195,15 @@ class Context:
             f"MEASURED by `bench/plugin_idle.py` (`python -m bench.stoppers --parts plugin`, `{self.stop_bench_name}`, "
             f"{plugin.get('date', '?')}, commit {str(plugin.get('git_commit', '?'))[:7]}; `{plugin['command']}` of one "
             f"passing test with the plugin and with `-p no:stoplatency`, {plugin['rounds']} sessions a side, "
-            f"alternating; load average {plugin.get('loadavg_at_start', ['?'])[0]} at the start):\n\n" + "\n".join(rows)
+            f"alternating; load average {plugin.get('loadavg_at_start', ['?'])[0]} at the start; "
+            + (
+                "each session with an empty record directory, in a mount namespace of its own: no other session's "
+                "records choose what it reads"
+                if plugin.get("records_isolated")
+                else "with whatever records other sessions had left: see above"
+            )
+            + "):\n\n"
+            + "\n".join(rows)
         )
 
     def leak_strangers(self) -> str:
