@@ -20,7 +20,9 @@ Per suite and mode, measured:
   the same mode (a test of a suite that fails only beside another, as pexpect's socket tests
   on one port under -n 2, needs the whole session): a test whose outcome with the check shows
   up without it is flaky, not a change (counted apart with the tests whose two plain sessions
-  disagree);
+  disagree); so is a test that failed with the check with the very message some test of a
+  plain session failed with ("Address already in use" on pexpect's one port, which moves from
+  test to test from session to session);
 - leaks reported (the plugin's --process-leaks-json), verified (the checker, too, saw that
   process outlive a test or fixture), misses (the checker saw a process outlive its scope
   that the plugin did not report), and what outlived the session (the checker's last look,
@@ -286,6 +288,11 @@ def outcome(phases: dict[str, str]) -> str:
     return word
 
 
+def _messages(outcomes: dict[str, dict[str, str]]) -> list[str]:
+    """The failure messages of a session's tests (the probe's reprcrash lines)."""
+    return [v for phases in outcomes.values() for k, v in phases.items() if k.endswith("-message")]
+
+
 def recheck(py: Path, suite: Suite, src: Path, nodeid: str, out: Path) -> list[str]:
     """The outcomes of `nodeid` run alone, RECHECK times, without the check."""
     out.mkdir(parents=True, exist_ok=True)
@@ -337,11 +344,17 @@ def compare(sessions: dict[str, dict], rechecked=None, more_plain=None) -> dict:
         flaky = sorted(set(flaky) | set(reproduced))
         changes = [k for k in changes if k not in reproduced]
     extra: list[dict[str, str]] = []
+    plain_messages = set(_messages(plain)) | set(_messages(again))
     while more_plain is not None and changes and len(extra) < MORE_PLAIN:
-        extra.append({k: outcome(v) for k, v in more_plain(len(extra)).items()})
+        more = more_plain(len(extra))
+        plain_messages |= set(_messages(more))
+        extra.append({k: outcome(v) for k, v in more.items()})
         reproduced = [k for k in changes if extra[-1].get(k) == c.get(k)]
         flaky = sorted(set(flaky) | set(reproduced))
         changes = [k for k in changes if k not in reproduced]
+    same_failure = [k for k in changes if set(_messages({k: check.get(k, {})})) & plain_messages]
+    flaky = sorted(set(flaky) | set(same_failure))
+    changes = [k for k in changes if k not in same_failure]
     plugin = sessions["check"]["plugin"] or {"leaks": [], "excluded": []}
     reported = {(x["pid"], x["start_ticks"]): x for x in plugin["leaks"]}
     excluded = {(x["pid"], x["start_ticks"]) for x in plugin.get("excluded", [])}
@@ -352,7 +365,11 @@ def compare(sessions: dict[str, dict], rechecked=None, more_plain=None) -> dict:
     return {
         "tests": len(c),
         "outcome_changes": len(changes),
-        "changed": [{"nodeid": k, "plain": a.get(k), "check": c.get(k)} for k in changes],
+        "changed": [
+            {"nodeid": k, "plain": a.get(k), "check": c.get(k), "messages": _messages({k: check.get(k, {})})}
+            for k in changes
+        ],
+        "same_failure_without_the_check": same_failure,
         "rechecked": [
             {"nodeid": k, "plain": a.get(k), "check": c.get(k), "alone_without_the_check": v}
             for k, v in rechecks.items()

@@ -139,6 +139,9 @@ def pytest_runtest_logreport(report):
     if report.when == "teardown" and report.failed and str(report.longrepr).startswith(LEAK_REPORT):
         outcome = "leak-report"
     phases[report.when] = outcome
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if report.failed and crash is not None and outcome != "leak-report":
+        phases[f"{report.when}-message"] = str(crash.message).splitlines()[0][:300]
 
 
 def pytest_sessionfinish(session):
