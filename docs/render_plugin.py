@@ -212,7 +212,7 @@ class Context:
             return f"*Not run: `{self.strangers_name}` is absent (run `make leaks-strangers`).*"
         m = d.get("machine", {})
         rows = [
-            "| suite | mode | tests | outcome changes | flaky (plain vs plain) | leaks reported | verified | misses "
+            "| suite | mode | tests | outcome changes | flaky (not counted) | leaks reported | verified | misses "
             "| outlived the session: plain / with the check | wall time: plain / with the check |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
