@@ -466,6 +466,12 @@ def compare(sessions: dict[str, dict], rechecked=None, more_plain=None) -> dict:
     }
 
 
+def _dirty() -> bool:
+    """Whether what the sessions load (the plugin, this harness) differs from the commit."""
+    paths = ["pytest_stoplatency", "bench/strangers"]
+    return bool(subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=ROOT, capture_output=True).stdout)
+
+
 def _stop(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -489,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     sources = {s.name: fetch(s, work) for s in SUITES.values()}
     py = venv(work, list(SUITES.values()), sources)
     load_before = round(os.getloadavg()[0], 2)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    commit = commit.stdout.strip() + ("-dirty" if _dirty() else "")
     t0 = time.monotonic()
     rows = []
     for s in suites:
@@ -521,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
                 **compare(sessions, rechecked, more_plain),
             }
             row["time"] = datetime.now(UTC).isoformat(timespec="seconds")
+            row["git_commit"] = commit  # a merged document's rows come from several runs
+            row["load_before"] = load_before
             log(
                 f"  tests {row['tests']}, changes {row['outcome_changes']} (flaky {row['flaky']}), reported "
                 f"{row['reported']}, verified {row['verified']}, misses {row['misses']}, outlived "
@@ -533,9 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "load_before": load_before,
         "total_s": round(time.monotonic() - t0, 1),
-        "git_commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip(),
+        "git_commit": commit,
         "pytest": metadata.version("pytest"),
         "sessions": list(SESSIONS),
         "rows": rows,
