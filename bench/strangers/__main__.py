@@ -128,6 +128,7 @@ MODES = {"serial": [], "xdist": ["-n", "2"]}
 SESSIONS = ("plain", "check", "plain-again")
 RECHECK = 5
 RECHECK_MAX = 20
+ALONE_TIMEOUT = 300  # seconds for one test alone (pexpect's test_interrupt once hung alone, without the check)
 MORE_PLAIN = 3
 
 
@@ -358,17 +359,20 @@ def recheck(py: Path, suite: Suite, src: Path, nodeid: str, out: Path, want: tup
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        hung = False
         try:
-            proc.wait(timeout=600)
+            proc.wait(timeout=ALONE_TIMEOUT)
+        except subprocess.TimeoutExpired:  # an outcome of its own, not the end of the harness
+            hung = True
         finally:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # whatever the test left, and a hung session
             except ProcessLookupError:
                 pass
             proc.wait()
-        outcomes = json.loads(where.read_text()) if where.exists() else {}
+        outcomes = json.loads(where.read_text()) if where.exists() and not hung else {}
         phases = outcomes.get(nodeid, {})
-        word = outcome(phases)
+        word = f"hung ({ALONE_TIMEOUT} s)" if hung else outcome(phases)
         # "=" marks a run that reproduced the outcome with the check (its signature included).
         got.append(("=" if reproduces(want, (word, signatures(phases))) else "") + word)
     return got
