@@ -235,6 +235,7 @@ class Tracker:
         self._image = me.image if len(me.image) == 4 else None
         self.reap = reap  # pytest is a subreaper: its adopted zombies are its own to reap
         self.fixtures: dict[str, Scope] = {}  # open fixture scopes, by tag
+        self._closing: list[Scope] = []  # the fixtures the running check checks
         self.gap: Scope | None = None  # the gap since the last test ended
         self.gaps: list[Scope] = []  # closed gaps in which some pid was handed out
         self._past: dict[str, tuple[str, str]] = {}  # checked scopes: tag -> (kind, label)
@@ -435,7 +436,12 @@ class Tracker:
         return tag, False, None
 
     def _in_open_fixture(self, pid: int, scope: Scope) -> bool:
-        return any(f is not scope and f.untagged_is_mine(pid, None) for f in self.fixtures.values())
+        # The fixtures torn down in a test's teardown count as open for that test's own claim:
+        # a module fixture set up and torn down within one test (the only test of its module
+        # on an xdist worker) started what its set-up started, not the test.
+        closing = self._closing if scope.kind == KIND_TEST else []  # ablate: leak-fixture-in-test
+        fixtures = [*self.fixtures.values(), *closing]
+        return any(f is not scope and f.untagged_is_mine(pid, None) for f in fixtures)
 
     # -- checking -----------------------------------------------------------------
 
@@ -467,9 +473,9 @@ class Tracker:
         # was alive after the teardown: a leak, not one on its way out). The caller may
         # already hold the collector (a test's teardown does, from its first line).
         self.hold_gc()
-        for scope in full:
-            if scope.kind == KIND_FIXTURE:
-                self.fixtures.pop(scope.tag, None)
+        self._closing = [scope for scope in full if scope.kind == KIND_FIXTURE]
+        for scope in self._closing:
+            self.fixtures.pop(scope.tag, None)
         scopes = [*([test] if test is not None else []), *full]
         zombies: list[int] = []
         try:

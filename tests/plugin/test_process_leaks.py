@@ -203,6 +203,39 @@ def test_acceptance_each_leak_reported_with_its_route_killed_and_nothing_else_to
     run_acceptance(pytester, marks, flag)
 
 
+SOLE_MODULE_SUITE = """
+import subprocess, pytest
+
+N = {marks!r}
+
+@pytest.fixture(scope="module")
+def untagged_server():
+    # Its environment dropped, still pytest's child: only the fixture's pid window says whose.
+    subprocess.Popen(["env", "-i", "sleep", N["module"]])
+    yield
+
+def test_only(untagged_server):
+    pass
+"""
+
+
+def test_a_module_fixture_set_up_and_torn_down_within_one_test_is_named_for_its_untagged_leak(pytester, marks):
+    """Path: the TREE route's owner when a wider fixture's whole life lies inside one test (the
+    only test of its module, or of its module on an xdist worker: the acceptance suite under
+    load): the fixture's set-up window is the fixture's, though the test's window holds it too.
+
+    Ablation: `leak-fixture-in-test` (the test claims what the fixture started) red."""
+    pytester.makepyfile(test_sole=SOLE_MODULE_SUITE.format(marks=marks))
+    pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks", "--process-leaks-json", "leaks.json", timeout=120
+    )
+    doc = json.loads((pytester.path / "leaks.json").read_text())
+    [leak] = [x for x in doc["leaks"] if marks["module"] in x["cmdline"]]
+    assert (leak["route"], leak["scope"]) == ("no run tag", "fixture 'untagged_server' (module scope, test_sole.py)")
+    assert leak["killed"] is True
+    assert "module" not in _sleepers(marks)
+
+
 def run_acceptance(pytester, marks, flag):
     """The acceptance suite under `flag` (test_process_leaks_cgroup.py runs it with
     --process-leaks-cgroup), with `marks` from the `marks` fixture's names."""
