@@ -274,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}
             doc["plugin"] = {**plugin_idle.run(args.plugin_rounds), **stamp, "seconds": round(time.monotonic() - t, 1)}
             print("\nThe plugin, installed but unused:\n" + plugin_idle.table(doc["plugin"]) + "\n")
+            print(plugin_idle.bytecode_table(doc["plugin"]) + "\n")
         if "pid1" in args.parts:
             t = time.monotonic()
             stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}

@@ -5,12 +5,18 @@
 
 No number or option text is typed into the template. Each comes from:
 
-    {{help:NAME}}          a text constant of pytest_stoplatency/plugin.py (option help, marker line)
+    {{help:NAME}}          a text constant of pytest_stoplatency/_options.py (option help, marker line)
     {{const:MODULE.NAME}}  a constant of pytest_stoplatency/MODULE.py, DERIVED, with its file
     {{default:PARAM}}      a default of `victim(...)` (_linux.VictimFactory.__call__), bare (it stands in code)
     {{kind:NAME}}          a victim kind's heading; every kind of victim.KINDS must have one, once
     {{measured:LABEL}}     a stop-latency label of docs/measure.json (`make measure`), MEASURED
     {{leak_cost}}          the --process-leaks cost, docs/process-leaks-bench.json (`make bench`), MEASURED
+    {{leak_load}}          the check's own time under load, the same file's "load" part, MEASURED
+    {{idle_cost}}          the unused plugin's cost with and without writable byte code, docs/bench.json's
+                           "plugin" part (`make bench`), MEASURED
+    {{strangers_rule:NAME}} a number of the strangers harness's rule (bench/strangers/__main__.py), DERIVED
+    {{leak_strangers}}     --process-leaks on strangers' suites, docs/leaks-strangers.json
+                           (`make leaks-strangers`), MEASURED
     {{leak_demo}}          a real --process-leaks report, docs/process-leaks-demo.json (`make leak-demo`), MEASURED
     {{examples}}           examples/: each file's first docstring line and its strict xfails' reasons
     {{routes}}             the escape routes, in the order they are decided
@@ -68,18 +74,23 @@ class Context:
         demo_name: str = "docs/process-leaks-demo.json",
         latency: dict | None = None,
         latency_name: str = "docs/stop-latency-demo.json",
+        stop_bench: dict | None = None,
+        stop_bench_name: str = "docs/bench.json",
+        strangers: dict | None = None,
+        strangers_name: str = "docs/leaks-strangers.json",
     ):
         self.latency, self.latency_name = latency, latency_name
+        self.stop_bench, self.stop_bench_name = stop_bench, stop_bench_name
+        self.strangers, self.strangers_name = strangers, strangers_name
         self.stop = StopLatencyContext(measure, None)
         self.bench, self.bench_name, self.examples_dir = bench, bench_name, examples_dir
         self.demo, self.demo_name = demo, demo_name
         self.kinds_seen: list[str] = []
 
     def help(self, name: str) -> str:
-        plugin = _module("plugin")
-        value = getattr(plugin, name, None)
+        value = getattr(_module("_options"), name, None)
         if not isinstance(value, str):
-            raise RenderError(f"template names {name!r}, which pytest_stoplatency/plugin.py does not define")
+            raise RenderError(f"template names {name!r}, which pytest_stoplatency/_options.py does not define")
         return re.sub(r" ?\([^()]*docs/plugin\.md[^()]*\)", "", value)
 
     def const(self, dotted: str) -> str:
@@ -108,6 +119,20 @@ class Context:
 
     def measured(self, label: str) -> str:
         return self.stop.measured(label)
+
+    def strangers_rule(self, name: str) -> str:
+        """A number of `make leaks-strangers`' rule, read from its harness (never imported: the
+        harness is no part of the package)."""
+        path = HERE.parent / "bench" / "strangers" / "__main__.py"
+        for node in ast.parse(path.read_text()).body:
+            if (
+                isinstance(node, ast.Assign)
+                and [getattr(t, "id", None) for t in node.targets] == [name]
+                and isinstance(node.value, ast.Constant)
+                and type(node.value.value) is int
+            ):
+                return f"{node.value.value} (DERIVED: `bench/strangers/__main__.py: {name}`)"
+        raise RenderError(f"template names {name!r}, which bench/strangers/__main__.py does not set to a number")
 
     def routes(self) -> str:
         leaks = _module("_leaks")
@@ -144,6 +169,91 @@ class Context:
             f"Linux {m.get('kernel', '?')}, {m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}; "
             f"load average {b.get('load_before', '?')} at the start; {b['n_tests']} tests per session{pace}; "
             f"{where}):\n\n" + "\n".join(rows)
+        )
+
+    def leak_load(self) -> str:
+        load = (self.bench or {}).get("load")
+        if not load:
+            return f"*Not measured: `{self.bench_name}` has no load part (run `make bench`).*"
+        rows = ["| test kind | n | time in the check per test: median | p95 | max |", "|---|---|---|---|---|"]
+        for kind, k in load["kinds"].items():
+            rows.append(
+                f"| {kind} | {k['n']} | {k['median_check_ms']:.3f} ms | {k['p95_check_ms']:.3f} ms "
+                f"| {k['max_check_ms']:.3f} ms |"
+            )
+        return (
+            f"MEASURED by `bench/process_leaks_cost.py --live {load['live']} --hogs {load['hogs']}` "
+            f"(`{self.bench_name}`, {load.get('time', '?')}; {load['processes_on_machine']} processes on the "
+            f"machine during the session, {load['hogs']} CPU hogs, load average {load['load_start']} at the start "
+            f"and {load['load_end']} at the end; grace {load['grace_s']:g} s; one session of "
+            f"{sum(k['n'] for k in load['kinds'].values())} tests, {load['wall_s']:g} s):\n\n" + "\n".join(rows)
+        )
+
+    def idle_cost(self) -> str:
+        plugin = (self.stop_bench or {}).get("plugin") or {}
+        parts = plugin.get("bytecode")
+        if not parts:
+            return f"*Not measured: `{self.stop_bench_name}` has no byte-code part (run `make bench`).*"
+        ms = lambda x: f"{x * 1000:.1f} ms"  # noqa: E731
+        rows = [
+            "| byte code | session with the plugin, CPU (median) | without, CPU (median) | cost, CPU (median of pairs) "
+            "| cost, wall (median of pairs) | noise (CPU) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, label in (("writable", "writable"), ("not_writable", "not writable (`PYTHONDONTWRITEBYTECODE=1`)")):
+            p = parts[name]
+            rows.append(
+                f"| {label} | {ms(p['installed']['cpu_median_s'])} | {ms(p['disabled']['cpu_median_s'])} "
+                f"| {ms(p['cost_cpu_s'])} | {ms(p['cost_wall_s'])} | ±{ms(p['noise_cpu_s'])} |"
+            )
+        return (
+            f"MEASURED by `bench/plugin_idle.py` (`python -m bench.stoppers --parts plugin`, `{self.stop_bench_name}`, "
+            f"{plugin.get('date', '?')}, commit {str(plugin.get('git_commit', '?'))[:7]}; `{plugin['command']}` of one "
+            f"passing test with the plugin and with `-p no:stoplatency`, {plugin['rounds']} sessions a side, "
+            f"alternating; load average {plugin.get('loadavg_at_start', ['?'])[0]} at the start; "
+            + (
+                "each session with an empty record directory, in a mount namespace of its own: no other session's "
+                "records choose what it reads"
+                if plugin.get("records_isolated")
+                else "with whatever records other sessions had left: see above"
+            )
+            + "):\n\n"
+            + "\n".join(rows)
+        )
+
+    def leak_strangers(self) -> str:
+        d = self.strangers
+        if not d:
+            return f"*Not run: `{self.strangers_name}` is absent (run `make leaks-strangers`).*"
+        m = d.get("machine", {})
+        merged = bool(d.get("merged"))
+        rows = [
+            "| suite | mode | tests | outcome changes | flaky (not counted) | leaks reported | verified | misses "
+            "| outlived the session: plain / with the check | wall time: plain / with the check "
+            + ("| measured (UTC, commit) |" if merged else "|"),
+            "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if merged else ""),
+        ]
+        for r in d["rows"]:
+            w = r["wall_s"]
+            # A row of a merged document names its own run: rows before per-row commits name none.
+            when = f" {r.get('time', '?')[:16].replace('T', ' ')}, {r.get('git_commit', 'commit not recorded')} |"
+            rows.append(
+                f"| {r['suite']} {r['version']} | {'-n 2' if r['mode'] == 'xdist' else 'serial'} | {r['tests']} "
+                f"| {r['outcome_changes']} | {r['flaky']} | {r['reported']} | {r['verified']} | {r['misses']} "
+                f"| {r['outlived_plain']} / {r['outlived_check']} | {w['plain']:g} s / {w['check']:g} s |"
+                + (when if merged else "")
+            )
+        run = "rows merged from several runs, the last" if merged else f"commit {d.get('git_commit', '?')}"
+        last = f"{d.get('time', '?')}, commit {d.get('git_commit', '?')}" if merged else d.get("time", "?")
+        return (
+            f"MEASURED by `make leaks-strangers` (`{self.strangers_name}`, {run} {last}; Linux "
+            f"{m.get('kernel', '?')}, {m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}, pytest "
+            f"{d.get('pytest', '?')}; load average {d.get('load_before', '?')} at the start"
+            + (" of the last run" if merged else "")
+            + f", {d.get('total_s', '?')} s"
+            + (" for it" if merged else " in all")
+            + "):\n\n"
+            + "\n".join(rows)
         )
 
     def leak_demo(self) -> str:
@@ -272,9 +382,20 @@ def render(template: str, ctx: Context) -> str:
             "example",
             "signature",
             "project",
+            "strangers_rule",
         ):
             return getattr(ctx, kind)(arg.strip())
-        if arg is None and kind in ("leak_cost", "leak_demo", "latency_demo", "examples", "routes", "installs"):
+        if arg is None and kind in (
+            "leak_cost",
+            "leak_load",
+            "idle_cost",
+            "leak_strangers",
+            "leak_demo",
+            "latency_demo",
+            "examples",
+            "routes",
+            "installs",
+        ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")
 
@@ -293,6 +414,8 @@ def main(argv=None) -> int:
     ap.add_argument("--examples", type=Path, default=ROOT / "examples")
     ap.add_argument("--demo", type=Path, default=HERE / "process-leaks-demo.json")
     ap.add_argument("--latency-demo", type=Path, default=HERE / "stop-latency-demo.json")
+    ap.add_argument("--stop-bench", type=Path, default=HERE / "bench.json")
+    ap.add_argument("--strangers", type=Path, default=HERE / "leaks-strangers.json")
     ap.add_argument("--out", type=Path, default=HERE / "plugin.md")
     ap.add_argument("--check", action="store_true", help="fail with a diff if --out differs from a fresh render")
     args = ap.parse_args(argv)
@@ -306,6 +429,10 @@ def main(argv=None) -> int:
             f"docs/{args.demo.name}",
             _load(args.latency_demo),
             f"docs/{args.latency_demo.name}",
+            _load(args.stop_bench),
+            f"docs/{args.stop_bench.name}",
+            _load(args.strangers),
+            f"docs/{args.strangers.name}",
         )
         text = render(args.template.read_text(encoding="utf-8"), ctx)
     except (RenderError, ValueError, KeyError) as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from .plugin import INACTIVE_HEADER
+from ._options import INACTIVE_HEADER
 
 PLUGIN_NAME = "stoplatency-inactive"
 REASON = pytest.StashKey[str]()

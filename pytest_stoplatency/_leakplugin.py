@@ -3,13 +3,20 @@ when the check is on (an unused check reads nothing and changes nothing).
 
 Per test: a scope (_leaks.Scope) opens at setup, its tag in os.environ for everything the
 test starts; at the end of its teardown the tag becomes the gap's (what starts from then
-on is no longer the test's) and the scope is checked. A leak is reported as an error at
-the teardown of the test (pytest's convention for a finding made after the test's own
-outcome was decided: a fixture's teardown error is one too), with every process, its
-escape route, and killed. A wider fixture is a scope of its own, checked after its own
-teardown and named. What starts between tests, after the last one, or under a scope
-already checked is session level: checked at the session's end (and once more at exit,
-for what a thread or an atexit handler starts while pytest shuts down).
+on is no longer the test's) and the scope is checked. A leak is reported at the teardown
+of the test (pytest's convention for a finding made after the test's own outcome was
+decided: a fixture's teardown error is one too), as an error or, with --process-leaks=warn,
+a ProcessLeakWarning, with every process and its escape route, once: a process reported is
+never reported again. It is killed at the session's end (or, if pytest dies, by its
+guardian or the next session's sweep), so that the suite runs on exactly as it would
+without the check; --process-leaks-kill=teardown kills it at once. A wider fixture is a
+scope of its own, checked after its own teardown and named. What starts between tests,
+after the last one, or under a scope already checked is session level: checked at the
+session's end (and once more at exit, for what a thread or an atexit handler starts while
+pytest shuts down).
+
+The check runs after everything of the test's teardown, with pytest-timeout's timer of the
+test stopped: its own time (the grace included) never counts against the test's timeout.
 """
 
 from __future__ import annotations
@@ -18,12 +25,13 @@ import atexit
 import os
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
 
-from . import _cgroup, _guardian, _leakreport, _leaks, _report, _subreaper
-from . import plugin as _plugin
+from . import _cgroup, _guardian, _leakreport, _leaks, _options, _records, _report, _subreaper, _token
+from .victim import EXTRAS_SUFFIX
 
 NAME = "stoplatency-process-leaks"
 WORKEROUTPUT_KEY = "stoplatency_process_leaks"
@@ -61,7 +69,19 @@ def fixture_label(fixturedef, rootpath: Path) -> str:
 def section_for(config) -> dict:
     """The process_leaks object of --stop-latency-json (empty when the check is off)."""
     plugin = config.pluginmanager.get_plugin(NAME)
-    return _leakreport.section(plugin.leaks if plugin else [], checked=plugin.checked if plugin else 0)
+    if plugin is None:
+        return _leakreport.section([], checked=0, excluded=[])
+    return _leakreport.section(plugin.leaks, checked=plugin.checked, excluded=plugin.excluded)
+
+
+def stop_timeout(item) -> None:
+    """pytest-timeout times a test's setup, call and teardown (or its call alone, with
+    timeout_func_only); when the check begins all of them are over. So the test's timer is
+    stopped here (pytest-timeout's own hook, which it calls again, harmlessly, when the test's
+    protocol ends): the check's time never counts against the test's timeout."""
+    cancel = getattr(item.config.hook, "pytest_timeout_cancel_timer", None)
+    if cancel is not None:
+        cancel(item=item)  # ablate: leak-check-untimed
 
 
 def _set_tag(value: str | None) -> None:
@@ -75,15 +95,30 @@ class ProcessLeaks:
     def __init__(self, config) -> None:
         self.config = config
         self.worker = config.workerinput.get("workerid") if hasattr(config, "workerinput") else None
-        self.cgroups = _plugin.leaks_cgroup(config)
-        self.subreaper_asked = _plugin.leaks_subreaper(config)
+        self.mode = _options.leaks_mode(config)
+        self.kill = _options.leaks_kill(config)
+        self.cgroups = _options.leaks_cgroup(config)
+        self.subreaper_asked = _options.leaks_subreaper(config)
         # In every process that runs tests (each xdist worker), and the controller, which
         # adopts a dead worker's orphans and reaps them at its end.
         self.subreaper = self.subreaper_asked and _subreaper.enable()
-        self.tracker = _leaks.Tracker(helpers=_helper_pids, cgroups=self.cgroups, reap=self.subreaper)
+        # The leaks kept alive until the session's end, recorded where a sweep (this
+        # process's guardian, the next session's start) finds them should pytest die first:
+        # also those that dropped the tag a sweep looks for.
+        self.kept_record = _records.owner_dir(_token.me()) / f"process-leaks{EXTRAS_SUFFIX}"
+        self.tracker = _leaks.Tracker(
+            helpers=_helper_pids,
+            cgroups=self.cgroups,
+            reap=self.subreaper,
+            kill_at_check=self.kill == _options.KILL_TEARDOWN,
+            grace=_options.leaks_grace(config),
+            exclude=_options.leaks_exclude(config),
+            on_keep=self._record_kept,
+        )
         self.leaks: list[dict] = []  # every worker's, on the controller
+        self.excluded: list[dict] = []  # every worker's, on the controller: never reported
         self.checked = 0  # tests checked, skipped ones not counted
-        self.pending: list[dict] = []  # fixture leaks found during a teardown
+        self.pending: list[_leaks.Scope] = []  # wider fixtures torn down, checked at the end of the teardown
         self.outer_tag = os.environ.get(_leaks.TAG_ENV)  # an outer pytest's test, if any
         self.ran_tests = False
         self.at_exit: list[dict] = []
@@ -93,17 +128,17 @@ class ProcessLeaks:
     def pytest_report_header(self, config):
         lines = []
         if self.subreaper:
-            lines.append(_plugin.SUBREAPER_LINE)
+            lines.append(_options.SUBREAPER_LINE)
         elif self.subreaper_asked:
-            lines.append(_plugin.SUBREAPER_UNAVAILABLE)
+            lines.append(_options.SUBREAPER_UNAVAILABLE)
         if self.cgroups:
             parent = _cgroup.parent_dir()
             if parent is not None and _cgroup.probe():
-                lines.append(f"{_plugin.CGROUP_LINE} {parent}")
+                lines.append(f"{_options.CGROUP_LINE} {parent}")
             else:
-                lines.append(f"{_plugin.NO_CGROUP_LINE} {_plugin.CGROUP_UNAVAILABLE}")
+                lines.append(f"{_options.NO_CGROUP_LINE} {_options.CGROUP_UNAVAILABLE}")
         elif not self.subreaper:
-            lines.append(_plugin.NO_CGROUP_LINE)
+            lines.append(_options.NO_CGROUP_LINE)
         return lines
 
     # -- a test ---------------------------------------------------------------------
@@ -140,8 +175,12 @@ class ProcessLeaks:
         try:
             return (yield)
         finally:
+            # Everything of the test is over (its fixtures' teardown too): from here on the
+            # time is the check's, not the test's.
+            stop_timeout(item)
             # First, before anything allocates: no collection, so no finaliser, until the
-            # snapshot of what the test left is taken (the check releases this hold then).
+            # snapshot of what the test left is taken and its grace is over (the check
+            # releases this hold then).
             self.tracker.hold_gc()
             held = True
             try:
@@ -149,16 +188,18 @@ class ProcessLeaks:
                 gap = self.tracker.open_gap(item.nodeid)
                 os.environ[_leaks.TAG_ENV] = gap.tag  # ablate: leak-gap-tag
                 self.tracker.enter(None)
-                leaks = []
+                test = None
                 if scope_enabled(item):
                     self.checked += not item.stash.get(_SKIPPED, False)
+                    test = scope
+                fixtures, self.pending = self.pending, []
+                leaks = []
+                if test is not None or fixtures:
                     held = False
-                    leaks = self.tracker.check(scope, held=True)
+                    leaks = self.tracker.check(test, fixtures, held=True)
             finally:
                 if held:
                     self.tracker.release_gc()
-            leaks += self.pending
-            self.pending.clear()
             self._report(item.nodeid, leaks)
 
     def _report(self, nodeid: str, leaks: list[dict]) -> None:
@@ -168,22 +209,40 @@ class ProcessLeaks:
             leak["nodeid"] = nodeid
             leak["worker"] = self.worker
         self.leaks.extend(leaks)
-        by_scope: dict[str, list] = {}
-        for leak in leaks:
-            by_scope.setdefault(leak["scope"], []).append(leak)
         msg = "\n".join(
-            f"{_plugin.PROCESS_LEAKS_HEADER}: {label} left {len(group)} process(es) alive after its teardown; killed:\n"
-            + _leaks.format_leaks(group)
-            for label, group in by_scope.items()
+            f"{_options.PROCESS_LEAKS_HEADER}: {label} left {len(group)} process(es) alive after its teardown; "
+            f"{'killed' if all(x['killed'] for x in group) else _options.KEPT_NOTE}:\n" + _leaks.format_leaks(group)
+            for label, group in _leakreport.by_scope(leaks).items()
         )
-        pytest.fail(msg, pytrace=False)
+        if self.mode == _options.MODE_WARN:
+            warnings.warn(_options.ProcessLeakWarning(msg), stacklevel=1)
+        else:
+            pytest.fail(msg, pytrace=False)
 
-    # -- a wider fixture ----------------------------------------------------------
+    def _record_kept(self, key: tuple[int, int]) -> None:
+        """One line per process kept alive: a sweep for a dead owner kills what its records
+        name (_records.recorded_extras), tag or none. One O_APPEND write."""
+        fd = os.open(self.kept_record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, f"{key[0]} {key[1]}\n".encode())
+        finally:
+            os.close(fd)
+
+    # -- a fixture ----------------------------------------------------------------
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(self, fixturedef, request):
         if fixturedef.scope == "function":
-            return (yield)
+            # A function fixture is the test's: what its set-up starts is named after it.
+            test = request.node.stash.get(_SCOPE, None)
+            if test is None:
+                return (yield)
+            lo = _leaks.last_pid()
+            try:
+                return (yield)
+            finally:
+                label = fixture_label(fixturedef, request.config.rootpath)
+                test.fixture_windows.append((lo, _leaks.last_pid(), f"set-up of {label}"))
         # A wider fixture is its own scope: what it starts, in its set-up and in its
         # teardown, carries its tag and is checked when it is torn down, not after the
         # test that happened to set it up or tear it down.
@@ -211,16 +270,12 @@ class ProcessLeaks:
         teardown["lo"] = _leaks.last_pid()
 
     def _fixture_torn_down(self, scope: _leaks.Scope, teardown: dict) -> None:
-        self.tracker.hold_gc()  # released by the check, once its snapshot is taken
-        try:
-            if "lo" in teardown:
-                scope.windows.append((teardown["lo"], _leaks.last_pid()))
-                self.tracker.enter_path(teardown["was"])
-                _set_tag(teardown["previous"])
-        except BaseException:
-            self.tracker.release_gc()
-            raise
-        self.pending.extend(self.tracker.check(scope, full=True, held=True))
+        if "lo" in teardown:
+            scope.windows.append((teardown["lo"], _leaks.last_pid()))
+            self.tracker.enter_path(teardown["was"])
+            _set_tag(teardown["previous"])
+        # Checked with the test, at the end of its teardown (outside the test's timeout).
+        self.pending.append(scope)
 
     # -- the session --------------------------------------------------------------
 
@@ -230,33 +285,49 @@ class ProcessLeaks:
         data = getattr(node, "workeroutput", {}).get(WORKEROUTPUT_KEY)
         if data is not None:
             self.leaks.extend(data["leaks"])
+            self.excluded.extend(data["excluded"])
             self.checked += data["checked"]
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session):
         # trylast: after pytest's own teardown of what an interrupted session left set up.
         if self.ran_tests:
-            leaks = self.pending + self.tracker.check_session()
-            self.pending.clear()
+            # Fixtures torn down after the last test's teardown (an interrupted session's),
+            # then the session's own check, which kills what is kept and still alive.
+            fixtures, self.pending = self.pending, []
+            leaks = self.tracker.check(None, fixtures) if fixtures else []
+            leaks += self.tracker.check_session()
             for leak in leaks:
                 leak.update(nodeid=None, worker=self.worker)
             self.leaks.extend(leaks)
+            self.excluded.extend(
+                {**leak, "worker": self.worker} for leak in self.tracker.kept.values() if leak.get("excluded")
+            )
             self.tracker.close()
             self.tracker.reap_adopted()
             # A thread (or an atexit handler) may start a process while the interpreter
             # shuts down, after this check: one more look then.
             atexit.register(self._at_exit)
+            if leaks and self.mode == _options.MODE_WARN:
+                warnings.warn(_options.ProcessLeakWarning(_leakreport.session_message(leaks)), stacklevel=1)
         if self.worker is not None:
-            self.config.workeroutput[WORKEROUTPUT_KEY] = {"leaks": list(self.leaks), "checked": self.checked}
+            self.config.workeroutput[WORKEROUTPUT_KEY] = {
+                "leaks": list(self.leaks),
+                "excluded": list(self.excluded),
+                "checked": self.checked,
+            }
             return
-        if any(leak["nodeid"] is None for leak in self.leaks) and session.exitstatus == pytest.ExitCode.OK:
+        session_level = any(leak["nodeid"] is None for leak in self.leaks)
+        if session_level and self.mode == _options.MODE_ERROR and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         self._write_json()
 
     def _write_json(self) -> None:
         path = self.config.getoption("process_leaks_json")
         if path:
-            doc = _leakreport.document(self.leaks, checked=self.checked, rootdir=Path(self.config.rootpath))
+            doc = _leakreport.document(
+                self.leaks, checked=self.checked, excluded=self.excluded, rootdir=Path(self.config.rootpath)
+            )
             _report.write_json(Path(self.config.invocation_params.dir) / path, doc)
 
     def pytest_unconfigure(self, config):
@@ -276,7 +347,7 @@ class ProcessLeaks:
         for leak in leaks:
             leak.update(nodeid=None, worker=self.worker)
         self.leaks.extend(leaks)
-        lines = [_plugin.AT_EXIT_LINE] + [
+        lines = [_options.AT_EXIT_LINE] + [
             f"  {label}: {len(group)} process(es); killed:\n{_leaks.format_leaks(group)}"
             for label, group in _leakreport.by_scope(leaks).items()
         ]
@@ -290,13 +361,13 @@ class ProcessLeaks:
             return
         tr = terminalreporter
         tr.write_sep("=", "process leaks")
-        for line in _leakreport.summary_lines(self.leaks, checked=self.checked):
+        for line in _leakreport.summary_lines(self.leaks, checked=self.checked, excluded=self.excluded):
             tr.write_line(line)
         threads = [
             t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()
         ]
         if threads and self.ran_tests:
-            tr.write_line(f"{_plugin.THREADS_LINE}: {', '.join(threads)}")
+            tr.write_line(f"{_options.THREADS_LINE}: {', '.join(threads)}")
         path = self.config.getoption("process_leaks_json")
         if path:
             tr.write_line(f"stoplatency: wrote {path}")

@@ -28,10 +28,14 @@ returned). Which processes are a scope's, without touching anybody else's:
 
 The candidates are taken in one snapshot with the garbage collector held off: a
 finaliser (pexpect's, which kills its child) that a collection runs in the middle of the
-check would otherwise hide a process that was alive when the check began. Then the
-survivors are killed by pidfd after an identity check (_procs.signal_identified), round
-after round. Zombies are left to whoever waits for them (a Popen, pexpect, multiprocessing)
-unless pytest is a subreaper, whose adopted orphans nobody else will reap.
+check would otherwise hide a process that was alive when the check began. They get a grace
+to exit (one wait on all their pidfds, the collector still held off): a process already
+told to exit is no leak. What is left is reported once and kept: never a candidate again,
+and what it starts later is its own (its lineage). The kept are killed by pidfd after an
+identity check (_procs.signal_identified), round after round, at the session's check
+(check_session), or at once with kill_at_check (--process-leaks-kill=teardown). Zombies
+are left to whoever waits for them (a Popen, pexpect, multiprocessing) unless pytest is a
+subreaper, whose adopted orphans nobody else will reap.
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import re
 import select
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,6 +163,22 @@ class Scope:
     running: bool = True  # a test until its check, a gap until the next test: (lo, now] is its window
     windows: list[_Window] = field(default_factory=list)  # closed windows of its own activity
     cgroup: Path | None = None  # its cgroup, with --process-leaks-cgroup (_cgroup.py)
+    # A test's function-scoped fixtures: the pid windows of their set-up and teardown, by
+    # label ("set-up of fixture 'gw' (function scope, conftest.py)"): what one started is
+    # named after it.
+    fixture_windows: list[tuple[int | None, int | None, str]] = field(default_factory=list)
+
+    def started_by(self, pid: int) -> str | None:
+        """The function fixture's set-up or teardown during which `pid` was handed out (the
+        innermost, where one fixture's set-up asked for another's), or None."""
+        best: tuple[int, str] | None = None
+        for lo, hi, label in self.fixture_windows:
+            if lo is None or hi is None or not _in_window(pid, (lo, hi)):
+                continue
+            span = (hi - lo) % (1 << 32)
+            if best is None or span < best[0]:
+                best = (span, label)
+        return best[1] if best is not None else None
 
     def untagged_is_mine(self, pid: int, hi: int | None) -> bool:
         if any(_in_window(pid, w) for w in self.windows):
@@ -173,10 +195,36 @@ class Found:
 
 
 class Tracker:
-    """One per pytest process that runs tests (each xdist worker has its own)."""
+    """One per pytest process that runs tests (each xdist worker has its own).
 
-    def __init__(self, helpers=lambda: (), *, cgroups: bool = False, reap: bool = False):
+    kill_at_check: kill a leak as soon as it is reported (--process-leaks-kill=teardown);
+    otherwise it is kept, alive, until the session's check (check_session), which kills it:
+    the suite goes on exactly as it would without the check. grace: seconds the candidates
+    of a check get to exit on their own (one wait, on their pidfds) before they are leaks.
+    exclude: a pattern of command lines that are never reported (kept, and killed at the
+    session's end). on_keep(key) is told of every process kept alive for later (the plugin
+    records it for the sweep that ends it should pytest die first)."""
+
+    def __init__(
+        self,
+        helpers=lambda: (),
+        *,
+        cgroups: bool = False,
+        reap: bool = False,
+        kill_at_check: bool = True,
+        grace: float = 0.0,
+        exclude: re.Pattern[str] | None = None,
+        on_keep=lambda key: None,
+    ):
         self.me = os.getpid()
+        self.kill_at_check = kill_at_check
+        self.grace = grace
+        self.exclude = exclude
+        self._on_keep = on_keep
+        # Leaks reported and kept alive (and excluded ones, never reported), by identity:
+        # their report, which the session's check completes ("alive_at_end", "killed").
+        self.kept: dict[_Key, dict] = {}
+        self.lineage: set[_Key] = set()  # what a kept process started since: its, not a new leak
         self._want_cgroups = cgroups
         self.cgroups: _cgroup.Session | None = None  # created with the first checked scope
         me = _proc(self.me)
@@ -187,10 +235,10 @@ class Tracker:
         self._image = me.image if len(me.image) == 4 else None
         self.reap = reap  # pytest is a subreaper: its adopted zombies are its own to reap
         self.fixtures: dict[str, Scope] = {}  # open fixture scopes, by tag
+        self._closing: list[Scope] = []  # the fixtures the running check checks
         self.gap: Scope | None = None  # the gap since the last test ended
         self.gaps: list[Scope] = []  # closed gaps in which some pid was handed out
         self._past: dict[str, tuple[str, str]] = {}  # checked scopes: tag -> (kind, label)
-        self._reported: set[_Key] = set()
         self._helpers = helpers  # pids of the plugin's own long-lived helpers (the guardian)
         self._gc_holds = 0
         self._gc_was = False
@@ -289,7 +337,8 @@ class Tracker:
         return Scope(tag, label, KIND_SESSION, 0, None, running=False)
 
     def find(self, scopes: list[Scope], *, window: _Window | None, past: bool = False) -> tuple[list[Found], list[int]]:
-        """(the scopes' living processes, zombie children of pytest seen on the way)."""
+        """(the scopes' living processes, zombie children of pytest seen on the way). A kept
+        leak is nobody's new leak, nor is what it started (that joins self.lineage)."""
         hi = window[1] if window is not None else last_pid()
         by_tag = {s.tag: s for s in scopes}
         floor = min(s.floor for s in scopes)
@@ -307,8 +356,16 @@ class Tracker:
                 if p.ppid == self.me:
                     zombies.append(pid)
                 continue
+            key = (pid, p.ticks)
+            if key in self.kept:  # ablate: leak-reported-once
+                continue  # reported once, at the first check that found it
+            if key in self.lineage:
+                continue
             own = self._tag(pid, tags)
-            tag, in_tree = self._ancestry(p, own, tags)
+            tag, in_tree, kept_by = self._ancestry(p, own, tags)
+            if kept_by is not None:
+                self.lineage.add(key)
+                continue
             if tag is not None:
                 scope = by_tag.get(tag) or (self._past_scope(tag) if past else None)
                 if scope is None or p.ticks < scope.floor:
@@ -332,8 +389,13 @@ class Tracker:
                 p = _proc(pid)
                 if p is None or p.state in ("Z", "X", "x"):
                     continue
+                if (pid, p.ticks) in self.kept or (pid, p.ticks) in self.lineage:
+                    continue
                 own = self._tag(pid, tags)
-                tag, in_tree = self._ancestry(p, own, tags)
+                tag, in_tree, kept_by = self._ancestry(p, own, tags)
+                if kept_by is not None:
+                    self.lineage.add((pid, p.ticks))
+                    continue
                 found.append(self._found(p, own, tag, in_tree, scope))
         return found, zombies
 
@@ -353,96 +415,179 @@ class Tracker:
             route = ROUTE_OWN_SESSION if p.sid != self.sid else ROUTE_CHILD
         return Found(p, route, scope, fork)
 
-    def _ancestry(self, p: Proc, own: str | None, tags: dict[int, str | None]) -> tuple[str | None, bool]:
-        """(the tag that decides whose it is, whether it descends from this pytest process)."""
+    def _ancestry(self, p: Proc, own: str | None, tags: dict[int, str | None]) -> tuple[str | None, bool, _Key | None]:
+        """(the tag that decides whose it is, whether it descends from this pytest process,
+        the kept leak it descends from, if any)."""
         tag = own
         q: Proc | None = p
         for _ in range(_MAX_DEPTH):
             assert q is not None
             if q.ppid == self.me:
-                return tag, True
+                return tag, True, None
             if q.ppid <= 1:
-                return tag, False
+                return tag, False, None
             q = _proc(q.ppid)
             if q is None:
-                return tag, False
+                return tag, False, None
+            if (q.pid, q.ticks) in self.kept or (q.pid, q.ticks) in self.lineage:
+                return tag, False, (q.pid, q.ticks)
             if tag is None:
                 tag = self._tag(q.pid, tags)
-        return tag, False
+        return tag, False, None
 
     def _in_open_fixture(self, pid: int, scope: Scope) -> bool:
-        return any(f is not scope and f.untagged_is_mine(pid, None) for f in self.fixtures.values())
+        # The fixtures torn down in a test's teardown count as open for that test's own claim:
+        # a module fixture set up and torn down within one test (the only test of its module
+        # on an xdist worker) started what its set-up started, not the test.
+        closing = self._closing if scope.kind == KIND_TEST else []  # ablate: leak-fixture-in-test
+        fixtures = [*self.fixtures.values(), *closing]
+        return any(f is not scope and f.untagged_is_mine(pid, None) for f in fixtures)
 
     # -- checking -----------------------------------------------------------------
 
-    def check(self, scope: Scope, *, full: bool = False, held: bool = False) -> list[dict]:
-        """Find, report and kill one scope's survivors (a test's, or a wider fixture's
-        after its teardown). held: the caller holds the collector off (hold_gc) since its
-        first line, and the check releases that hold once its snapshot is taken."""
-        return self._check([scope], full=full, past=False, held=held)
+    def check(self, scope: Scope | None, fixtures: Sequence[Scope] = (), *, held: bool = False) -> list[dict]:
+        """One test's check (its new pids), and that of the wider fixtures torn down during
+        its teardown (everything since each opened): their leaks, reported now; killed now
+        (kill_at_check) or kept until check_session. held: the caller holds the collector off
+        (hold_gc) since its first line, and the check releases that hold once the grace is
+        over."""
+        return self._check(scope, list(fixtures), past=False, final=False, held=held)
 
     def check_session(self, *, held: bool = False) -> list[dict]:
         """At the session's end (and again at exit): what started between tests or after
         the last one, what carries the tag of a scope already checked, and the fixtures
-        never torn down (an interrupted session)."""
+        never torn down (an interrupted session), reported; then every process of this
+        session still alive is killed: those leaks, the kept ones and what they started."""
         scopes = [*self.gaps, *([self.gap] if self.gap is not None else []), *self.fixtures.values()]
         # And the tags of the scopes already checked, on anything started since the session began.
         scopes.append(Scope(f"{self.prefix}none", "", KIND_SESSION, self._born, None, running=False))
-        leaks = self._check(scopes, full=True, past=True, held=held)
+        leaks = self._check(None, scopes, past=True, final=True, held=held)
         for gap in self.gaps:
             self._past[gap.tag] = (gap.kind, gap.label)
         self.gaps.clear()
         return leaks
 
-    def _check(self, scopes: list[Scope], *, full: bool, past: bool, held: bool) -> list[dict]:
+    def _check(self, test: Scope | None, full: list[Scope], *, past: bool, final: bool, held: bool) -> list[dict]:
         # The snapshot: what is alive now is what the scopes left, and no finaliser may
-        # change that before it is taken. The caller may already hold the collector (a
-        # test's teardown does, from its first line).
+        # change that before it is taken, nor during the grace (a process a finaliser kills
+        # was alive after the teardown: a leak, not one on its way out). The caller may
+        # already hold the collector (a test's teardown does, from its first line).
         self.hold_gc()
-        for scope in scopes:
-            if scope.kind == KIND_FIXTURE:
-                self.fixtures.pop(scope.tag, None)
+        self._closing = [scope for scope in full if scope.kind == KIND_FIXTURE]
+        for scope in self._closing:
+            self.fixtures.pop(scope.tag, None)
+        scopes = [*([test] if test is not None else []), *full]
+        zombies: list[int] = []
         try:
+            found: dict[_Key, Found] = {}
             hi = last_pid()
-            window: _Window | None = None
-            if not full:
-                (scope,) = scopes
-                if scope.lo is not None and hi == scope.lo:
-                    self._retire(scopes, hi)
-                    return []  # no pid handed out since the scope opened: nothing can be new
-                window = (scope.lo, hi)
-            found, zombies = self.find(scopes, window=window, past=past)
-            first = {(f.proc.pid, f.proc.ticks): self._leak_or_dying(f) for f in found}
+            # A test's window: the pids handed out since it opened (none: nothing is new).
+            if test is not None and (test.lo is None or hi != test.lo):
+                got, more = self.find([test], window=(test.lo, hi))
+                found.update(((f.proc.pid, f.proc.ticks), f) for f in got)
+                zombies += more
+            if full:
+                got, more = self.find(full, window=None, past=past)
+                for f in got:
+                    found.setdefault((f.proc.pid, f.proc.ticks), f)
+                zombies += more
+            kept = [*self.kept, *self.lineage] if final else []
+            alive = self._grace([*found, *kept])
+            first = {key: self._leak_or_dying(f) for key, f in found.items() if key in alive}
         finally:
             self.release_gc()
             if held:
                 self.release_gc()  # the caller's: a finaliser may run from here on
+        self._retire(scopes, last_pid())
         leaks: dict[_Key, dict] = {}
-        killed: list[_Key] = []
+        for key, leak in first.items():
+            if not leak:
+                continue  # on its way out: only waited for
+            if self.exclude is not None and self.exclude.search(leak["cmdline"]):
+                self._keep(key, {**leak, "excluded": True, "killed": False, "kept": True})  # killed at the end
+                continue
+            leaks[key] = leak
+        kept_pids = {pid for pid, _ in self.kept}
+        if final or self.kill_at_check:
+            targets = list(leaks)
+            if final:
+                targets += [key for key in kept if key in alive]  # ablate: leak-kill-at-end
+            killed = self._kill_rounds(targets, scopes, past, leaks, zombies)
+            for scope in scopes:
+                if scope.cgroup is None or self.cgroups is None:
+                    continue
+                if final or not kept_pids.intersection(_cgroup.members(scope.cgroup)):
+                    self._kill_cgroup(scope.cgroup)
+                else:
+                    self._tidy_cgroup(scope.cgroup)  # an excluded process lives in it: until the end
+            left = wait_dead(killed, SETTLE)
+            for key, leak in leaks.items():
+                leak["killed"] = key not in left
+                if final:
+                    leak["alive_at_end"] = True
+            if final:
+                for key, leak in self.kept.items():
+                    if "alive_at_end" not in leak:
+                        leak["alive_at_end"] = key in alive
+                        if key in alive:
+                            leak["killed"] = key not in left
+            if self.reap and (killed or zombies):
+                _subreaper.reap([pid for pid, _ in killed] + zombies, _subreaper.tracked_children())
+            for key, leak in leaks.items():
+                self.kept[key] = leak  # reported once: never a candidate again
+                if not leak["killed"]:
+                    self._on_keep(key)
+        else:
+            for key, leak in leaks.items():
+                leak.update(killed=False, kept=True)
+                self._keep(key, leak)
+            for scope in scopes:
+                if scope.cgroup is not None and self.cgroups is not None:
+                    self._tidy_cgroup(scope.cgroup)
+            if self.reap and zombies:
+                _subreaper.reap(zombies, _subreaper.tracked_children())
+        return list(leaks.values())
+
+    def _grace(self, keys: list[_Key]) -> set[_Key]:
+        """The candidates still alive after the grace: one wait for all of them on their
+        pidfds, which ends as soon as the last one has exited (or at once, none being left)."""
+        if not keys:
+            return set()
+        return wait_dead(keys, self.grace)  # ablate: leak-grace
+
+    def _keep(self, key: _Key, leak: dict) -> None:
+        self.kept[key] = leak
+        self._on_keep(key)
+
+    def _kill_rounds(
+        self, targets: list[_Key], scopes: list[Scope], past: bool, leaks: dict[_Key, dict], zombies: list[int]
+    ) -> list[_Key]:
+        """SIGKILL each target by identity, round after round: what the scopes start
+        meanwhile (a forker's new child) is found, reported (into leaks) and killed in the
+        next round, and so is what a kept process started. Returns what was signalled."""
+        signalled: list[_Key] = []
+        todo = list(targets)
         for _ in range(ROUNDS):
-            new = [f for f in found if (f.proc.pid, f.proc.ticks) not in leaks]
-            if not new:
+            todo = [key for key in dict.fromkeys(todo) if key not in signalled]
+            if not todo:
                 break
-            for f in new:
-                key = (f.proc.pid, f.proc.ticks)
-                killed.append(key)
-                leaks[key] = first.pop(key) if key in first else self._leak_or_dying(f)
-                if leaks[key]:
-                    _procs.signal_identified(f.proc.pid, f.proc.ticks, signal.SIGKILL)  # ablate: leak-kill
+            for key in todo:
+                signalled.append(key)
+                _procs.signal_identified(*key, signal.SIGKILL)  # ablate: leak-kill
             found, more = self.find(scopes, window=None, past=past)
             zombies += more
-        self._retire(scopes, last_pid())
-        for scope in scopes:
-            if scope.cgroup is not None and self.cgroups is not None:
-                self._kill_cgroup(scope.cgroup)
-        alive = wait_dead(killed, SETTLE)
-        for key, leak in leaks.items():
-            leak["killed"] = key not in alive
-        if self.reap and (killed or zombies):
-            _subreaper.reap([pid for pid, _ in killed] + zombies, _subreaper.tracked_children())
-        out = [leak for key, leak in leaks.items() if "pid" in leak and key not in self._reported]
-        self._reported.update((x["pid"], x["start_ticks"]) for x in out)
-        return out
+            todo = []
+            for f in found:
+                key = (f.proc.pid, f.proc.ticks)
+                if key not in leaks:
+                    leak = self._leak_or_dying(f)
+                    if not leak:
+                        continue
+                    leaks[key] = leak
+                todo.append(key)
+            if past:  # the session's end: what a kept process started is ended with it
+                todo += [key for key in self.lineage if _procs.is_alive(*key)]
+        return signalled
 
     def _retire(self, scopes: list[Scope], hi: int | None) -> None:
         """A checked test or fixture: what carries its tag from now on started after its check."""
@@ -454,9 +599,9 @@ class Tracker:
                 self._past[scope.tag] = (scope.kind, scope.label)
 
     def _leak_or_dying(self, f: Found) -> dict:
-        """Its report, or {} when it is already on its way out (SIGKILL pending, or in
-        do_exit: its cmdline reads empty): someone stopped it, and it is only waited for.
-        Looked at twice, as _cleanup.kill_lineage does: between dequeuing SIGKILL and
+        """Its report, or {} when it is on its way out (SIGKILL pending, or in do_exit: its
+        cmdline reads empty) after the grace: someone stopped it, and it is only waited
+        for. Looked at twice, as _cleanup.kill_lineage does: between dequeuing SIGKILL and
         setting PF_EXITING the kernel shows neither."""
         key = (f.proc.pid, f.proc.ticks)
         if _procs.dying(*key) or _procs.dying(*key):
@@ -465,7 +610,7 @@ class Tracker:
             what = _forks.describe(f.proc.pid, _comm(f.proc.pid))
         else:
             what = _procs.cmdline(f.proc.pid)
-        return {
+        leak = {
             "pid": f.proc.pid,
             "start_ticks": f.proc.ticks,
             "cmdline": what,
@@ -474,6 +619,20 @@ class Tracker:
             "scope": f.scope.label,
             "kind": f.scope.kind,
         }
+        started_by = f.scope.started_by(f.proc.pid)
+        if started_by is not None:
+            leak["started_by"] = started_by
+        return leak
+
+    def _tidy_cgroup(self, path: Path) -> None:
+        """A checked scope's cgroup whose leaks are kept: pytest's own helpers moved out,
+        removed if empty; else left for the session's end (Session.close kills it)."""
+        assert self.cgroups is not None
+        if self.cgroups.inside == path:
+            self.cgroups.enter(None)
+        self.cgroups.evict(path, list(self._helpers()))
+        if not _cgroup.members(path):
+            _cgroup.remove_tree(path)
 
     def _kill_cgroup(self, path: Path) -> None:
         """The backstop for what forked after the last round: cgroup.kill, once pytest's own
@@ -529,9 +688,18 @@ def wait_dead(procs: list[tuple[int, int]], timeout: float) -> set[tuple[int, in
             os.close(fd)
 
 
+def one_line(cmdline: str) -> str:
+    """A command line on one line of a report (`python -c` code has newlines)."""
+    return cmdline.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
 def format_leaks(leaks: list[dict]) -> str:
+    def note(x: dict) -> str:
+        started = f" (started in the {x['started_by']})" if x.get("started_by") else ""
+        failed = " (could NOT kill)" if not x.get("killed", True) and not x.get("kept") else ""
+        return started + failed
+
     return "\n".join(
-        f"  pid {x['pid']}, age {x['age']:.2f} s, escaped: {x['route']}"
-        f"{'' if x.get('killed', True) else ' (could NOT kill)'}: {x['cmdline']}"
+        f"  pid {x['pid']}, age {x['age']:.2f} s, escaped: {x['route']}: {one_line(x['cmdline'])}{note(x)}"
         for x in leaks
     )

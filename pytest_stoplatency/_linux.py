@@ -1,11 +1,12 @@
 """The stop-latency plugin object on Linux: the ``victim`` and ``stop_latency`` fixtures, the
 samples and their report, the sweep of ownerless victims (plugin.py, the entry point,
 registers it, and the process-leak check's object, _leakplugin.py, beside it when that
-check is on; the options, ini keys and texts live there).
+check is on; the options, ini keys and texts live in _options.py).
 
-A session that uses none of it (no victim, no --process-leaks) reads nothing of /proc and
-starts no process: the sweep of ownerless victims runs only where some session's records
-outlived their owner (_cleanup.sweep_needed).
+A session that uses none of it (no victim, no --process-leaks) starts no process, and reads
+nothing of /proc where no session left records; where some did, it reads their owners'
+/proc/<pid>/stat (alive?), and sweeps (the whole process table) only where some session's
+records outlived their owner (_cleanup.sweep_needed).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .plugin import LEAK_HEADER, SKIP_REASON, enabled, leaks_enabled
+from ._options import LEAK_HEADER, SKIP_REASON, enabled, leaks_enabled
 
 if TYPE_CHECKING:
     from ._handle import PreparedVictim, Victim

@@ -75,6 +75,8 @@ class Recorder:
                 "returned": m.returned,
                 "bound": m.bound,
                 "ok": m.ok,
+                # Not gone at the bound: its latency is the bound it outlived, no stop time.
+                "stopped": not survivors,
                 "worker": self.worker,
             }
         )

@@ -12,11 +12,18 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
-SCHEMA = 1
+SCHEMA = 2
+"""Version of --stop-latency-json: a new key keeps it, a renamed or re-typed one bumps it (2: a
+sample whose tree was not gone at the bound is marked "stopped": false and left out of its
+label's min, median, p95 and max, which are null when no sample stopped; "failed" counts them)."""
 WORKEROUTPUT_KEY = "stoplatency"
 # Below this many samples the nearest-rank p95 is simply the maximum: the table shows "-".
 P95_MIN_N = 20
 P95_FOOTNOTE = f"p95: shown only for n >= {P95_MIN_N} (below that it is the max); the JSON keeps the value"
+FAILED_FOOTNOTE = (
+    "failed: samples whose tree was still alive at the bound; they have no stop time and are left out of "
+    "min, median, p95 and max"
+)
 
 
 def p95(values: list[float]) -> float:
@@ -26,37 +33,46 @@ def p95(values: list[float]) -> float:
 
 
 def summarize(samples: list[dict]) -> dict[str, dict]:
+    """Per label: the statistics of its stop times. A failed sample (some process of the tree
+    still alive at the bound: "stopped" false) has no stop time, only the bound it outlived: it
+    is counted in "failed" and left out of min, median, p95 and max (None when nothing stopped)."""
     by_label: dict[str, list[dict]] = {}
     for s in samples:
         by_label.setdefault(s["label"], []).append(s)
     out = {}
     for label in sorted(by_label):
         rows = by_label[label]
-        lat = [r["latency"] for r in rows]
+        lat = [r["latency"] for r in rows if r.get("stopped", True)]  # ablate: report-failed-apart
         bounds = [r["bound"] for r in rows if r["bound"] is not None]
         out[label] = {
             "n": len(rows),
-            "min": min(lat),
-            "median": statistics.median(lat),
-            "p95": p95(lat),
-            "max": max(lat),
+            "failed": sum(1 for r in rows if not r.get("stopped", True)),
+            "min": min(lat) if lat else None,
+            "median": statistics.median(lat) if lat else None,
+            "p95": p95(lat) if lat else None,
+            "max": max(lat) if lat else None,
             "bound": min(bounds) if bounds else None,
             "verdict": "pass" if all(r["ok"] for r in rows) else "fail",
         }
     return out
 
 
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
 def table(labels: dict[str, dict]) -> list[str]:
-    head = ("label", "n", "min", "median", "p95", "max", "bound", "verdict")
-    p95_cell = lambda s: f"{s['p95']:.4f}" if s["n"] >= P95_MIN_N else "-"  # noqa: E731
+    head = ("label", "n", "failed", "min", "median", "p95", "max", "bound", "verdict")
+    p95_cell = lambda s: _cell(s["p95"]) if s["n"] - s["failed"] >= P95_MIN_N else "-"  # noqa: E731
     rows = [head] + [
         (
             label,
             str(s["n"]),
-            f"{s['min']:.4f}",
-            f"{s['median']:.4f}",
+            str(s["failed"]),
+            _cell(s["min"]),
+            _cell(s["median"]),
             p95_cell(s),
-            f"{s['max']:.4f}",
+            _cell(s["max"]),
             "-" if s["bound"] is None else f"{s['bound']:g}",
             s["verdict"],
         )
@@ -68,8 +84,10 @@ def table(labels: dict[str, dict]) -> list[str]:
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
 
     lines = [fmt(rows[0]), fmt(tuple("-" * w for w in widths))] + [fmt(r) for r in rows[1:]]
-    if any(s["n"] < P95_MIN_N for s in labels.values()):
+    if any(s["n"] - s["failed"] < P95_MIN_N for s in labels.values()):
         lines.append(P95_FOOTNOTE)
+    if any(s["failed"] for s in labels.values()):
+        lines.append(FAILED_FOOTNOTE)
     return lines
 
 

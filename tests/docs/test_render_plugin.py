@@ -1,5 +1,6 @@
 """docs/plugin.md is rendered from the code, docs/measure.json and the leak benchmark, never by hand."""
 
+import ast
 import importlib.util
 import json
 import subprocess
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_stoplatency import _leaks, plugin
+from pytest_stoplatency import _leaks, _options
 from pytest_stoplatency.victim import KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ BENCH = {
 def test_texts_and_constants_come_from_the_code(mod):
     """Path: option help, routes and constants are the plugin's own, with their provenance."""
     doc = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
-    assert plugin.HELP_LEAKS in doc and plugin.NO_CGROUP_LINE in doc
+    assert _options.HELP_LEAKS in doc and _options.NO_CGROUP_LINE in doc
     assert ", ".join(f'"{r}"' for r in _leaks.ROUTES) in doc
     assert f"{_leaks.ROUNDS:g} (DERIVED: `pytest_stoplatency/_leaks.py: ROUNDS`)" in doc
     assert "| quiet | 200 x 3 | 0.500 ms | 0.550 ms | 0.050 ms | 0.040 ms |" in doc
@@ -95,8 +96,8 @@ def test_the_cgroup_route_gets_its_own_columns(mod):
     assert "with and without a cgroup" in doc and "`paced` ones sleeping 0.05 s" in doc
     # The option's help, less its pointer to this very guide (the guide never sends its
     # reader to itself).
-    assert plugin.HELP_LEAKS_CGROUP.split(" (the plugin guide")[0] in doc
-    assert "docs/plugin.md" in plugin.HELP_LEAKS_CGROUP and "docs/plugin.md" not in doc
+    assert _options.HELP_LEAKS_CGROUP.split(" (the plugin guide")[0] in doc
+    assert "docs/plugin.md" in _options.HELP_LEAKS_CGROUP and "docs/plugin.md" not in doc
 
 
 def test_the_opening_report_is_pasted_from_a_real_run(mod, tmp_path):
@@ -112,7 +113,7 @@ def test_the_opening_report_is_pasted_from_a_real_run(mod, tmp_path):
     assert demo["exit_status"] == 1 and demo["command"] == "pytest --process-leaks test_app.py"
     report = "\n".join(demo["report"])
     for line in (
-        f"{plugin.PROCESS_LEAKS_HEADER}: test_app.py::test_forgets_its_child left 1 process(es)",
+        f"{_options.PROCESS_LEAKS_HEADER}: test_app.py::test_forgets_its_child left 1 process(es)",
         "escaped: still a child: sleep 600",
         "escaped: re-parented: sleep 600",
         "escaped: own session: sleep 600",
@@ -128,3 +129,125 @@ def test_the_opening_report_is_pasted_from_a_real_run(mod, tmp_path):
 def test_without_the_leak_demo_it_says_not_run(mod):
     doc = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
     assert "*Not run: `docs/process-leaks-demo.json` is absent (run `make leak-demo`).*" in doc
+
+
+def test_the_checks_time_under_load_is_rendered_from_the_benchmark(mod):
+    """Path: {{leak_load}}: the "load" part of docs/process-leaks-bench.json, per test kind, with how it
+    was loaded; without it, "not measured"."""
+    load = {
+        "live": 500,
+        "hogs": 2,
+        "processes_on_machine": 731,
+        "load_start": 2.5,
+        "load_end": 3.5,
+        "wall_s": 40.0,
+        "grace_s": 0.25,
+        "kinds": {"leaks": {"n": 20, "median_check_ms": 260.5, "p95_check_ms": 280.25, "max_check_ms": 300.125}},
+    }
+    doc = mod.render(TEMPLATE.read_text(), ctx(mod, {**BENCH, "load": load}))
+    assert "| leaks | 20 | 260.500 ms | 280.250 ms | 300.125 ms |" in doc
+    assert "731 processes on the machine during the session, 2 CPU hogs" in doc
+    bare = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
+    assert "*Not measured: `docs/process-leaks-bench.json` has no load part (run `make bench`).*" in bare
+
+
+def _part(cost):
+    return {
+        "installed": {"cpu_median_s": 0.8 + cost},
+        "disabled": {"cpu_median_s": 0.8},
+        "cost_cpu_s": cost,
+        "cost_wall_s": cost,
+        "noise_cpu_s": 0.01,
+    }
+
+
+def test_the_unused_plugins_cost_is_rendered_with_and_without_writable_byte_code(mod):
+    """Path: {{idle_cost}}: docs/bench.json's plugin part, one row per byte-code mode."""
+    plugin = {
+        "command": "python -m pytest -q -p no:cacheprovider",
+        "rounds": 30,
+        "date": "2025-01-02T03:04:05Z",
+        "git_commit": "abcdef0123",
+        "loadavg_at_start": [0.5, 0.4, 0.3],
+        "bytecode": {"writable": _part(0.002), "not_writable": _part(0.003)},
+    }
+    c = mod.Context(None, BENCH, "b.json", ROOT / "examples", stop_bench={"plugin": plugin})
+    doc = mod.render(TEMPLATE.read_text(), c)
+    assert "| writable | 802.0 ms | 800.0 ms | 2.0 ms | 2.0 ms | ±10.0 ms |" in doc
+    assert "| not writable (`PYTHONDONTWRITEBYTECODE=1`) | 803.0 ms | 800.0 ms | 3.0 ms | 3.0 ms | ±10.0 ms |" in doc
+    bare = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
+    assert "*Not measured: `docs/bench.json` has no byte-code part (run `make bench`).*" in bare
+
+
+def test_the_strangers_table_is_rendered_from_its_json(mod):
+    """Path: {{leak_strangers}}: one row per suite and mode of docs/leaks-strangers.json."""
+    row = {
+        "suite": "execnet",
+        "version": "2.1.2",
+        "mode": "xdist",
+        "tests": 1094,
+        "outcome_changes": 0,
+        "flaky": 3,
+        "reported": 13,
+        "verified": 13,
+        "misses": 0,
+        "outlived_plain": 2,
+        "outlived_check": 0,
+        "wall_s": {"plain": 90.5, "check": 95.25, "plain-again": 91.0},
+    }
+    strangers = {"rows": [row], "time": "2025-01-02T03:04:05+00:00", "git_commit": "abc1234", "pytest": "9.2.0"}
+    c = mod.Context(None, BENCH, "b.json", ROOT / "examples", strangers=strangers)
+    doc = mod.render(TEMPLATE.read_text(), c)
+    assert "| execnet 2.1.2 | -n 2 | 1094 | 0 | 3 | 13 | 13 | 0 | 2 / 0 | 90.5 s / 95.25 s |" in doc
+    bare = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
+    assert "*Not run: `docs/leaks-strangers.json` is absent (run `make leaks-strangers`).*" in bare
+
+
+def test_a_merged_strangers_table_names_each_rows_run(mod):
+    """Path: {{leak_strangers}} of a document merged from several runs (`--merge`): each row says
+    when and at which commit it was measured (a row from before per-row commits says it has none),
+    and the header names the last run as the last, not as the whole table's."""
+    row = {
+        "suite": "sh",
+        "version": "2.4.0",
+        "mode": "serial",
+        "tests": 190,
+        "outcome_changes": 0,
+        "flaky": 0,
+        "reported": 2,
+        "verified": 2,
+        "misses": 0,
+        "outlived_plain": 0,
+        "outlived_check": 0,
+        "wall_s": {"plain": 100.0, "check": 90.0, "plain-again": 91.0},
+        "time": "2025-01-02T03:04:05+00:00",
+    }
+    strangers = {
+        "rows": [{**row, "git_commit": "abc1234"}, {**row, "mode": "xdist"}],
+        "time": "2025-01-02T03:04:05+00:00",
+        "git_commit": "abc1234",
+        "total_s": 300.0,
+        "merged": True,
+    }
+    c = mod.Context(None, BENCH, "b.json", ROOT / "examples", strangers=strangers)
+    doc = mod.render(TEMPLATE.read_text(), c)
+    assert "| 100 s / 90 s | 2025-01-02 03:04, abc1234 |" in doc
+    assert "| -n 2 | 190 | 0 | 0 | 2 | 2 | 0 | 0 / 0 | 100 s / 90 s | 2025-01-02 03:04, commit not recorded |" in doc
+    assert "rows merged from several runs, the last 2025-01-02T03:04:05+00:00, commit abc1234" in doc
+    assert "300.0 s for it" in doc
+
+
+def test_the_strangers_rule_numbers_come_from_the_harness(mod):
+    """Path: {{strangers_rule:NAME}}: a number of bench/strangers/__main__.py, DERIVED; a name it
+    does not set to a number is a render error."""
+    harness = (ROOT / "bench" / "strangers" / "__main__.py").read_text()
+    values = {
+        n.targets[0].id: n.value.value
+        for n in ast.parse(harness).body
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Constant)
+    }
+    c = ctx(mod, BENCH)
+    for name in ("RECHECK", "RECHECK_MAX", "MORE_PLAIN"):
+        assert c.strangers_rule(name) == f"{values[name]} (DERIVED: `bench/strangers/__main__.py: {name}`)"
+    with pytest.raises(mod.RenderError):
+        c.strangers_rule("ROOT")

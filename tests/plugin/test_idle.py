@@ -217,3 +217,60 @@ def test_an_unused_plugin_imports_none_of_its_heavy_modules(tmp_path):
     from pytest_stoplatency import _linux, _records
 
     assert _linux.RECORDS_BASE == str(_records.BASE)
+
+
+LOADERS = """
+import atexit, json, sys
+
+
+@atexit.register
+def _report():
+    with open({out!r}, "w") as f:
+        json.dump(
+            {{
+                name: type(getattr(getattr(m, "__spec__", None), "loader", None)).__name__
+                for name, m in sys.modules.items()
+                if name.split(".")[0] == "pytest_stoplatency"
+            }},
+            f,
+        )
+"""
+
+
+def test_pytest_does_not_rewrite_the_plugins_modules(tmp_path):
+    """Path: pytest_stoplatency/__init__.py's finder (_PlainImport), placed before pytest's assertion
+    rewriter: pytest takes every module of a pytest11 plugin's distribution for rewriting, and
+    where it cannot write its cached copy (PYTHONDONTWRITEBYTECODE=1, as in many CI images) it
+    parses, rewrites and compiles each from source in every session. Under PYTHONDONTWRITEBYTECODE
+    a --process-leaks session (its modules all loaded) loads every module of the plugin but the
+    package itself (whose docstring says PYTEST_DONT_REWRITE) with Python's own loader, from its
+    byte code. The cost, with and without writable byte code: bench/plugin_idle.py.
+
+    Ablation: `plugin-no-rewrite` (no finder: pytest's rewriter loads them) turns this red."""
+    (tmp_path / "test_one.py").write_text("def test_ok():\n    assert True\n")
+    out = tmp_path / "loaders.json"
+    (tmp_path / "loaders_probe.py").write_text(LOADERS.format(out=str(out)))
+    import pytest_stoplatency
+
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(pytest_stoplatency.__file__)))
+    path = [tree, str(tmp_path), os.environ.get("PYTHONPATH")]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, path)),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "STOPLATENCY_NO_GUARDIAN": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "loaders_probe", "-p", "no:cacheprovider", "-p", "no:xdist"]
+        + ["--process-leaks", "test_one.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    loaders = json.loads(out.read_text())
+    assert {"pytest_stoplatency.plugin", "pytest_stoplatency._leakplugin", "pytest_stoplatency._leaks"} <= set(loaders)
+    rewritten = sorted(name for name, loader in loaders.items() if loader != "SourceFileLoader")
+    assert rewritten == ["pytest_stoplatency"], loaders

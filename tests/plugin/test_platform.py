@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from pytest_stoplatency import plugin
+from pytest_stoplatency import _options
 
 FAKE_PLATFORM = """
 import atexit, builtins, io, json, os, signal, sys, sysconfig
@@ -77,7 +77,12 @@ def test_recorder(stop_latency):
 """
 
 # The entry point, and the one module it registers off Linux: nothing Linux-only.
-MODULES_OFF_LINUX = ["pytest_stoplatency", "pytest_stoplatency._inactive", "pytest_stoplatency.plugin"]
+MODULES_OFF_LINUX = [
+    "pytest_stoplatency",
+    "pytest_stoplatency._inactive",
+    "pytest_stoplatency._options",
+    "pytest_stoplatency.plugin",
+]
 
 
 def _fake(pytester, platform="darwin"):
@@ -102,9 +107,9 @@ def test_off_linux_the_plugin_is_inactive_says_why_once_and_skips_what_needs_lin
     out = _fake(pytester)
     pytester.makepyfile(test_suite=SUITE)
     result = run_faked(pytester, "--stop-latency", "-rs")
-    reason = f"{plugin.NEEDS_LINUX} 'darwin'"
+    reason = f"{_options.NEEDS_LINUX} 'darwin'"
     result.assert_outcomes(passed=1, skipped=3)
-    header = f"{plugin.INACTIVE_HEADER} {reason}"
+    header = f"{_options.INACTIVE_HEADER} {reason}"
     assert result.stdout.str().count(header) == 1, result.stdout.str()
     result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] test_suite.py:*: {reason}"] * 3, consecutive=True)
     seen = json.loads(out.read_text())
@@ -173,5 +178,5 @@ def test_on_windows_the_entry_point_imports(tmp_path):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == f"{plugin.NEEDS_LINUX} 'win32'"
+    assert r.stdout.strip() == f"{_options.NEEDS_LINUX} 'win32'"
     assert json.loads(out.read_text()) == {"proc": [], "modules": MODULES_OFF_LINUX}

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from pytest_stoplatency import _procs, _report, plugin
+from pytest_stoplatency import _options, _procs, _report
 
 LATENCY_TESTS = """
 import json, os, signal, pytest
@@ -34,7 +34,7 @@ def test_marked_tests_skip_without_the_flag(pytester):
     pytester.makepyfile(LATENCY_TESTS)
     result = run(pytester, "-rs", "-p", "no:xdist")
     result.assert_outcomes(skipped=2)
-    result.stdout.fnmatch_lines([f"*{plugin.SKIP_REASON}*"])
+    result.stdout.fnmatch_lines([f"*{_options.SKIP_REASON}*"])
 
 
 def test_ini_key_enables_them(pytester):
@@ -49,9 +49,9 @@ def test_marker_registered_and_help_texts(pytester):
     pytester.makepyfile(LATENCY_TESTS)
     run(pytester, "--strict-markers", "-p", "no:xdist").assert_outcomes(skipped=2)
     markers = run(pytester, "--markers")
-    assert plugin.MARKER_LINE in markers.stdout.str()
+    assert _options.MARKER_LINE in markers.stdout.str()
     helptext = " ".join(run(pytester, "--help").stdout.str().split())
-    for text in (plugin.HELP_ENABLE, plugin.HELP_JSON, plugin.HELP_REPEAT, plugin.HELP_INI):
+    for text in (_options.HELP_ENABLE, _options.HELP_JSON, _options.HELP_REPEAT, _options.HELP_INI):
         assert " ".join(text.split()) in helptext
 
 
@@ -83,7 +83,7 @@ def test_table_and_json_with_repeat(pytester):
     row = next(l for l in result.outlines if l.startswith("killpg SIGKILL / forker"))
     assert row.split()[-4] == "-", row
     doc = json.loads((pytester.path / "out" / "lat.json").read_text())
-    assert doc["schema"] == 1
+    assert doc["schema"] == _report.SCHEMA == 2
     assert set(doc) == {
         "schema",
         "machine",
@@ -99,20 +99,24 @@ def test_table_and_json_with_repeat(pytester):
     assert set(doc["machine"]) == {"kernel", "python", "cpus", "hostname"}
     assert len(doc["samples"]) == 6
     for s in doc["samples"]:
-        assert set(s) == {"label", "nodeid", "latency", "returned", "bound", "ok", "worker"}
-        assert s["ok"] and s["worker"] is None and 0 <= s["returned"] <= s["latency"] < 5
+        assert set(s) == {"label", "nodeid", "latency", "returned", "bound", "ok", "stopped", "worker"}
+        assert s["ok"] and s["stopped"] and s["worker"] is None and 0 <= s["returned"] <= s["latency"] < 5
     lab = doc["labels"]["killpg SIGKILL / forker"]
-    assert lab["n"] == 3 and lab["bound"] == 5 and lab["verdict"] == "pass"
+    assert lab["n"] == 3 and lab["failed"] == 0 and lab["bound"] == 5 and lab["verdict"] == "pass"
     assert lab["min"] <= lab["median"] <= lab["p95"] <= lab["max"]
     assert doc["missing_workers"] == []
 
 
 def test_bound_fails_names_and_kills_survivors(pytester):
     """Path: a stop that cannot reach the tree (SIGTERM vs trap-term) fails at the bound, naming the
-    survivors (pid, command line, state), and kills them; the sample is recorded as failed.
+    survivors (pid, command line, state), and kills them; the sample is recorded as failed
+    ("stopped": false): it has no stop time (its latency is the bound it outlived), so it is counted
+    in its label's "failed" column and left out of min, median, p95 and max, which are the stopped
+    sample's alone.
 
-    Ablation: drop the kill_lineage call in the recorder -> the per-test cleanup reports a leak (errors=1).
-    """
+    Ablations: drop the kill_lineage call in the recorder -> the per-test cleanup reports a leak
+    (errors=1); `report-failed-apart` (failed samples in the statistics) -> the label's max is the
+    failed sample's."""
     pytester.makepyfile("""
 import json, os, signal, pytest
 
@@ -122,9 +126,15 @@ def test_too_slow(victim, stop_latency):
     json.dump(v.members(), open("members.json", "w"))
     with stop_latency.measure(None, v):
         os.killpg(v.pgid, signal.SIGTERM)
+
+@pytest.mark.stop_latency(bound=30, label="SIGTERM only / trap-term")
+def test_stops(victim, stop_latency):
+    v = victim("forker")
+    with stop_latency.measure(None, v):
+        os.killpg(v.pgid, signal.SIGKILL)
 """)
     result = run(pytester, "--stop-latency", "-p", "no:xdist", "--stop-latency-json", "lat.json")
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(failed=1, passed=1)
     members = json.loads((pytester.path / "members.json").read_text())
     assert len(members) == 3
     assert not [m for m in members if _procs.is_alive(*m)]
@@ -133,10 +143,14 @@ def test_too_slow(victim, stop_latency):
     for pid, _ in members:
         assert f"pid {pid} [S] " in out
     assert "pytest_stoplatency.victim forker" in out
-    result.stdout.fnmatch_lines(["SIGTERM only / trap-term*1*fail"])
+    result.stdout.fnmatch_lines(["SIGTERM only / trap-term*2*1*fail", _report.FAILED_FOOTNOTE])
     doc = json.loads((pytester.path / "lat.json").read_text())
-    (s,) = doc["samples"]
-    assert s["ok"] is False and s["latency"] >= 1.0
+    failed, stopped = sorted(doc["samples"], key=lambda s: s["stopped"])
+    assert failed["ok"] is False and failed["stopped"] is False and failed["latency"] >= 1.0
+    assert stopped["stopped"] is True
+    lab = doc["labels"]["SIGTERM only / trap-term"]
+    assert (lab["n"], lab["failed"], lab["verdict"]) == (2, 1, "fail")
+    assert lab["min"] == lab["median"] == lab["max"] == stopped["latency"]
 
 
 def test_xdist_merges_both_workers(pytester):

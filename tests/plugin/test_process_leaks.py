@@ -16,7 +16,7 @@ from plugin_helpers import kill_identified as _kill
 from plugin_helpers import sleep_marks as _marks
 from plugin_helpers import sleepers as _sleepers
 
-from pytest_stoplatency import _leakreport, _procs, plugin
+from pytest_stoplatency import _leakreport, _options, _procs
 from pytest_stoplatency._guardian import ENV_DISABLE as ENV_NO_GUARDIAN
 
 
@@ -203,6 +203,39 @@ def test_acceptance_each_leak_reported_with_its_route_killed_and_nothing_else_to
     run_acceptance(pytester, marks, flag)
 
 
+SOLE_MODULE_SUITE = """
+import subprocess, pytest
+
+N = {marks!r}
+
+@pytest.fixture(scope="module")
+def untagged_server():
+    # Its environment dropped, still pytest's child: only the fixture's pid window says whose.
+    subprocess.Popen(["env", "-i", "sleep", N["module"]])
+    yield
+
+def test_only(untagged_server):
+    pass
+"""
+
+
+def test_a_module_fixture_set_up_and_torn_down_within_one_test_is_named_for_its_untagged_leak(pytester, marks):
+    """Path: the TREE route's owner when a wider fixture's whole life lies inside one test (the
+    only test of its module, or of its module on an xdist worker: the acceptance suite under
+    load): the fixture's set-up window is the fixture's, though the test's window holds it too.
+
+    Ablation: `leak-fixture-in-test` (the test claims what the fixture started) red."""
+    pytester.makepyfile(test_sole=SOLE_MODULE_SUITE.format(marks=marks))
+    pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks", "--process-leaks-json", "leaks.json", timeout=120
+    )
+    doc = json.loads((pytester.path / "leaks.json").read_text())
+    [leak] = [x for x in doc["leaks"] if marks["module"] in x["cmdline"]]
+    assert (leak["route"], leak["scope"]) == ("no run tag", "fixture 'untagged_server' (module scope, test_sole.py)")
+    assert leak["killed"] is True
+    assert "module" not in _sleepers(marks)
+
+
 def run_acceptance(pytester, marks, flag):
     """The acceptance suite under `flag` (test_process_leaks_cgroup.py runs it with
     --process-leaks-cgroup), with `marks` from the `marks` fixture's names."""
@@ -254,7 +287,7 @@ def run_acceptance(pytester, marks, flag):
     assert outcomes["passed"] == 13 and "failed" not in outcomes
     result.stdout.fnmatch_lines(["*= process leaks =*", "stoplatency: * leaked process(es) from * scope(s), * killed*"])
     if unseen:
-        result.stdout.fnmatch_lines([f"*{plugin.NO_CGROUP_LINE}*"])
+        result.stdout.fnmatch_lines([f"*{_options.NO_CGROUP_LINE}*"])
 
 
 CLEAN_SUITE = """
@@ -361,7 +394,7 @@ def test_env_scrubber():
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks-subreaper")
     alive = _sleepers(marks)
     assert not alive, f"survivors: {alive}"
-    result.stdout.fnmatch_lines([plugin.SUBREAPER_LINE, f"*escaped: no run tag: *{marks['scrubber']}*"])
+    result.stdout.fnmatch_lines([_options.SUBREAPER_LINE, f"*escaped: no run tag: *{marks['scrubber']}*"])
     result.assert_outcomes(passed=1, errors=1)
 
 
@@ -398,13 +431,28 @@ def test_ini_key_and_module_marker(pytester, marks):
 
 
 def test_help_texts(pytester):
-    """Path: the option, ini key and marker document themselves with the plugin's constants."""
+    """Path: the options, ini keys and marker document themselves with the plugin's constants;
+    `--process-leaks=warn` is an option string of its own."""
     result = pytester.runpytest_subprocess("--help")
     result.stdout.fnmatch_lines(
-        [f"*--process-leaks*{plugin.HELP_LEAKS[:40]}*", f"*process_leaks*{plugin.HELP_LEAKS_INI[:30]}*"]
+        [
+            f"*--process-leaks *{_options.HELP_LEAKS[:40]}*",
+            f"*--process-leaks=warn *{_options.HELP_LEAKS_WARN[:30]}*",
+            "*--process-leaks-kill={session,teardown}*",
+            f"*{_options.HELP_LEAKS_KILL[:30]}*",
+            "*--process-leaks-grace=SECONDS*",
+            f"*{_options.HELP_LEAKS_GRACE[:30]}*",
+        ]
     )
+    for key, text in (
+        ("process_leaks", _options.HELP_LEAKS_INI),
+        ("process_leaks_kill", _options.HELP_LEAKS_KILL_INI),
+        ("process_leaks_grace", _options.HELP_LEAKS_GRACE_INI),
+        ("process_leaks_exclude", _options.HELP_LEAKS_EXCLUDE_INI),
+    ):
+        result.stdout.fnmatch_lines([f"  {key} (string):*", f"*{text[:30]}*"])
     result = pytester.runpytest_subprocess("--markers")
-    result.stdout.fnmatch_lines([f"*{plugin.LEAKS_MARKER_LINE[:50]}*"])
+    result.stdout.fnmatch_lines([f"*{_options.LEAKS_MARKER_LINE[:50]}*"])
 
 
 def test_a_pytest_that_dies_without_teardown_has_its_leaks_killed_by_the_guardian(pytester, marks):

@@ -14,7 +14,7 @@ import pytest
 from plugin_helpers import all_marked, kill_identified, sleep_marks, sleepers
 from test_process_leaks import CLEAN_SUITE, MARK_NAMES, run_acceptance
 
-from pytest_stoplatency import _cgroup, _leaks, plugin
+from pytest_stoplatency import _cgroup, _leaks, _options
 from pytest_stoplatency._guardian import ENV_DISABLE as ENV_NO_GUARDIAN
 
 pytestmark = pytest.mark.skipif(
@@ -123,9 +123,9 @@ def test_cgroup_finds_what_dropped_its_environment_and_left_the_tree(pytester, m
         ("test_suite.py::test_child", _leaks.ROUTE_CHILD, marks["child"], True),
     }, doc["leaks"]
     result.stdout.fnmatch_lines(
-        [f"*{plugin.CGROUP_LINE}*", f"*escaped: {_leaks.ROUTE_LEFT_TREE}: *{marks['scrubber']}*"]
+        [f"*{_options.CGROUP_LINE}*", f"*escaped: {_leaks.ROUTE_LEFT_TREE}: *{marks['scrubber']}*"]
     )
-    assert plugin.NO_CGROUP_LINE not in result.stdout.str()
+    assert _options.NO_CGROUP_LINE not in result.stdout.str()
     # pytest ran each test inside a cgroup of that test's own, in its own session cgroup.
     cgroups = _cgroups(pytester)
     assert set(cgroups) == {"scrubber", "child", "clean", "fixture"}
@@ -146,7 +146,7 @@ def test_without_the_cgroup_route_that_leak_is_missed_and_the_note_says_so(pytes
     result, alive, doc = _run(pytester, marks, "-p", "no:xdist", "--process-leaks")
     assert {"scrubber", "fixture"} <= set(alive) and "child" not in alive, alive
     assert [x["cmdline"] for x in doc["leaks"]] == [f"sleep {marks['child']}"]
-    assert result.stdout.str().count(plugin.NO_CGROUP_LINE) == 1
+    assert result.stdout.str().count(_options.NO_CGROUP_LINE) == 1
     assert all(f"/{_cgroup.SUBDIR}/" not in rel for _, rel in _cgroups(pytester).values())
 
 
@@ -190,10 +190,10 @@ def test_help_text_states_the_cost(pytester):
     """Path: --process-leaks-cgroup and its ini key document themselves with the plugin's
     constants, the cost of the route included."""
     result = pytester.runpytest_subprocess("--help")
-    assert "RCU grace period" in plugin.HELP_LEAKS_CGROUP
+    assert "RCU grace period" in _options.HELP_LEAKS_CGROUP
     words = " ".join(result.stdout.str().split())  # argparse wraps the help text
-    assert f"--process-leaks-cgroup {plugin.HELP_LEAKS_CGROUP}" in words
-    assert f"process_leaks_cgroup (bool): {plugin.HELP_LEAKS_CGROUP_INI}" in words
+    assert f"--process-leaks-cgroup {_options.HELP_LEAKS_CGROUP}" in words
+    assert f"process_leaks_cgroup (bool): {_options.HELP_LEAKS_CGROUP_INI}" in words
 
 
 def test_kill_refuses_a_cgroup_that_holds_pytest():
@@ -289,6 +289,6 @@ def test_where_no_cgroup_can_be_made_it_says_so_once_and_checks_as_before(pytest
     pytester.makepyfile(f"import subprocess\ndef test_child():\n    subprocess.Popen(['sleep', '{marks['child']}'])\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks-cgroup")
     assert "child" not in sleepers(marks)
-    assert result.stdout.str().count(f"{plugin.NO_CGROUP_LINE} {plugin.CGROUP_UNAVAILABLE}") == 1
+    assert result.stdout.str().count(f"{_options.NO_CGROUP_LINE} {_options.CGROUP_UNAVAILABLE}") == 1
     result.stdout.fnmatch_lines([f"*escaped: {_leaks.ROUTE_CHILD}: sleep {marks['child']}*"])
     result.assert_outcomes(passed=1, errors=1)

@@ -13,7 +13,7 @@ import time
 import pytest
 from plugin_helpers import all_marked, kill_identified, sleep_marks, sleepers
 
-from pytest_stoplatency import _leakplugin, _leaks, plugin
+from pytest_stoplatency import _leakplugin, _leaks, _options
 from pytest_stoplatency._guardian import ENV_DISABLE as ENV_NO_GUARDIAN
 from pytest_stoplatency._guardian import ENV_LOG as ENV_GUARDIAN_LOG
 
@@ -147,9 +147,9 @@ def test_tree_shape_checks_pass_under_the_flag_with_the_guardian(pytester, xdist
     flagged = _run(pytester, *xdist, "--process-leaks", "--process-leaks-json", "leaks.json")
     flagged.assert_outcomes(passed=4)
     assert _json(pytester)["leaks"] == []
-    assert plugin.SUBREAPER_LINE not in flagged.stdout.str()
+    assert _options.SUBREAPER_LINE not in flagged.stdout.str()
     control = _run(pytester, *xdist, "--process-leaks-subreaper")
-    control.stdout.fnmatch_lines([plugin.SUBREAPER_LINE])
+    control.stdout.fnmatch_lines([_options.SUBREAPER_LINE])
     outcomes = control.parseoutcomes()
     assert outcomes.get("failed") == 2, control.stdout.str()
     control.stdout.fnmatch_lines(["*test_children_recursive*", "*test_wait_non_children*"])
@@ -240,7 +240,7 @@ def test_the_checks_plugin_object_is_registered_only_when_the_check_is_on(pytest
     pytester.makepyfile(REGISTERED.format(name=_leakplugin.NAME, want=bool(flag)))
     result = _run(pytester, "-p", "no:xdist", *flag)
     result.assert_outcomes(passed=1)
-    header = {plugin.NO_CGROUP_LINE, plugin.SUBREAPER_LINE} & set(result.stdout.lines)
+    header = {_options.NO_CGROUP_LINE, _options.SUBREAPER_LINE} & set(result.stdout.lines)
     assert bool(header) == bool(flag), header
 
 
@@ -309,8 +309,10 @@ def test_a_process_alive_after_teardown_is_reported_though_a_finaliser_kills_it_
     pytester.makepyfile(test_gc=GC_SUITE.format(n=marks["gc"]))
     result = _run(pytester, "-p", "no:xdist", "--process-leaks", "--process-leaks-json", "leaks.json")
     leaks = _json(pytester)["leaks"]
-    assert [(x["scope"], x["route"], x["cmdline"], x["killed"]) for x in leaks] == [
-        ("test_gc.py::test_spawn_dropped_alive", _leaks.ROUTE_OWN_SESSION, f"sleep {marks['gc']}", True)
+    # Kept alive after its report, as without the check: the finaliser ended it, before the
+    # session's end could.
+    assert [(x["scope"], x["route"], x["cmdline"], x["alive_at_end"]) for x in leaks] == [
+        ("test_gc.py::test_spawn_dropped_alive", _leaks.ROUTE_OWN_SESSION, f"sleep {marks['gc']}", False)
     ], result.stdout.str()
     result.assert_outcomes(passed=2, errors=1)
     assert "gc" not in sleepers(marks)
@@ -389,10 +391,10 @@ def test_processes_a_thread_starts_between_tests_or_after_the_last_are_session_l
     result.assert_outcomes(passed=3)
     assert result.ret == 1
     result.stdout.fnmatch_lines(
-        [f"  session level: {after_a}: 1 process(es) (still a child)", f"{plugin.THREADS_LINE}: late-starter"]
+        [f"  session level: {after_a}: 1 process(es) (still a child)", f"{_options.THREADS_LINE}: late-starter"]
     )
     result.stderr.fnmatch_lines(
-        [plugin.AT_EXIT_LINE, f"  {after_c}: 1 process(es); killed:", f"*sleep {marks['after']}"]
+        [_options.AT_EXIT_LINE, f"  {after_c}: 1 process(es); killed:", f"*sleep {marks['after']}"]
     )
 
 
@@ -431,7 +433,7 @@ def test_a_session_fixture_in_a_subfolder_conftest_is_named_not_a_test(pytester,
     assert not sleepers(marks)
     result.stdout.fnmatch_lines(
         [
-            f"stoplatency: process leaks: {label} left 2 process(es) alive after its teardown; killed:",
+            f"stoplatency: process leaks: {label} left 2 process(es) alive after its teardown; {_options.KEPT_NOTE}:",
             f"  {label}: 2 process(es) (still a child), found at the teardown of test_z_last.py::test_last",
         ]
     )

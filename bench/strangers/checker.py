@@ -1,0 +1,346 @@
+"""The independent checker of `make leaks-strangers`: a process of its own, beside a stranger's
+pytest session, that scans /proc for the processes that outlive the test (or wider fixture)
+that started them. It shares no code with the plugin (standard library only), and its own
+marks: the probe (probe.py, loaded into every pytest process of the session) puts its own
+scope tag in the environment (LEAKCHECK_SCOPE), tells the checker when a scope starts and
+ends, and waits at each end until the checker has looked.
+
+Whose a process is: its own LEAKCHECK_SCOPE, else its nearest ancestor's; else, when it
+descends from a pytest process that runs tests, the scope that process was running when the
+process started (by start ticks). A process that descends from one already counted belongs to
+it. At the end of a test's teardown (before the plugin's check: the probe waits for it), the
+checker takes a snapshot of the living processes of the test and of the fixtures torn down
+with it, and watches each through a pidfd (a thread records when each exits); a process of
+the snapshot still alive GRACE seconds after it outlived its scope, counted once. At the test's
+end (after its report), what is alive of those scopes and not in a snapshot gets GRACE seconds
+to exit (one pidfd wait) and is counted the same way. At the session's end,
+what a gap (between tests, after the last) or a scope already ended started, the same. After
+pytest has exited, what is left of the run (any of its tags, or under an ended scope) outlived
+the session. pytest's own helpers are not the suite's: the plugin's session guardian,
+multiprocessing's resource tracker and fork server.
+
+    python checker.py --socket PATH --run ID --out PATH [--grace 0.25]
+
+Messages (one JSON object a line): {"op": "start", "tag", "nodeid", "pid", "ticks"},
+{"op": "snapshot", "tags": [...]} (answered), {"op": "end", "tags": [...], "nodeid"} (answered "ok"),
+{"op": "session-end", "tags": [...]}
+(answered), {"op": "final"} (from the harness, after pytest exited: answered with what outlived
+the session, then the checker writes --out and exits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import socket
+import sys
+import threading
+import time
+
+TAG = "LEAKCHECK_SCOPE"
+_KEY = TAG.encode() + b"="
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+HELPERS = (b"pytest_stoplatency._guardian", b"multiprocessing.resource_tracker", b"multiprocessing.forkserver")
+
+
+def now_ticks() -> int:
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * CLK_TCK)
+
+
+def stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, start ticks), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[1]), int(fields[19])
+
+
+def read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(1 << 20)
+    except OSError:
+        return b""
+
+
+def tag_of(pid: int) -> str | None:
+    env = read(f"/proc/{pid}/environ")
+    for entry in env.split(b"\0"):
+        if entry.startswith(_KEY):
+            return entry[len(_KEY) :].decode(errors="replace")
+    return None
+
+
+class Checker:
+    def __init__(self, run: str, grace: float) -> None:
+        self.run = run
+        self.grace = grace
+        self.me = os.getpid()
+        self.born = now_ticks()
+        self.scopes: dict[str, dict] = {}  # tag -> {nodeid, pid, start, end}
+        self.timeline: dict[int, list[tuple[int, str]]] = {}  # pytest pid -> [(start ticks, tag)]
+        self.leaks: list[dict] = []
+        self.counted: set[tuple[int, int]] = set()
+        self.outlived: list[dict] = []
+        self.scans = 0
+        self.scan_s = 0.0
+        self.snaps: dict[str, list[tuple[dict, float]]] = {}  # tag -> [(candidate, snapshot time)]
+        self.exits: dict[tuple[int, int], float] = {}  # when a watched process exited (monotonic)
+        self._watched: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, start ticks)
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        threading.Thread(target=self._watch_exits, daemon=True).start()
+
+    # -- attribution ------------------------------------------------------------------
+
+    def _processes(self) -> dict[int, tuple[str, int, int]]:
+        out = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                pid = int(entry)
+                s = stat(pid)
+                if s is not None:
+                    out[pid] = s
+        return out
+
+    def _owner(self, pid: int, procs: dict, tags: dict) -> tuple[str | None, tuple[int, int] | None]:
+        """(the scope tag it belongs to, the counted process it descends from)."""
+        q, depth = pid, 0
+        tag = None
+        while q in procs and depth < 64:
+            if tag is None:
+                if q not in tags:
+                    tags[q] = tag_of(q)
+                tag = tags[q]
+            ppid = procs[q][1]
+            parent = procs.get(ppid)
+            if parent is not None and (ppid, parent[2]) in self.counted:
+                return None, (ppid, parent[2])
+            if tag is None and ppid in self.timeline:
+                # Under a pytest process that runs tests, without any tag: the scope that process
+                # was running when its child on the way here started.
+                ticks = procs[q][2]
+                for start, scope in reversed(self.timeline[ppid]):
+                    if start <= ticks:
+                        return scope, None
+                return None, None
+            if ppid <= 1:
+                break
+            q, depth = ppid, depth + 1
+        return tag, None
+
+    def _candidates(self, wanted) -> list[dict]:
+        t0 = time.perf_counter()
+        procs = self._processes()
+        tags: dict[int, str | None] = {}
+        out = []
+        for pid, (state, _ppid, ticks) in procs.items():
+            if pid == self.me or ticks < self.born or state in ("Z", "X", "x") or (pid, ticks) in self.counted:
+                continue
+            if pid in self.timeline:
+                continue  # a pytest process itself
+            cmdline = read(f"/proc/{pid}/cmdline")
+            if any(h in cmdline for h in HELPERS):
+                continue
+            tag, lineage = self._owner(pid, procs, tags)
+            if lineage is not None:
+                continue
+            if tag is not None and wanted(tag):
+                cmd = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
+                out.append({"pid": pid, "start_ticks": ticks, "cmdline": cmd, "tag": tag})
+        self.scans += 1
+        self.scan_s += time.perf_counter() - t0
+        return out
+
+    def _wait(self, found: list[dict]) -> list[dict]:
+        """Those still alive after the grace (one wait on all their pidfds)."""
+        fds = {}
+        for x in found:
+            try:
+                fd = os.pidfd_open(x["pid"])
+            except OSError:
+                continue
+            s = stat(x["pid"])
+            if s is None or s[2] != x["start_ticks"] or s[0] in ("Z", "X", "x"):
+                os.close(fd)
+                continue
+            fds[fd] = x
+        try:
+            poller = select.poll()
+            for fd in fds:
+                poller.register(fd, select.POLLIN)
+            left = set(fds)
+            deadline = time.monotonic() + self.grace
+            while left and (remaining := deadline - time.monotonic()) > 0:
+                for fd, _ in poller.poll(remaining * 1000):
+                    poller.unregister(fd)
+                    left.discard(fd)
+            alive = []
+            for fd in left:
+                s = stat(fds[fd]["pid"])
+                if s is not None and s[0] not in ("Z", "X", "x"):
+                    alive.append(fds[fd])
+            return alive
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _watch_exits(self) -> None:
+        """Record, as it happens, when each process of a snapshot exits."""
+        while True:
+            poller = select.poll()
+            poller.register(self._wake_r, select.POLLIN)
+            with self._lock:
+                for fd in self._watched:
+                    poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll():
+                if fd == self._wake_r:
+                    os.read(self._wake_r, 4096)
+                    continue
+                now = time.monotonic()
+                with self._lock:
+                    key = self._watched.pop(fd, None)
+                    if key is not None:
+                        self.exits.setdefault(key, now)
+                        os.close(fd)
+
+    def _snapshot(self, tags: set[str]) -> None:
+        t = time.monotonic()
+        for x in self._candidates(tags.__contains__):
+            try:
+                fd = os.pidfd_open(x["pid"])
+            except OSError:
+                continue
+            s = stat(x["pid"])
+            if s is None or s[2] != x["start_ticks"] or s[0] in ("Z", "X", "x"):
+                os.close(fd)
+                continue
+            with self._lock:
+                self._watched[fd] = (x["pid"], x["start_ticks"])
+            self.snaps.setdefault(x["tag"], []).append((x, t))
+        os.write(self._wake_w, b"x")
+
+    def _judge_snapshots(self, tags: set[str], nodeid: str | None) -> None:
+        """The snapshot's processes still alive GRACE seconds after it outlived their scope."""
+        for tag in tags:
+            for x, t in self.snaps.pop(tag, []):
+                key = (x["pid"], x["start_ticks"])
+                with self._lock:
+                    gone = self.exits.get(key)
+                if key in self.counted or (gone is not None and gone <= t + self.grace):
+                    continue
+                if gone is None and time.monotonic() < t + self.grace:
+                    continue  # still within its grace (an end that comes at once): the scan below waits
+                self.counted.add(key)
+                scope = self.scopes.get(x["tag"], {})
+                self.leaks.append({**x, "scope": scope.get("nodeid", x["tag"]), "found_at": nodeid, "when": "snapshot"})
+
+    def _count(self, found: list[dict], when: str, nodeid: str | None) -> None:
+        for x in self._wait(found):
+            key = (x["pid"], x["start_ticks"])
+            if key in self.counted:
+                continue
+            self.counted.add(key)
+            scope = self.scopes.get(x["tag"], {})
+            self.leaks.append({**x, "scope": scope.get("nodeid", x["tag"]), "found_at": nodeid, "when": when})
+
+    # -- messages -----------------------------------------------------------------------
+
+    def handle(self, msg: dict) -> dict | None:
+        op = msg["op"]
+        if op == "start":
+            self.scopes[msg["tag"]] = {"nodeid": msg["nodeid"], "pid": msg["pid"], "start": msg["ticks"]}
+            self.timeline.setdefault(msg["pid"], []).append((msg["ticks"], msg["tag"]))
+            return None
+        if op == "snapshot":
+            self._snapshot(set(msg["tags"]))
+            return {"ok": True}
+        if op == "end":
+            self._judge_snapshots(set(msg["tags"]), msg.get("nodeid"))
+            if msg.get("gap"):
+                gap = msg["gap"]
+                self.scopes[gap] = {"nodeid": f"after {msg.get('nodeid')}", "pid": msg["pid"], "start": msg["ticks"]}
+                self.timeline.setdefault(msg["pid"], []).append((msg["ticks"], gap))
+            ended = set(msg["tags"])
+            for tag in ended:
+                self.scopes.setdefault(tag, {"nodeid": tag})["ended"] = True
+            self._count(self._candidates(ended.__contains__), "scope end", msg.get("nodeid"))
+            return {"ok": True}
+        if op == "session-end":
+            gaps = set(msg["tags"])
+
+            def wanted(tag: str) -> bool:
+                return tag in gaps or self.scopes.get(tag, {}).get("ended", False)
+
+            self._count(self._candidates(wanted), "session end", None)
+            return {"ok": True}
+        if op == "final":
+            found = self._wait(self._candidates(lambda tag: tag.startswith(self.run)))
+            self.outlived = found
+            return {"ok": True, "outlived": found}
+        raise ValueError(f"unknown op {op!r}")
+
+    def report(self) -> dict:
+        return {
+            "run": self.run,
+            "grace_s": self.grace,
+            "leaks": self.leaks,
+            "outlived_session": self.outlived,
+            "scans": self.scans,
+            "scan_s": round(self.scan_s, 3),
+        }
+
+
+def serve(path: str, checker: Checker, out: str) -> None:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(16)
+    open(path + ".ready", "w").close()
+    conns: dict[socket.socket, bytes] = {}
+    done = False
+    while not done:
+        readable, _, _ = select.select([server, *conns], [], [])
+        for s in readable:
+            if s is server:
+                conn, _ = server.accept()
+                conns[conn] = b""
+                continue
+            data = s.recv(1 << 16)
+            if not data:
+                del conns[s]
+                s.close()
+                continue
+            buf = conns[s] + data
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                msg = json.loads(line)
+                reply = checker.handle(msg)
+                if reply is not None:
+                    s.sendall(json.dumps(reply).encode() + b"\n")
+                if msg["op"] == "final":
+                    done = True
+            if s in conns:
+                conns[s] = buf
+    with open(out, "w") as f:
+        json.dump(checker.report(), f, indent=1)
+    server.close()
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--grace", type=float, default=0.25)
+    args = ap.parse_args(argv)
+    serve(args.socket, Checker(args.run, args.grace), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
