@@ -18,7 +18,7 @@ import time
 from runner import defaults
 from runner.errors import Damaged
 from runner.events import Event
-from runner.files import reserve, untrusted
+from runner.files import untrusted
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,6 +53,8 @@ class Journal:
                     line = b"\n" + line
                 _write_all(self._fd, line, self.spare, self.path)
                 fd = self._fd
+                from runner.files import reserve  # a writer's (a stopper that only reads never loads it)
+
                 reserve.retrying(lambda: os.fsync(fd), self.spare, self.path)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -82,6 +84,8 @@ def _write_all(fd: int, data: bytes, spare: Reserve | None = None, path: str = "
         except OSError as exc:
             if exc.errno == errno.ENOSPC and spare is not None and spare.give_up(path, exc.strerror or ""):
                 continue
+            from runner.files import reserve
+
             raise reserve.named(exc, path) from None
         view = view[n:]
 
