@@ -791,11 +791,18 @@ class Context:
         load = ", ".join(f"{x:.2f}" for x in part.get("loadavg_at_start", []))
         cpu = f"{part['startups_cpu']:.2f}" if part.get("startups_cpu") is not None else ""
         command = part.get("command", "python -m runner")
+        i = part.get("imports_only")
+        imports = (
+            f"| its start-up and imports alone (nothing run) | {ms(i['wall_median_s'])} | {ms(i['cpu_median_s'])} |\n"
+            if i
+            else ""
+        )
         return (
             f"MEASURED: n={part['n']} each, `{self.bench_name}` ({part.get('date', '?')}, load average "
             f"at the start {load or '?'}).\n\n"
             "| command | wall (median) | CPU (median) |\n|---|---|---|\n"
             f"| `python -c pass` | {ms(b['wall_median_s'])} | {ms(b['cpu_median_s'])} |\n"
+            f"{imports}"
             f"| `{command} stop --now`, cooperative run | {ms(s['wall_median_s'])} | {ms(s['cpu_median_s'])} |\n"
             f"| in Python start-ups | {part['startups']:.2f} (goal 2) | {cpu} |"
         )
