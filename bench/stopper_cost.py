@@ -28,6 +28,14 @@ RUNNER = [sys.executable, "-m", "runner"]
 N = 15
 
 
+def stopper() -> list[str]:
+    """The command a user types: the installed `runner` script beside the interpreter
+    (pip's console script: `from runner.__main__ import entry`), else `python -m runner`,
+    which also pays for runpy (importlib.util, contextlib: about 6 M instructions)."""
+    script = os.path.join(os.path.dirname(sys.executable), "runner")
+    return [script] if os.access(script, os.X_OK) else RUNNER
+
+
 def _timed(argv: list[str]) -> tuple[float, float, int]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -55,40 +63,59 @@ def _live_run(work: Path, i: int) -> RunDir:
     return rd
 
 
+IMPORTS = "from runner.__main__ import entry; import runner.cli, runner.control.stop"
+"""The stop command's modules, imported and nothing run: where its time goes, start-up
+and imports against the stop's own work (the steps and the waits)."""
+
+
 def run(n: int, work: Path) -> dict[str, Any]:
-    """`n` samples of each side, alternating; medians, the ratio of the medians."""
+    """`n` samples of each side, alternating; medians, the ratio of the medians. Beside
+    them, `n` of the stop's imports alone (IMPORTS)."""
     work.mkdir(parents=True, exist_ok=True)
     bare: list[tuple[float, float]] = []
     now: list[tuple[float, float]] = []
+    imports: list[tuple[float, float]] = []
     codes: list[int] = []
+    command = stopper()
     for i in range(n):
         wall, cpu, _ = _timed([sys.executable, "-c", "pass"])
         bare.append((wall, cpu))
+        wall, cpu, _ = _timed([sys.executable, "-c", IMPORTS])
+        imports.append((wall, cpu))
         rd = _live_run(work, i)
-        wall, cpu, code = _timed([*RUNNER, "stop", "--now", "--run-dir", str(rd.path)])
+        wall, cpu, code = _timed([*command, "stop", "--now", "--run-dir", str(rd.path)])
         now.append((wall, cpu))
         codes.append(code)
     bare_wall = statistics.median(w for w, _ in bare)
     now_wall = statistics.median(w for w, _ in now)
+    bare_cpu = statistics.median(c for _, c in bare)
+    now_cpu = statistics.median(c for _, c in now)
     return {
         "n": n,
-        "bare_python": {"wall_median_s": bare_wall, "cpu_median_s": statistics.median(c for _, c in bare)},
-        "stop_now": {"wall_median_s": now_wall, "cpu_median_s": statistics.median(c for _, c in now)},
+        "command": os.path.basename(command[0]) if command is not RUNNER else "python -m runner",
+        "bare_python": {"wall_median_s": bare_wall, "cpu_median_s": bare_cpu},
+        "stop_now": {"wall_median_s": now_wall, "cpu_median_s": now_cpu},
+        "imports_only": {
+            "wall_median_s": statistics.median(w for w, _ in imports),
+            "cpu_median_s": statistics.median(c for _, c in imports),
+        },
         "startups": now_wall / bare_wall if bare_wall else None,
+        "startups_cpu": now_cpu / bare_cpu if bare_cpu else None,
         "codes": sorted(set(codes)),
-        "samples": {"bare_python": bare, "stop_now": now},
+        "samples": {"bare_python": bare, "stop_now": now, "imports_only": imports},
         "loadavg_at_start": list(os.getloadavg()),
     }
 
 
 def table(part: dict[str, Any]) -> str:
     ms = lambda x: f"{x * 1000:.1f} ms"  # noqa: E731
-    b, s = part["bare_python"], part["stop_now"]
+    b, s, i = part["bare_python"], part["stop_now"], part["imports_only"]
     return (
         "| command | wall (median) | CPU (median) |\n|---|---|---|\n"
         f"| `python -c pass` | {ms(b['wall_median_s'])} | {ms(b['cpu_median_s'])} |\n"
+        f"| the stop's imports alone | {ms(i['wall_median_s'])} | {ms(i['cpu_median_s'])} |\n"
         f"| `runner stop --now`, cooperative run | {ms(s['wall_median_s'])} | {ms(s['cpu_median_s'])} |\n"
-        f"| ratio (Python start-ups) | {part['startups']:.2f} | |"
+        f"| ratio (Python start-ups) | {part['startups']:.2f} | {part['startups_cpu']:.2f} |"
     )
 
 

@@ -832,13 +832,22 @@ class Context:
         ms = lambda x: f"{x * 1000:.1f} ms"  # noqa: E731
         b, s = part["bare_python"], part["stop_now"]
         load = ", ".join(f"{x:.2f}" for x in part.get("loadavg_at_start", []))
+        cpu = f"{part['startups_cpu']:.2f}" if part.get("startups_cpu") is not None else ""
+        command = part.get("command", "python -m runner")
+        i = part.get("imports_only")
+        imports = (
+            f"| its start-up and imports alone (nothing run) | {ms(i['wall_median_s'])} | {ms(i['cpu_median_s'])} |\n"
+            if i
+            else ""
+        )
         return (
             f"MEASURED: n={part['n']} each, `{self.bench_name}` ({part.get('date', '?')}, load average "
             f"at the start {load or '?'}).\n\n"
             "| command | wall (median) | CPU (median) |\n|---|---|---|\n"
             f"| `python -c pass` | {ms(b['wall_median_s'])} | {ms(b['cpu_median_s'])} |\n"
-            f"| `runner stop --now`, cooperative run | {ms(s['wall_median_s'])} | {ms(s['cpu_median_s'])} |\n"
-            f"| in Python start-ups (wall) | {part['startups']:.2f} (goal 2) | |"
+            f"{imports}"
+            f"| `{command} stop --now`, cooperative run | {ms(s['wall_median_s'])} | {ms(s['cpu_median_s'])} |\n"
+            f"| in Python start-ups | {part['startups']:.2f} (goal 2) | {cpu} |"
         )
 
     def bench_goals(self) -> str:

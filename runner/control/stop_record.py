@@ -14,11 +14,14 @@ from runner.control.stop_result import RecordedBy
 from runner.errors import DISK_ERRNOS, Damaged, RunLocked, Unwritable
 from runner.events import STOP_SIGNALS, Event, Origin
 from runner.files.journal import Journal, read_attempt, stop_recorded
-from runner.files.reserve import Reserve
 from runner.files.rundir import RunDir
-from runner.files.state import State, StateStore
-from runner.files.stopped import record_stop
+from runner.files.state import State, StateStore  # ablate: stop-record-writer-lazy
 from runner.proc.reaper import ReapReport
+
+# The record's writer (files/stopped.py) and the engine's reserve are imported by the
+# steps that write (_record_locked, complete_record), not here: the usual stop, whose
+# engine recorded it, never loads them (its start-up is part of the stop's latency;
+# tests/runner/test_stop_imports.py guards the stop command's import set).
 
 TYPE_CHECKING = False
 
@@ -115,6 +118,9 @@ def _release_interrupts(held: tuple[list[int], dict[int, Any]] | None) -> None:
 def _record_locked(
     rd: RunDir, report: ReapReport | None, fallback: bool, origin: Origin | None
 ) -> tuple[RecordedBy, State | None]:
+    from runner.files.reserve import Reserve
+    from runner.files.stopped import record_stop
+
     # The engine is dead (this stopper holds its lock): a reserve it left behind is
     # this stopper's to give up, should the disk be full (reserve.py).
     spare = Reserve.leftover(rd.path)  # ablate: stopper-leftover-reserve
@@ -152,6 +158,8 @@ def complete_record(rd: RunDir, journal: Journal, state: State) -> bool:
     this before it opens a new attempt). True if one was written."""
     if not state.stopped or stop_recorded(rd.journal):
         return False
+    from runner.files.stopped import record_stop
+
     origin = state.stop_origin or Origin.UNKNOWN.value
     record_stop(
         state, StateStore(rd.state).save, journal, origin=origin, forced=origin == Origin.FORCED.value, completed=True

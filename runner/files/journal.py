@@ -23,7 +23,7 @@ import time
 from runner import defaults
 from runner.errors import Damaged
 from runner.events import Event
-from runner.files import links, reserve, untrusted
+from runner.files import links, untrusted
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -48,6 +48,8 @@ class Journal:
         line = (json.dumps(record, default=str) + "\n").encode("utf-8")
         with self._lock:
             fd = self._locked()
+            from runner.files import reserve  # a writer's (a stopper that only reads never loads it)
+
             try:
                 broken = links.shared(fd)
                 if broken:
@@ -114,6 +116,8 @@ def _write_all(fd: int, data: bytes, spare: Reserve | None = None, path: str = "
         except OSError as exc:
             if exc.errno == errno.ENOSPC and spare is not None and spare.give_up(path, exc.strerror or ""):
                 continue
+            from runner.files import reserve
+
             raise reserve.named(exc, path) from None
         view = view[n:]
 

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from runner.errors import Damaged
-from runner.files import dirfd, links, reserve, untrusted
+from runner.files import dirfd, links, untrusted
 from runner.files.atomic import atomic_write_bytes
 from runner.files.journal import _ends_torn, _open_append, _write_all
 from runner.values import Value
@@ -333,6 +333,8 @@ class StateStore:
         The read-then-write below is not atomic against another writer; it does not need to
         be, because of the single-writer rule (a stopper writes only once the engine is dead).
         """
+        from runner.files import reserve  # a writer's (a stopper that only reads never loads it)
+
         fd = self._open_mine() if touched is not None else None
         try:
             # The stopped guard: a save never un-stops an attempt.
@@ -374,6 +376,8 @@ class StateStore:
             data = b"\n" + data
         # A disk that fills mid-line gives up the reserve and writes the rest (journal.py).
         _write_all(fd, data, self.spare, os.fspath(self.path))
+        from runner.files import reserve
+
         reserve.retrying(lambda: os.fsync(fd), self.spare, self.path)
         st = os.fstat(fd)
         for name, item in changed.items():

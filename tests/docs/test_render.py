@@ -335,6 +335,30 @@ def test_renders_the_container_pid1_part_the_bench_itself_wrote(render_mod, tmp_
     assert tini + ("nothing | 1 | " if shutil.which("tini") else "not measured") in doc
 
 
+def test_renders_the_stoppers_cost_part_the_bench_itself_wrote(render_mod, tmp_path):
+    """Path: the benchmark's real writer of the cost part (bench/stopper_cost.py through
+    `python -m bench.stoppers --parts cost`, one sample each) feeds the renderer: the bare
+    start-up, the stop's start-up and imports alone, and the whole `runner stop --now` of a
+    cooperative run (exit 0), MEASURED, with the ratio in start-ups in wall and CPU time."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.stoppers", "--parts", "cost", "--cost-n", "1", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    part = json.loads(out.read_text())["cost"]
+    assert part["codes"] == [0] and part["startups"] > 0 and part["startups_cpu"] > 0
+    doc = _section(render_mod.render_files(TEMPLATE, None, None, None, out), "The stopper's own cost")
+    assert "MEASURED: n=1 each" in doc
+    for row in ("| `python -c pass` | ", "| its start-up and imports alone (nothing run) | "):
+        assert row in doc
+    assert f"| `{part['command']} stop --now`, cooperative run | " in doc
+    assert f"| in Python start-ups | {part['startups']:.2f} (goal 2) | {part['startups_cpu']:.2f} |" in doc
+
+
 STOP_MODES = (
     "`runner stop`",
     "`runner stop --now`",

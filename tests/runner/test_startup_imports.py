@@ -14,6 +14,8 @@ import os
 
 import pytest
 
+from runner.exitcodes import Exit
+
 FORBIDDEN = frozenset({"dataclasses", "typing", "logging", "contextlib"})
 
 
@@ -97,3 +99,35 @@ def test_the_engine_starts_without_dataclasses_typing_logging_or_contextlib(runs
     assert stopped.returncode == 0, stopped.stderr
     assert "runner.engine.main" in log  # the engine's tree was recorded: an empty one proves nothing
     assert runner_imports_of(log, direct=True) == []
+
+
+WRITERS = frozenset({"runner.files.stopped", "runner.files.reserve"})
+"""The stop record's one writer and the engine's reserve: a stopper needs them only when
+it writes the record itself (the engine died without recording), never to prove, kill
+or confirm."""
+
+
+def imported(stderr: str) -> set[str]:
+    """Every module named in a `-X importtime` tree."""
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in stderr.splitlines()
+        if line.startswith("import time:") and "cumulative" not in line
+    }
+
+
+def test_a_stop_now_that_writes_nothing_loads_no_record_writer(runs):
+    """Path: `runner stop --now --run-dir DIR` of a directory that holds no run, as a new
+    interpreter: the whole stop pipeline is loaded (control/stop.py and its record step,
+    stop_record.py), and the stopper writes nothing, so the record's writer
+    (files/stopped.py) and the reserve (files/reserve.py) are never imported: they load
+    with the step that writes (issue 26.7: the stopper's start-up is most of its cost).
+    Ablation stop-record-writer-lazy (stop_record imports both at module level) turns it
+    red."""
+    gone = runs.tmp_path / "no-run-here"
+    proc = runs.runner("stop", "--now", "--run-dir", gone, env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"))
+    assert proc.returncode == Exit.NO_LIVE_RUN, proc.stderr
+    assert f"{gone}: no run there" in proc.stderr
+    loaded = imported(proc.stderr)
+    assert {"runner.control.stop", "runner.control.stop_record"} <= loaded  # loaded: else this proves nothing
+    assert loaded & WRITERS == set()
