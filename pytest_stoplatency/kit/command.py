@@ -13,6 +13,8 @@ that keeps running, a daemon, is not waited for).
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -46,21 +48,30 @@ class Command(Stopper):
     def stop(self, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
         # The group is the start process's own (a session of its own): {pgid} == {pid}.
         command = self.stop_cmd.replace("{pid}", str(proc.pid)).replace("{pgid}", str(proc.pid))
-        done = subprocess.run(
+        stopping = subprocess.Popen(
             ["/bin/sh", "-c", command],
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
-            timeout=STOPPER_WAIT,
             start_new_session=True,
         )
+        try:
+            output, _ = stopping.communicate(timeout=STOPPER_WAIT)
+        finally:
+            # A hung stop command, or the kit itself stopped: its whole group goes (its
+            # shell's children too). Only while its shell is unreaped: the group's id is
+            # then still its own, never a reused one.
+            if stopping.returncode is None:
+                os.killpg(stopping.pid, signal.SIGKILL)  # ablate: kit-stop-command-group
+                stopping.wait()
         try:
             proc.wait(self.kill_grace + WAIT_MARGIN)
         except subprocess.TimeoutExpired:
             pass
-        said: dict[str, Any] = {"code": done.returncode}
-        if done.returncode:
-            said["output"] = (done.stdout + done.stderr).strip()[-500:]
+        said: dict[str, Any] = {"code": stopping.returncode}
+        if stopping.returncode:
+            said["output"] = output.strip()[-500:]
         return said
 
     def cleanup(self, proc: subprocess.Popen[bytes]) -> None:
