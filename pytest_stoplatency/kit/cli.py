@@ -32,13 +32,13 @@ HELP_START = (
 )
 HELP_STOP = "stop it: a shell command; {pid} is the started process, {pgid} its process group"
 HELP_STOPPER = (
-    "a built-in adapter (NAMES) or a Python adapter as module:Class (the Stopper protocol, "
+    "a built-in adapter by name or a Python adapter as module:Class (the Stopper protocol, "
     "pytest_stoplatency.kit.Stopper); may be given more than once"
 )
 HELP_REPEAT = "samples per victim kind (default 1)"
 HELP_KILL_GRACE = f"seconds each stopper waits between its TERM and its KILL (default {KILL_GRACE:g})"
 HELP_BOUND = f"the latency each kind must stop within (default: the kill grace + {BOUND_MARGIN:g} s)"
-HELP_KINDS = "victim kinds, comma-separated (default: every kind of the zoo: KINDS)"
+HELP_KINDS = "victim kinds, comma-separated (default: every kind of the zoo)"
 HELP_JSON = "write every sample, each kind's verdict and the exit code here"
 HELP_MARKDOWN = "write the table as markdown here"
 HELP_SVG = "write the kinds x stoppers grid as an SVG here"
@@ -62,12 +62,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="NAME",
         action="append",
         default=[],
-        help=HELP_STOPPER.replace("NAMES", ", ".join(BUILTIN)),
+        help=f"{HELP_STOPPER} (built-in: {', '.join(BUILTIN)})",
     )
     ap.add_argument("--repeat", type=int, default=1, metavar="N", help=HELP_REPEAT)
     ap.add_argument("--kill-grace", type=float, default=KILL_GRACE, metavar="S", help=HELP_KILL_GRACE)
     ap.add_argument("--bound", type=float, metavar="S", help=HELP_BOUND)
-    ap.add_argument("--kinds", type=_ids, metavar="K,K", help=HELP_KINDS.replace("KINDS", kinds))
+    ap.add_argument("--kinds", type=_ids, metavar="K,K", help=f"{HELP_KINDS}: {kinds}")
     ap.add_argument("--json", type=Path, metavar="PATH", help=HELP_JSON)
     ap.add_argument("--markdown", type=Path, metavar="PATH", help=HELP_MARKDOWN)
     ap.add_argument("--svg", type=Path, metavar="PATH", help=HELP_SVG)

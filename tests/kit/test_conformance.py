@@ -92,43 +92,24 @@ def test_runner_stops_every_kind_whole_and_exits_0(kit, tmp_path):
     assert {k: (r["verdict"], r["stopped"], r["n"]) for k, r in rows.items()} == {k: ("whole", 2, 2) for k in kinds}
 
 
-USER_STOPPER = '''
-import os, signal, subprocess, time
-from pytest_stoplatency.kit import Stopper
-
-class GroupReaper(Stopper):
-    """A user's adapter: TERM to the group, the grace, KILL to the group."""
-    def start(self, tree):
-        return subprocess.Popen(tree.argv, start_new_session=True, stdin=subprocess.DEVNULL)
-    def stop(self, proc):
-        os.killpg(proc.pid, signal.SIGTERM)
-        time.sleep(self.kill_grace)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return {}
-    def cleanup(self, proc):
-        proc.kill()
-        proc.wait()
-'''
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kit"
 
 
 def test_a_python_stopper_by_module_and_class(kit, tmp_path):
     """Path: --stopper module:Class (load.stopper_class), a user's Stopper that does not wait
     for the handshake itself (measure.sample adopts the tree): its group kill stops a
-    forker whole and orphans the setsid escapee."""
-    (tmp_path / "mystop.py").write_text(USER_STOPPER)
-    env = {**kit.env, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    forker whole and orphans the setsid escapee. The adapter is the guide's own example
+    (examples/kit/test_kit_adapter.py)."""
+    env = {**kit.env, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")])}
     out = tmp_path / "u.json"
     got = subprocess.run(
-        [*KIT, "--stopper", "mystop:GroupReaper", "--kinds", "python-trap-kids,setsid-escapee"]
+        [*KIT, "--stopper", "test_kit_adapter:GroupReaper", "--kinds", "python-trap-kids,setsid-escapee"]
         + ["--kill-grace", "0.2", "--bound", BOUND, "--json", str(out)],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert got.returncode == verdict.ORPHANED, got.stdout + got.stderr
     doc, rows = _rows(out)
-    assert doc["stoppers"][0]["id"] == "mystop:GroupReaper"
+    assert doc["stoppers"][0]["id"] == "test_kit_adapter:GroupReaper"
     assert rows["python-trap-kids"]["verdict"] == "whole"
     assert rows["setsid-escapee"]["verdict"] == "orphaned" and rows["setsid-escapee"]["orphans"] == 1
 
