@@ -1,10 +1,10 @@
 """`make bench`: the runner's stop beside the other stoppers, at scale and under load.
 
     python -m bench.stoppers [--n 5] [--sizes 1,10,100,1000] [--scale-n 3] [--load-runs 50]
-                             [--parts stoppers,scale,load,items,journal,dashboard,plugin] [--merge]
+                             [--parts stoppers,scale,load,items,journal,dashboard,plugin,pid1] [--merge]
                              [--json docs/bench.json] [--check] [--ci]
 
-Seven parts (the first three by default; `make bench` runs all seven), in one run, each
+Eight parts (the first three by default; `make bench` runs all eight), in one run, each
 printed as a table and written to the JSON with every raw sample (machine, date, commit, n):
 
 - **stoppers** (the stop-conformance kit, pytest_stoplatency/kit/: its measure.py): the
@@ -24,6 +24,10 @@ printed as a table and written to the JSON with every raw sample (machine, date,
   page polling, beside the previous commit's dashboard and unconditional polls.
 - **plugin** (bench/plugin_idle.py): a one-test pytest session with the plugin installed
   but unused, against the same session with `-p no:stoplatency`.
+- **pid1** (bench/pid1_window.py): how long a container's PID 1 (`runner` without an
+  init, tini) is deaf to SIGTERM after its exec, quiet and beside two CPU hogs.
+- **cost** (bench/stopper_cost.py): `runner stop --now` on a cooperative run, from the
+  command's start to its exit, beside a bare `python -c pass`.
 
 Each part's goals (bench/goals.py, issue 20) go into the JSON beside the figures.
 
@@ -50,7 +54,7 @@ from typing import Any
 from pytest_stoplatency.kit import adapters, measure, runs, zoo
 from runner import defaults
 
-from . import dashboard, goals, load, plugin_idle, scale, sizes
+from . import dashboard, goals, load, pid1_window, plugin_idle, scale, sizes, stopper_cost
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_GRACE = defaults.KILL_GRACE
@@ -58,7 +62,7 @@ KILL_GRACE = defaults.KILL_GRACE
 (`[stop] kill_grace`) and given to every other stopper as its grace."""
 
 
-PARTS = ("stoppers", "scale", "load", "items", "journal", "dashboard", "plugin")
+PARTS = ("stoppers", "scale", "load", "items", "journal", "dashboard", "plugin", "pid1", "cost")
 
 
 def _ids(text: str) -> list[str]:
@@ -82,6 +86,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--items-window", type=float, help=f"most seconds per items run (default {sizes.WINDOW:g})")
     ap.add_argument("--journal-mib", type=lambda s: [int(x) for x in _ids(s)], help="journal part (default 250,1024)")
     ap.add_argument("--plugin-rounds", type=int, help=f"plugin part: sessions per side (default {plugin_idle.ROUNDS})")
+    ap.add_argument("--pid1-n", type=int, default=pid1_window.SAMPLES, help="pid1 part: samples per PID 1 and load")
+    ap.add_argument("--cost-n", type=int, default=stopper_cost.N, help="cost part: samples per side")
     ap.add_argument("--merge", action="store_true", help="keep the parts of the existing --json that are not run now")
     ap.add_argument("--kill-grace", type=float, default=KILL_GRACE)
     ap.add_argument("--ci", action="store_true", help="the reduced run: n=1, three stoppers, small scale and load")
@@ -258,6 +264,21 @@ def main(argv: list[str] | None = None) -> int:
             doc["plugin"] = {**plugin_idle.run(args.plugin_rounds), **stamp, "seconds": round(time.monotonic() - t, 1)}
             print("\nThe plugin, installed but unused:\n" + plugin_idle.table(doc["plugin"]) + "\n")
             print(plugin_idle.bytecode_table(doc["plugin"]) + "\n")
+        if "pid1" in args.parts:
+            t = time.monotonic()
+            stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}
+            doc["pid1"] = {**pid1_window.run(args.pid1_n), **stamp, "seconds": round(time.monotonic() - t, 1)}
+            print("\nA container's PID 1, deaf to SIGTERM until its first sigprocmask:")
+            print(pid1_window.table(doc["pid1"]) + "\n")
+        if "cost" in args.parts:
+            t = time.monotonic()
+            stamp = {"date": doc["date"], "git_commit": doc["git_commit"]}
+            doc["cost"] = {
+                **stopper_cost.run(args.cost_n, work / "cost"),
+                **stamp,
+                "seconds": round(time.monotonic() - t, 1),
+            }
+            print("\nThe stopper's own cost:\n" + stopper_cost.table(doc["cost"]) + "\n")
     finally:
         left = zoo.sweep(work / "trees")
         if left:

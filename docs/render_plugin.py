@@ -14,6 +14,7 @@ No number or option text is typed into the template. Each comes from:
     {{leak_load}}          the check's own time under load, the same file's "load" part, MEASURED
     {{idle_cost}}          the unused plugin's cost with and without writable byte code, docs/bench.json's
                            "plugin" part (`make bench`), MEASURED
+    {{strangers_rule:NAME}} a number of the strangers harness's rule (bench/strangers/__main__.py), DERIVED
     {{leak_strangers}}     --process-leaks on strangers' suites, docs/leaks-strangers.json
                            (`make leaks-strangers`), MEASURED
     {{leak_demo}}          a real --process-leaks report, docs/process-leaks-demo.json (`make leak-demo`), MEASURED
@@ -119,6 +120,20 @@ class Context:
     def measured(self, label: str) -> str:
         return self.stop.measured(label)
 
+    def strangers_rule(self, name: str) -> str:
+        """A number of `make leaks-strangers`' rule, read from its harness (never imported: the
+        harness is no part of the package)."""
+        path = HERE.parent / "bench" / "strangers" / "__main__.py"
+        for node in ast.parse(path.read_text()).body:
+            if (
+                isinstance(node, ast.Assign)
+                and [getattr(t, "id", None) for t in node.targets] == [name]
+                and isinstance(node.value, ast.Constant)
+                and type(node.value.value) is int
+            ):
+                return f"{node.value.value} (DERIVED: `bench/strangers/__main__.py: {name}`)"
+        raise RenderError(f"template names {name!r}, which bench/strangers/__main__.py does not set to a number")
+
     def routes(self) -> str:
         leaks = _module("_leaks")
         return ", ".join(f'"{r}"' for r in leaks.ROUTES) + " (DERIVED: `pytest_stoplatency/_leaks.py: ROUTES`)"
@@ -211,23 +226,34 @@ class Context:
         if not d:
             return f"*Not run: `{self.strangers_name}` is absent (run `make leaks-strangers`).*"
         m = d.get("machine", {})
+        merged = bool(d.get("merged"))
         rows = [
             "| suite | mode | tests | outcome changes | flaky (not counted) | leaks reported | verified | misses "
-            "| outlived the session: plain / with the check | wall time: plain / with the check |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| outlived the session: plain / with the check | wall time: plain / with the check "
+            + ("| measured (UTC, commit) |" if merged else "|"),
+            "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if merged else ""),
         ]
         for r in d["rows"]:
             w = r["wall_s"]
+            # A row of a merged document names its own run: rows before per-row commits name none.
+            when = f" {r.get('time', '?')[:16].replace('T', ' ')}, {r.get('git_commit', 'commit not recorded')} |"
             rows.append(
                 f"| {r['suite']} {r['version']} | {'-n 2' if r['mode'] == 'xdist' else 'serial'} | {r['tests']} "
                 f"| {r['outcome_changes']} | {r['flaky']} | {r['reported']} | {r['verified']} | {r['misses']} "
                 f"| {r['outlived_plain']} / {r['outlived_check']} | {w['plain']:g} s / {w['check']:g} s |"
+                + (when if merged else "")
             )
+        run = "rows merged from several runs, the last" if merged else f"commit {d.get('git_commit', '?')}"
+        last = f"{d.get('time', '?')}, commit {d.get('git_commit', '?')}" if merged else d.get("time", "?")
         return (
-            f"MEASURED by `make leaks-strangers` (`{self.strangers_name}`, {d.get('time', '?')}, commit "
-            f"{d.get('git_commit', '?')}; Linux {m.get('kernel', '?')}, {m.get('cpus', '?')} CPUs, Python "
-            f"{m.get('python', '?')}, pytest {d.get('pytest', '?')}; load average {d.get('load_before', '?')} at "
-            f"the start, {d.get('total_s', '?')} s in all):\n\n" + "\n".join(rows)
+            f"MEASURED by `make leaks-strangers` (`{self.strangers_name}`, {run} {last}; Linux "
+            f"{m.get('kernel', '?')}, {m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}, pytest "
+            f"{d.get('pytest', '?')}; load average {d.get('load_before', '?')} at the start"
+            + (" of the last run" if merged else "")
+            + f", {d.get('total_s', '?')} s"
+            + (" for it" if merged else " in all")
+            + "):\n\n"
+            + "\n".join(rows)
         )
 
     def leak_demo(self) -> str:
@@ -381,6 +407,7 @@ def render(template: str, ctx: Context) -> str:
             "signature",
             "project",
             "kit_help",
+            "strangers_rule",
         ):
             return getattr(ctx, kind)(arg.strip())
         if arg is None and kind in (

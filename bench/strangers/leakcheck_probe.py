@@ -10,9 +10,10 @@ looked. From the end of a test's teardown until the checker has looked, no autom
 collection runs (a finaliser, pexpect's, would kill a process that was alive after the
 teardown before the checker sees it): the checker looks at what the test left, as the
 plugin's check does; the plugin, which holds the collector off for its own check too, sees
-nothing different. On the controller (or a plain session): every test's outcome by phase, and whether a
-teardown error is the leak check's own report, written at the session's end to
-LEAKCHECK_OUTCOMES. Standard library and pytest only; nothing of the plugin.
+nothing different. On the controller (or a plain session): every test's outcome by phase, a
+failure's first message line and where it was raised, and whether a teardown error is the
+leak check's own report, written at the session's end to LEAKCHECK_OUTCOMES. With
+LEAKCHECK_SORT set, the collected tests are sorted by node id. Standard library and pytest only; nothing of the plugin.
 """
 
 import gc
@@ -142,6 +143,18 @@ def pytest_runtest_logreport(report):
     crash = getattr(report.longrepr, "reprcrash", None)
     if report.failed and crash is not None and outcome != "leak-report":
         phases[f"{report.when}-message"] = str(crash.message).splitlines()[0][:300]
+        # Where it was raised: with the message, the failure's signature (the harness counts
+        # each signature's failures per session).
+        phases[f"{report.when}-at"] = f"{crash.path}:{crash.lineno}"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    # LEAKCHECK_SORT: a suite that shuffles its own tests at each import (sh) collects them in a
+    # different order in each xdist worker, and xdist then runs none; sorted by node id, every
+    # worker (and every session) collects the same list.
+    if os.environ.get("LEAKCHECK_SORT"):
+        items.sort(key=lambda item: item.nodeid)
 
 
 def pytest_sessionfinish(session):

@@ -46,28 +46,32 @@ def temp_file(directory: str, prefix: str, *, dir_fd: int | None = None) -> tupl
     raise FileExistsError(f"{directory}: no free temporary name for {prefix!r}")
 
 
-def write_synced(dfd: int, fd: int, data: bytes) -> None:
+def write_synced(dfd: int, fd: int, data: bytes, *, sync: bool = True) -> None:
     """`data` into the new file `fd` (made in the directory `dfd`), given to the
-    directory's owner, flushed and fsync'ed; closes `fd`. What every durable write of the
-    runner does before it publishes the file (a rename, a link)."""
+    directory's owner, flushed and fsync'ed (unless not `sync`); closes `fd`. What every
+    durable write of the runner does before it publishes the file (a rename, a link)."""
     dirfd.own(dfd, fd)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
     """Temp file, fsync, replace, fsync the directory: all relative to one descriptor of
     the target's directory (dirfd.parent: below a pinned run directory no component is
-    followed if it is a link), so the temp file and the rename never leave it."""
+    followed if it is a link), so the temp file and the rename never leave it. Not
+    `durable`: the same, atomic (whole or absent to every reader), without the two fsyncs
+    (for a file that lives only as long as the processes that read it: a crash of the
+    machine ends them too)."""
     path = os.fspath(path)
     dfd, name = dirfd.parent(path, create=True)
     where = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = temp_file(where, "." + name + ".", dir_fd=dfd)  # ablate: atomic-write
         try:
-            write_synced(dfd, fd, data)
+            write_synced(dfd, fd, data, sync=durable)
             if _before_replace is not None:
                 _before_replace(os.path.join(os.path.dirname(path), tmp), path)
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
@@ -78,14 +82,15 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             except FileNotFoundError:
                 pass
             raise
-        os.fsync(dfd)
+        if durable:
+            os.fsync(dfd)
     finally:
         os.close(dfd)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, durable: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: object) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+def atomic_write_json(path: str | os.PathLike[str], obj: object, *, durable: bool = True) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", durable=durable)

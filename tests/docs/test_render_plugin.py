@@ -1,5 +1,6 @@
 """docs/plugin.md is rendered from the code, docs/measure.json and the leak benchmark, never by hand."""
 
+import ast
 import importlib.util
 import json
 import subprocess
@@ -200,3 +201,53 @@ def test_the_strangers_table_is_rendered_from_its_json(mod):
     assert "| execnet 2.1.2 | -n 2 | 1094 | 0 | 3 | 13 | 13 | 0 | 2 / 0 | 90.5 s / 95.25 s |" in doc
     bare = mod.render(TEMPLATE.read_text(), ctx(mod, BENCH))
     assert "*Not run: `docs/leaks-strangers.json` is absent (run `make leaks-strangers`).*" in bare
+
+
+def test_a_merged_strangers_table_names_each_rows_run(mod):
+    """Path: {{leak_strangers}} of a document merged from several runs (`--merge`): each row says
+    when and at which commit it was measured (a row from before per-row commits says it has none),
+    and the header names the last run as the last, not as the whole table's."""
+    row = {
+        "suite": "sh",
+        "version": "2.4.0",
+        "mode": "serial",
+        "tests": 190,
+        "outcome_changes": 0,
+        "flaky": 0,
+        "reported": 2,
+        "verified": 2,
+        "misses": 0,
+        "outlived_plain": 0,
+        "outlived_check": 0,
+        "wall_s": {"plain": 100.0, "check": 90.0, "plain-again": 91.0},
+        "time": "2025-01-02T03:04:05+00:00",
+    }
+    strangers = {
+        "rows": [{**row, "git_commit": "abc1234"}, {**row, "mode": "xdist"}],
+        "time": "2025-01-02T03:04:05+00:00",
+        "git_commit": "abc1234",
+        "total_s": 300.0,
+        "merged": True,
+    }
+    c = mod.Context(None, BENCH, "b.json", ROOT / "examples", strangers=strangers)
+    doc = mod.render(TEMPLATE.read_text(), c)
+    assert "| 100 s / 90 s | 2025-01-02 03:04, abc1234 |" in doc
+    assert "| -n 2 | 190 | 0 | 0 | 2 | 2 | 0 | 0 / 0 | 100 s / 90 s | 2025-01-02 03:04, commit not recorded |" in doc
+    assert "rows merged from several runs, the last 2025-01-02T03:04:05+00:00, commit abc1234" in doc
+    assert "300.0 s for it" in doc
+
+
+def test_the_strangers_rule_numbers_come_from_the_harness(mod):
+    """Path: {{strangers_rule:NAME}}: a number of bench/strangers/__main__.py, DERIVED; a name it
+    does not set to a number is a render error."""
+    harness = (ROOT / "bench" / "strangers" / "__main__.py").read_text()
+    values = {
+        n.targets[0].id: n.value.value
+        for n in ast.parse(harness).body
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Constant)
+    }
+    c = ctx(mod, BENCH)
+    for name in ("RECHECK", "RECHECK_MAX", "MORE_PLAIN"):
+        assert c.strangers_rule(name) == f"{values[name]} (DERIVED: `bench/strangers/__main__.py: {name}`)"
+    with pytest.raises(mod.RenderError):
+        c.strangers_rule("ROOT")
