@@ -24,6 +24,10 @@ HELP_COMPARE_FAIL = (
     "is more than PCT percent slower than before; a label with a failed sample fails it always"
 )
 COMPARE_STATS = ("min", "median", "p95", "max")
+HELP_CONFORMANCE = (
+    "run the stop-conformance kit's victim zoo against this stopper (a built-in adapter's name or "
+    "module:Class), one test per victim kind, with the stop-latency table and JSON; may be given more than once"
+)
 MARKER_LINE = (
     "stop_latency(bound=SECONDS, label=TEXT): a stop-latency test; skipped unless --stop-latency "
     "(or the stop_latency ini key) is set; its samples are checked against the bound"
@@ -130,6 +134,14 @@ def add_options(parser) -> None:
     g.addoption("--stop-latency", action="store_true", default=None, dest="stop_latency", help=HELP_ENABLE)
     g.addoption("--stop-latency-json", dest="stop_latency_json", metavar="PATH", default=None, help=HELP_JSON)
     g.addoption("--stop-latency-repeat", dest="stop_latency_repeat", metavar="N", type=int, default=1, help=HELP_REPEAT)
+    g.addoption(
+        "--stop-conformance",
+        dest="stop_conformance",
+        metavar="STOPPER",
+        action="append",
+        default=[],
+        help=HELP_CONFORMANCE,
+    )
     g.addoption("--stop-latency-compare", dest="stop_latency_compare", metavar="PATH", default=None, help=HELP_COMPARE)
     g.addoption(
         "--stop-latency-compare-fail",
