@@ -280,11 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             print("\nThe stopper's own cost:\n" + stopper_cost.table(doc["cost"]) + "\n")
     finally:
-        left = zoo.sweep(work / "trees")
-        if left:
-            print(f"bench: killed {left} leftover processes of the trees", file=sys.stderr)
-        zoo.forget_records()
-        shutil.rmtree(work, ignore_errors=True)
+        zoo.clean_up(work, "bench")
     doc["seconds"] = round(time.monotonic() - started, 1)
     found = problems(doc)
     for p in found:

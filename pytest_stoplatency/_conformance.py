@@ -5,7 +5,6 @@ usual table, JSON and gate."""
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -35,9 +34,7 @@ class KindTest(pytest.Item):
             finally:
                 stopper.close()
         finally:
-            zoo.sweep(work / "trees")
-            zoo.forget_records()
-            shutil.rmtree(work, ignore_errors=True)
+            zoo.clean_up(work, "stop-conformance")
         if "error" in got:
             pytest.fail(f"{label}: {got['error']}", pytrace=False)
         latency = got["latency_s"] if got["stopped"] else bound

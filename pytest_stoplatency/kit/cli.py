@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -134,11 +133,7 @@ def main(argv: list[str]) -> int:
             stoppers, victims, args.repeat, work, log=lambda m: print(f"conformance: {m}", file=sys.stderr)
         )
     finally:
-        left = zoo.sweep(work / "trees")
-        if left:
-            print(f"conformance: killed {left} leftover processes of the trees", file=sys.stderr)
-        zoo.forget_records()
-        shutil.rmtree(work, ignore_errors=True)
+        zoo.clean_up(work, "conformance")
     doc = report.document(result, bound=args.bound, kill_grace=args.kill_grace)
     print(report.table(doc))
     if args.json:

@@ -291,3 +291,13 @@ def forget_records() -> None:
     for d in RECORD_DIRS:
         shutil.rmtree(d, ignore_errors=True)
     RECORD_DIRS.clear()
+
+
+def clean_up(work: Path, who: str) -> None:
+    """The end of a run of trees under `work`, whatever happened: kill what is left of them
+    (saying how many, as `who`), forget their records, remove the directory."""
+    left = sweep(work / "trees")
+    if left:
+        print(f"{who}: killed {left} leftover processes of the trees", file=sys.stderr)
+    forget_records()
+    shutil.rmtree(work, ignore_errors=True)
