@@ -22,9 +22,10 @@ Per suite and mode, measured:
   -n 2, needs the whole session): a test whose outcome with the check shows up without it is
   flaky, not a change (counted apart with the tests whose two plain sessions disagree). For a
   failure, "its outcome" is the same failure: its first message line and where it was raised
-  (the reprcrash). Last, a failure that moves from test to test between sessions: a test that
-  failed with the check is flaky when each of its failures failed as many tests or more in
-  some session without the check as in the session with it (pexpect's socket tests: under
+  (the reprcrash). And a failure that moves from test to test between sessions (judged
+  first, and again after each further plain session): a test that failed with the check is
+  flaky when each of its failures failed as many tests or more in some session without the
+  check as in the session with it (pexpect's socket tests: under
   -n 2 whichever starts its server on the one port second fails, 3 to 5 tests a session,
   whichever they are); a failure the check brought to more tests than ever failed so without
   it stays a change;
@@ -127,6 +128,7 @@ MODES = {"serial": [], "xdist": ["-n", "2"]}
 SESSIONS = ("plain", "check", "plain-again")
 RECHECK = 5
 RECHECK_MAX = 20
+ALONE_TIMEOUT = 300  # seconds for one test alone (pexpect's test_interrupt once hung alone, without the check)
 MORE_PLAIN = 3
 
 
@@ -357,17 +359,20 @@ def recheck(py: Path, suite: Suite, src: Path, nodeid: str, out: Path, want: tup
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        hung = False
         try:
-            proc.wait(timeout=600)
+            proc.wait(timeout=ALONE_TIMEOUT)
+        except subprocess.TimeoutExpired:  # an outcome of its own, not the end of the harness
+            hung = True
         finally:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)  # whatever the test left, and a hung session
             except ProcessLookupError:
                 pass
             proc.wait()
-        outcomes = json.loads(where.read_text()) if where.exists() else {}
+        outcomes = json.loads(where.read_text()) if where.exists() and not hung else {}
         phases = outcomes.get(nodeid, {})
-        word = outcome(phases)
+        word = f"hung ({ALONE_TIMEOUT} s)" if hung else outcome(phases)
         # "=" marks a run that reproduced the outcome with the check (its signature included).
         got.append(("=" if reproduces(want, (word, signatures(phases))) else "") + word)
     return got
@@ -384,6 +389,30 @@ def compare(sessions: dict[str, dict], rechecked=None, more_plain=None) -> dict:
     def want(k):
         return (c.get(k), signatures(check.get(k, {})))
 
+    # A failure that moves from test to test between sessions (pexpect's socket tests share one
+    # port: under -n 2 whichever of them starts its server second fails): the same failure
+    # (message and where raised) in as many tests of some session without the check as with it.
+    # Its count bounds it: a failure the check caused in more tests than ever failed so without
+    # it (execnet's gateways killed: "not-receiving" in 292 tests) stays a change. Judged first
+    # (it costs nothing; such a test passes alone), and again with every further plain session.
+    check_counts = _counts(check)
+    plain_counts = [_counts(plain), _counts(again)]
+    moved: dict[str, list[tuple[str, str]]] = {}
+
+    def judge_moved() -> None:
+        nonlocal changes, flaky
+        for k in changes:
+            sigs = signatures(check.get(k, {}))
+            if (
+                c.get(k) not in (None, "passed")
+                and sigs
+                and all(check_counts[sig] <= max(n.get(sig, 0) for n in plain_counts) for sig in sigs)
+            ):
+                moved[k] = sorted(sigs)
+        flaky = sorted(set(flaky) | set(moved))
+        changes = [k for k in changes if k not in moved]
+
+    judge_moved()
     rechecks = {}
     if rechecked is not None:
         rechecks = {k: rechecked(k, want(k)) for k in changes}
@@ -394,27 +423,13 @@ def compare(sessions: dict[str, dict], rechecked=None, more_plain=None) -> dict:
     while more_plain is not None and changes and len(extra) < MORE_PLAIN:
         extra.append(more_plain(len(extra)))
         more = extra[-1]
+        plain_counts.append(_counts(more))
         reproduced = [
             k for k in changes if reproduces(want(k), (outcome(more.get(k, {})), signatures(more.get(k, {}))))
         ]
         flaky = sorted(set(flaky) | set(reproduced))
         changes = [k for k in changes if k not in reproduced]
-    # A failure that moves from test to test between sessions (pexpect's socket tests share one
-    # port: under -n 2 whichever of them starts its server second fails): the same failure
-    # (message and where raised) in as many tests of some session without the check as with it.
-    # Its count bounds it: a failure the check caused in more tests than ever failed so without
-    # it (execnet's gateways killed: "not-receiving" in 292 tests) stays a change.
-    check_counts = _counts(check)
-    plain_counts = [_counts(o) for o in (plain, again, *extra)]
-    moved = {
-        k: sorted(signatures(check.get(k, {})))
-        for k in changes
-        if c.get(k) not in (None, "passed")
-        and signatures(check.get(k, {}))
-        and all(check_counts[sig] <= max(n.get(sig, 0) for n in plain_counts) for sig in signatures(check.get(k, {})))
-    }
-    flaky = sorted(set(flaky) | set(moved))
-    changes = [k for k in changes if k not in moved]
+        judge_moved()
     plugin = sessions["check"]["plugin"] or {"leaks": [], "excluded": []}
     reported = {(x["pid"], x["start_ticks"]): x for x in plugin["leaks"]}
     excluded = {(x["pid"], x["start_ticks"]) for x in plugin.get("excluded", [])}

@@ -248,4 +248,5 @@ def test_kill_rounds_repeat_until_nothing_new(spawn, monkeypatch):
     assert len(newcomer) == 1, "the KILL round never scanned: the window was not made"
     assert newcomer[0].wait_gone(2), f"a process of the run new since the KILL round's scan lives on: {report}"
     assert newcomer[0].pid in report.needed_kill and report.left_running == [], report
+    assert v.pid in report.needed_kill and v.wait_gone(2), report
     assert sweep.tagged(rid) == []
