@@ -226,7 +226,7 @@ def test_kill_rounds_repeat_until_nothing_new(spawn, monkeypatch):
     pass is done, so the round cannot have seen it. Ablation: `kill-rounds-repeat` (one
     KILL round) leaves the newcomer trapping SIGTERM for 7200 s: red, every time."""
     rid = new_run_id()
-    spawn("trap-term", run_id=rid)
+    v = spawn("trap-term", run_id=rid)
     newcomer = []
     scans = []
     real = reaper._Scan
