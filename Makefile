@@ -173,7 +173,8 @@ $(BENCH_STAMP): $(STAMP)
 
 # Benchmarks: exact speeds, never asserted by the suite. The membership cost goes to
 # $(ARTIFACTS)/bench-membership.json; the stop benchmark (python -m bench.stoppers: the
-# stoppers compared, at scale, under load; items scaling, journal size, the dashboard's
+# stoppers compared through the stop-conformance kit's adapters and measurement,
+# pytest_stoplatency/kit/, at scale, under load; items scaling, journal size, the dashboard's
 # CPU with a page open, the unused plugin's cost, and how long a container's PID 1 is deaf
 # to SIGTERM) writes
 # docs/bench.json, which `make docs`

@@ -34,10 +34,9 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+from pytest_stoplatency.kit import runs
 from runner import defaults
 from runner.files.rundir import RunDir
-
-from . import runs
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = 60

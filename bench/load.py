@@ -17,10 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from pytest_stoplatency.kit import runs, stats, zoo
+from pytest_stoplatency.kit.zoo import Tree, VictimSpec
 from runner.files.rundir import RunDir
-
-from . import runs, stats, trees
-from .trees import Tree, VictimSpec
 
 TREE = VictimSpec("load", "bash trap", "trap-term", lang="bash")
 COMMAND_WAIT = 120.0  # longest one stop command is waited for; the issue measured about 6 s
@@ -50,7 +49,7 @@ def run_mode(mode: str, count: int, work: Path, kill_grace: float) -> dict[str, 
             raise failed[0]
         for tree in mine:
             tree.adopt(60.0)
-        members = trees.scan(mine)
+        members = zoo.scan(mine)
         returned: dict[int, float] = {}
         codes: dict[int, int] = {}
         release = threading.Event()
@@ -76,7 +75,7 @@ def run_mode(mode: str, count: int, work: Path, kill_grace: float) -> dict[str, 
             ]
         for t in threads:
             t.start()
-        with trees.Deaths({i: members[t] for i, t in enumerate(mine)}) as deaths:
+        with zoo.Deaths({i: members[t] for i, t in enumerate(mine)}) as deaths:
             t0 = time.monotonic()
             release.set()
             # Deaths are timed as they happen, while the stop commands run.
@@ -85,7 +84,7 @@ def run_mode(mode: str, count: int, work: Path, kill_grace: float) -> dict[str, 
             for t in threads:
                 t.join()
             gone = deaths.wait(max(returned.values(), default=t0) + SETTLE)
-        left = trees.scan(mine)
+        left = zoo.scan(mine)
         samples = []
         for i, tree in enumerate(mine):
             back = returned.get(i, returned.get(-1))
@@ -100,7 +99,7 @@ def run_mode(mode: str, count: int, work: Path, kill_grace: float) -> dict[str, 
         return summarize(samples, [r - t0 for r in returned.values()], list(codes.values()))
     finally:
         for tree in mine:
-            trees.kill(tree.members())
+            zoo.kill(tree.members())
         for rd in rds:
             runs.finish(rd)
 

@@ -18,7 +18,7 @@ graceful modes stop between phases: their provider is a shell that waits for a g
 exits 0, the victim its child; the gate opens once the graceful stop is asked (an event,
 never a moment), and the phase in flight ends.
 
-Each tree is found by a marker in the argv of each of its processes (bench/trees.py),
+Each tree is found by a marker in the argv of each of its processes (pytest_stoplatency/kit/zoo.py),
 so what dropped its environment is still seen and, whatever happens, killed at the end.
 """
 
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import trees
+from pytest_stoplatency.kit import zoo
 from runner.exitcodes import Exit
 from runner.files import identity_file, journal
 from runner.files.rundir import RunDir
@@ -154,10 +154,10 @@ until_deadline()
 
 
 class _OwnTree:
-    """A tree of our own provider (bench/trees.Tree's interface for scan and kill)."""
+    """A tree of our own provider (bench/zoo.Tree's interface for scan and kill)."""
 
     def __init__(self, kind: str, root: Path, sleep: float) -> None:
-        self.dir = Path(root) / f"own{next(_SERIAL)}"  # beside trees.Tree's t<n>, never one of them
+        self.dir = Path(root) / f"own{next(_SERIAL)}"  # beside zoo.Tree's t<n>, never one of them
         self.dir.mkdir(parents=True)
         (self.dir / "provider.py").write_text(PROVIDER)
         self.marker = os.fsencode(f"{self.dir}/")
@@ -170,7 +170,7 @@ class _OwnTree:
         else:
             self.argv = ["/usr/bin/env", f"GRANDCHILDREN={SUBREAPER_GRANDCHILDREN}", *prog]
 
-    def extras(self) -> list[trees.Member]:
+    def extras(self) -> list[zoo.Member]:
         return []
 
     def adopt(self, timeout: float = 30.0) -> None:
@@ -183,7 +183,7 @@ class _OwnTree:
 
 def make_tree(victim: str, root: Path, sleep: float) -> Any:
     if victim in _PLUGIN_KIND:
-        tree = trees.Tree(trees.VictimSpec(victim, victim, _PLUGIN_KIND[victim]), root)
+        tree = zoo.Tree(zoo.VictimSpec(victim, victim, _PLUGIN_KIND[victim]), root)
         i = tree.argv.index("--sleep")
         tree.argv[i + 1] = str(sleep)
         return tree
@@ -286,7 +286,7 @@ def _wait_for(what: str, check: Any, timeout: float = 30.0) -> None:
 
 def _left(tree: Any, key: str | None, cgroup: Path | None) -> list[int]:
     """What of the run is alive: the tree (marker, token, extras), the run's tag, its cgroup."""
-    pids = {pid for pid, _ in trees.scan([tree])[tree]}
+    pids = {pid for pid, _ in zoo.scan([tree])[tree]}
     if key:
         pids |= {i.pid for i in sweep.tagged(key)}
     if cgroup is not None and cgroup.exists():
@@ -304,7 +304,7 @@ def cell(work: Path, mode: str, victim: str, containment: str, dashboard: Dashbo
     base = dashboard.base if mode.startswith("dashboard") else work / name
     base.mkdir(parents=True, exist_ok=True)
     rd = RunDir(base / name)
-    tree = make_tree(victim, work / "trees", trees.SLEEP)
+    tree = make_tree(victim, work / "trees", zoo.SLEEP)
     mark, gate = work / f"{name}.resumed", work / f"{name}.gate"
     if graceful:  # the phase in flight ends (exit 0) once the gate opens; the victim is its child
         script = 'test -e "$0" && exit 0; gate="$1"; shift; "$@" & while [ ! -e "$gate" ]; do sleep 0.02; done'
@@ -445,9 +445,9 @@ def _clean(rd: RunDir, tree: Any, key: str | None, foreground: subprocess.Popen[
         if foreground.poll() is None:
             foreground.kill()
         foreground.wait()
-    trees.kill(trees.scan([tree])[tree])
+    zoo.kill(zoo.scan([tree])[tree])
     if key:
-        trees.kill([(i.pid, i.start_ticks) for i in sweep.tagged(key)])
+        zoo.kill([(i.pid, i.start_ticks) for i in sweep.tagged(key)])
 
 
 def tally(trials: list[dict[str, Any]]) -> dict[str, Any]:
@@ -481,8 +481,8 @@ def soak(work: Path, trials: int, containments: tuple[str, ...] = CONTAINMENTS) 
                         out.append(cell(work, mode, victim, containment, dashboard=dashboard))
     finally:
         dashboard.close()
-        trees.sweep(work / "trees")
-        trees.forget_records()
+        zoo.sweep(work / "trees")
+        zoo.forget_records()
     return tally(out)
 
 
@@ -492,7 +492,7 @@ def all_now(work: Path, n: int) -> dict[str, Any]:
     how many runs recorded a session failed or an item failed (issue 26: 3 of 63 did)."""
     base = work / "all-now"
     base.mkdir(parents=True, exist_ok=True)
-    made = [make_tree("cooperative", work / "trees", trees.SLEEP) for _ in range(n)]
+    made = [make_tree("cooperative", work / "trees", zoo.SLEEP) for _ in range(n)]
     rds = []
     try:
         for i, tree in enumerate(made):
@@ -518,4 +518,4 @@ def all_now(work: Path, n: int) -> dict[str, Any]:
         for rd in rds:
             if rd.is_live():
                 runner("stop", "--now", "--run-dir", rd.path)
-        trees.kill([m for t in made for m in trees.scan([t])[t]])
+        zoo.kill([m for t in made for m in zoo.scan([t])[t]])

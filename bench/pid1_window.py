@@ -39,7 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import faults, stats
+from pytest_stoplatency.kit import stats
+
+from . import faults
 
 SAMPLES = 20
 SIGTERM_BIT = 1 << (signal.SIGTERM - 1)

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import runs, stats, trees
-from .contenders import STOPPER_WAIT, popen_session, reap
-from .trees import Tree, VictimSpec
+from pytest_stoplatency.kit import runs, stats, zoo
+from pytest_stoplatency.kit.adapters import STOPPER_WAIT, popen_session, reap
+from pytest_stoplatency.kit.zoo import Tree, VictimSpec
 
 TREE = VictimSpec("scale", "bash forker", "forker", lang="bash")
 START_WAIT = 120.0  # a thousand subshells start in about a second; a loaded machine is slower
@@ -32,7 +32,7 @@ def raw_sample(tree: Tree) -> dict[str, Any]:
     try:
         tree.adopt(START_WAIT, process=proc)
         members = tree.members()
-        with trees.Deaths({tree: members}) as deaths:
+        with zoo.Deaths({tree: members}) as deaths:
             t0 = time.monotonic()
             os.killpg(proc.pid, signal.SIGKILL)
             gone = deaths.wait(t0 + STOPPER_WAIT)[tree]
@@ -44,7 +44,7 @@ def raw_sample(tree: Tree) -> dict[str, Any]:
             "left": len(left),
         }
     finally:
-        trees.kill(tree.members())
+        zoo.kill(tree.members())
         reap(proc)
 
 
@@ -53,7 +53,7 @@ def runner_sample(tree: Tree, work: Path, kill_grace: float, name: str) -> dict[
     try:
         tree.adopt(START_WAIT)
         members = tree.members()
-        with trees.Deaths({tree: members}) as deaths:
+        with zoo.Deaths({tree: members}) as deaths:
             t0 = time.monotonic()
             out = runs.runner("stop", "--now", "--run-dir", rd.path, timeout=STOPPER_WAIT)
             returned = time.monotonic()
@@ -70,7 +70,7 @@ def runner_sample(tree: Tree, work: Path, kill_grace: float, name: str) -> dict[
             "output": said,
         }
     finally:
-        trees.kill(tree.members())
+        zoo.kill(tree.members())
         runs.finish(rd)
 
 

@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_stoplatency.kit import runs
 from runner.files.journal import read as read_journal
 from runner.files.rundir import RunDir
-
-from . import runs
 
 ROOT = Path(__file__).resolve().parent.parent
 ITEM_COUNTS = (100, 5_000, 20_000)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import trees
+from pytest_stoplatency.kit import zoo
 from runner.files.rundir import RunDir
 
 RUNNER = [sys.executable, "-m", "runner"]
@@ -46,7 +46,7 @@ def _timed(argv: list[str]) -> tuple[float, float, int]:
 
 
 def _live_run(work: Path, i: int) -> RunDir:
-    tree = trees.Tree(trees.VictimSpec("cooperative", "cooperative", "cooperative"), work / "trees")
+    tree = zoo.Tree(zoo.VictimSpec("cooperative", "cooperative", "cooperative"), work / "trees")
     spec = work / f"cost-{i}.toml"
     spec.write_text(f'items = ["a"]\n[provider]\ncommand = {json.dumps(tree.argv)}\n')
     rd = RunDir(work / f"cost-{i}")
@@ -126,5 +126,5 @@ if __name__ == "__main__":
     try:
         print(table(run(int(sys.argv[1]) if len(sys.argv) > 1 else N, where)))
     finally:
-        trees.sweep(where / "trees")
-        trees.forget_records()
+        zoo.sweep(where / "trees")
+        zoo.forget_records()

@@ -7,8 +7,9 @@
 Eight parts (the first three by default; `make bench` runs all eight), in one run, each
 printed as a table and written to the JSON with every raw sample (machine, date, commit, n):
 
-- **stoppers** (bench/matrix.py): the same victim trees (bench/trees.py: the plugin's
-  victim programs, each tree marked in its argv) under each stopper (bench/contenders.py),
+- **stoppers** (the stop-conformance kit, pytest_stoplatency/kit/: its measure.py): the
+  same victim trees (kit/zoo.py: the plugin's victim programs, each tree marked in its
+  argv; the zoo's PEER kinds) under each built-in adapter of the kit (kit/adapters.py),
   with the same kill grace; each cell: stopped n/n, median, max, orphans left.
   supervisord, tini and dumb-init are skipped, with a note, where they are not installed
   (`pip install -e '.[bench]'` installs supervisor; tini and dumb-init are Debian
@@ -50,22 +51,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_stoplatency.kit import adapters, measure, runs, zoo
 from runner import defaults
 
-from . import (
-    contenders,
-    dashboard,
-    goals,
-    load,
-    matrix,
-    pid1_window,
-    plugin_idle,
-    runs,
-    scale,
-    sizes,
-    stopper_cost,
-    trees,
-)
+from . import dashboard, goals, load, pid1_window, plugin_idle, scale, sizes, stopper_cost
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_GRACE = defaults.KILL_GRACE
@@ -125,9 +114,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, value)
     if args.ci and not args.stoppers:
-        args.stoppers = [c.id for c in contenders.CI]
-    known_stoppers = [c.id for c in contenders.ALL]
-    known_victims = [v.id for v in trees.VICTIMS]
+        args.stoppers = [c.id for c in adapters.CI]
+    known_stoppers = [c.id for c in adapters.ALL]
+    known_victims = [v.id for v in zoo.VICTIMS]
     for name, given, known in (
         ("--stoppers", args.stoppers, known_stoppers),
         ("--victims", args.victims, known_victims),
@@ -199,7 +188,7 @@ def problems(doc: dict[str, Any]) -> list[str]:
                 continue
             for vid, cell in part["cells"][s["id"]].items():
                 if cell["errors"] or cell["stopped"] < cell["n"] or cell["orphans"]:
-                    out.append(f"{s['id']} / {vid}: {matrix.cell_text(cell)} {cell['errors'] or ''}".rstrip())
+                    out.append(f"{s['id']} / {vid}: {measure.cell_text(cell)} {cell['errors'] or ''}".rstrip())
     for r in (doc.get("scale") or {}).get("rows", []):
         side = r["runner_end_to_end"]
         if side["stopped"] < len(r["runner_samples"]) or side["orphans"]:
@@ -231,13 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         if "stoppers" in args.parts:
-            chosen = [c(work, args.kill_grace) for c in contenders.ALL if not args.stoppers or c.id in args.stoppers]
-            victims = [v for v in trees.VICTIMS if not args.victims or v.id in args.victims]
+            chosen = [c(work, args.kill_grace) for c in adapters.ALL if not args.stoppers or c.id in args.stoppers]
+            victims = [v for v in zoo.VICTIMS if v.id in (args.victims or zoo.PEER)]
             t = time.monotonic()
-            doc["stoppers"] = matrix.run(chosen, victims, args.n, work)
+            doc["stoppers"] = measure.run(chosen, victims, args.n, work, log=lambda m: print(f"bench: stoppers: {m}"))
             doc["stoppers"]["seconds"] = round(time.monotonic() - t, 1)
             print(f"\nAgainst other stoppers (n={args.n} per cell, kill grace {args.kill_grace:g} s):")
-            print(matrix.table(doc["stoppers"]) + "\n")
+            print(measure.table(doc["stoppers"]) + "\n")
         if "scale" in args.parts:
             t = time.monotonic()
             doc["scale"] = scale.run(args.sizes, args.scale_n, work, args.kill_grace)
@@ -291,11 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             print("\nThe stopper's own cost:\n" + stopper_cost.table(doc["cost"]) + "\n")
     finally:
-        left = trees.sweep(work / "trees")
-        if left:
-            print(f"bench: killed {left} leftover processes of the trees", file=sys.stderr)
-        trees.forget_records()
-        shutil.rmtree(work, ignore_errors=True)
+        zoo.clean_up(work, "bench")
     doc["seconds"] = round(time.monotonic() - started, 1)
     found = problems(doc)
     for p in found:

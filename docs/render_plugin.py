@@ -289,6 +289,30 @@ class Context:
             f"Linux {m.get('kernel', '?')}, Python {m.get('python', '?')}; exit status {d.get('exit_status', '?')})."
         )
 
+    def kit_help(self, name: str) -> str:
+        """A help text of the conformance kit's command line (kit/cli.py's constants)."""
+        value = getattr(_module("kit.cli"), name, None)
+        if not isinstance(value, str) or not name.startswith("HELP_"):
+            raise RenderError(f"template names {name!r}, which pytest_stoplatency/kit/cli.py does not define")
+        return value
+
+    def kit_adapters(self) -> str:
+        """The built-in adapters, each with what it does (kit/adapters.py), with the kit's default grace."""
+        kit = _module("kit")
+        grace = _module("kit.cli").KILL_GRACE
+        rows = ["| `--stopper` | what it does |", "|---|---|"]
+        for name, cls in kit.BUILTIN.items():
+            how = "this project's own stop: the same as `runner-stop`" if name == "runner" else cls.how
+            rows.append(f"| `{name}` | {how.replace('KILL_GRACE', f'{grace:g}')} |")
+        return "\n".join(rows)
+
+    def kit_exit_codes(self) -> str:
+        codes = _module("kit.verdict").EXIT_CODES
+        return "\n".join(f"- `{code}`: {meaning}." for code, meaning in codes.items())
+
+    def kit_kinds(self) -> str:
+        return ", ".join(f"`{v.id}` ({v.label})" for v in _module("kit").VICTIMS)
+
     def signature(self, name: str) -> str:
         if name != "measure":
             raise RenderError(f"template names signature {name!r}; only `measure` is known")
@@ -382,6 +406,7 @@ def render(template: str, ctx: Context) -> str:
             "example",
             "signature",
             "project",
+            "kit_help",
             "strangers_rule",
         ):
             return getattr(ctx, kind)(arg.strip())
@@ -395,6 +420,9 @@ def render(template: str, ctx: Context) -> str:
             "examples",
             "routes",
             "installs",
+            "kit_adapters",
+            "kit_exit_codes",
+            "kit_kinds",
         ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")

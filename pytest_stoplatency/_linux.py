@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ._options import LEAK_HEADER, SKIP_REASON, enabled, leaks_enabled
+from ._options import LEAK_HEADER, SKIP_REASON, compare_fail, enabled, leaks_enabled
 
 if TYPE_CHECKING:
     from ._handle import PreparedVictim, Victim
@@ -116,6 +116,20 @@ class StopLatency:
         self.missing_workers: list = []
         self.swept = 0
         self.guardian_notes: list = []  # every worker's, on the controller
+        # The gate (--stop-latency-compare): the previous labels, read and checked up front so
+        # that a bad file or STAT:PCT stops the session before any test runs.
+        self.compare_path = config.getoption("stop_latency_compare")
+        self.compare_rule = compare_fail(config)
+        self.compare_old: dict | None = None
+        self.compare_lines: list[str] = []
+        self.compare_failures: list[str] = []
+        if self.compare_path and self.worker is None:
+            try:
+                self.compare_old = _lazy("_compare").load(
+                    Path(config.invocation_params.dir) / self.compare_path, self.compare_path
+                )
+            except _lazy("_compare").CompareError as exc:
+                raise pytest.UsageError(str(exc)) from None
 
     def pytest_sessionstart(self, session):
         # Only the controller (or a plain session) sweeps: workers would race each other.
@@ -193,6 +207,12 @@ class StopLatency:
             if cleanup.sweep_needed():  # a worker that died, or another session that did meanwhile
                 self.swept += cleanup.sweep_ownerless()
             cleanup.drop_own_records()
+        if self.compare_old is not None:
+            stat, percent = self.compare_rule or ("median", None)
+            new = _lazy("_report").summarize(self.samples)
+            self.compare_lines, self.compare_failures = _lazy("_compare").compare(self.compare_old, new, stat, percent)
+            if self.compare_failures and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         path = config.getoption("stop_latency_json")
         if path:
             report = _lazy("_report")
@@ -223,6 +243,12 @@ class StopLatency:
         tr.write_line(f"stoplatency: swept {self.swept} ownerless victim process(es)")
         if self.missing_workers:
             tr.write_line(f"stoplatency: workers that returned no samples: {', '.join(self.missing_workers)}")
+        if self.compare_lines:
+            tr.write_line(f"stoplatency: compared with {self.compare_path}:")
+            for line in self.compare_lines:
+                tr.write_line("  " + line)
+        for failure in self.compare_failures:
+            tr.write_line(f"stoplatency: gate failed: {failure}")
         path = config.getoption("stop_latency_json")
         if path:
             tr.write_line(f"stoplatency: wrote {path}")

@@ -18,6 +18,16 @@ HELP_ENABLE = "run the stop-latency tests (marked stop_latency); without it they
 HELP_INI = "run the stop-latency tests (marked stop_latency), as --stop-latency does"
 HELP_JSON = "write every stop-latency sample and the per-label summary to PATH as JSON"
 HELP_REPEAT = "run each stop_latency-marked test N times (to collect enough samples for a p95)"
+HELP_COMPARE = "compare this session's stop latencies, label by label, with a previous --stop-latency-json file"
+HELP_COMPARE_FAIL = (
+    "with --stop-latency-compare: fail the session when a label's STAT (min, median, p95 or max) "
+    "is more than PCT percent slower than before; a label with a failed sample fails it always"
+)
+COMPARE_STATS = ("min", "median", "p95", "max")
+HELP_CONFORMANCE = (
+    "run the stop-conformance kit's victim zoo against this stopper (a built-in adapter's name or "
+    "module:Class), one test per victim kind, with the stop-latency table and JSON; may be given more than once"
+)
 MARKER_LINE = (
     "stop_latency(bound=SECONDS, label=TEXT): a stop-latency test; skipped unless --stop-latency "
     "(or the stop_latency ini key) is set; its samples are checked against the bound"
@@ -124,6 +134,22 @@ def add_options(parser) -> None:
     g.addoption("--stop-latency", action="store_true", default=None, dest="stop_latency", help=HELP_ENABLE)
     g.addoption("--stop-latency-json", dest="stop_latency_json", metavar="PATH", default=None, help=HELP_JSON)
     g.addoption("--stop-latency-repeat", dest="stop_latency_repeat", metavar="N", type=int, default=1, help=HELP_REPEAT)
+    g.addoption(
+        "--stop-conformance",
+        dest="stop_conformance",
+        metavar="STOPPER",
+        action="append",
+        default=[],
+        help=HELP_CONFORMANCE,
+    )
+    g.addoption("--stop-latency-compare", dest="stop_latency_compare", metavar="PATH", default=None, help=HELP_COMPARE)
+    g.addoption(
+        "--stop-latency-compare-fail",
+        dest="stop_latency_compare_fail",
+        metavar="STAT:PCT",
+        default=None,
+        help=HELP_COMPARE_FAIL,
+    )
     parser.addini("stop_latency", HELP_INI, type="bool", default=False)
     # `--process-leaks=warn` is an option string of its own, not a value of --process-leaks:
     # argparse matches a whole option string before it splits at "=", and a bare
@@ -157,6 +183,25 @@ def add_options(parser) -> None:
         help=HELP_LEAKS_SUBREAPER,
     )
     parser.addini("process_leaks_subreaper", HELP_LEAKS_SUBREAPER_INI, type="bool", default=False)
+
+
+def compare_fail(config) -> tuple[str, float] | None:
+    """--stop-latency-compare-fail as (stat, percent); a malformed value is a usage error."""
+    value = config.getoption("stop_latency_compare_fail")
+    if value is None:
+        return None
+    stat, _, pct = value.partition(":")
+    try:
+        percent = float(pct.rstrip("%"))
+    except ValueError:
+        percent = -1.0
+    if stat not in COMPARE_STATS or not percent >= 0:
+        raise pytest.UsageError(
+            f"--stop-latency-compare-fail {value!r}: STAT:PCT, STAT one of {', '.join(COMPARE_STATS)}, PCT >= 0"
+        )
+    if config.getoption("stop_latency_compare") is None:
+        raise pytest.UsageError("--stop-latency-compare-fail needs --stop-latency-compare PATH")
+    return stat, percent
 
 
 def enabled(config) -> bool:

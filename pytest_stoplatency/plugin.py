@@ -73,7 +73,13 @@ def pytest_configure(config):
             # last, and the stop latency's session end (which writes the leaks into its
             # JSON and drops the records) must come after the check's (which kills).
             config.pluginmanager.register(_leakplugin.ProcessLeaks(config), _leakplugin.NAME)
-        config.pluginmanager.register(_linux.StopLatency(config), _linux.PLUGIN_NAME)
+        latency = _linux.StopLatency(config)
+        config.pluginmanager.register(latency, _linux.PLUGIN_NAME)
+        if config.getoption("stop_conformance"):
+            from . import _conformance
+
+            plugin = _conformance.Conformance(config, latency.samples, latency.worker)
+            config.pluginmanager.register(plugin, _conformance.NAME)
         return
     # A check that cannot run must not pass for one that found nothing.
     asked = _leak_check_asked(config)

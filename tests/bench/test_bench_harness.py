@@ -7,7 +7,9 @@ import subprocess
 
 import pytest
 
-from bench import contenders, matrix, trees
+from pytest_stoplatency.kit import adapters as contenders
+from pytest_stoplatency.kit import measure as matrix
+from pytest_stoplatency.kit import zoo as trees
 
 
 @pytest.fixture

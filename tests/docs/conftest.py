@@ -67,8 +67,8 @@ def measure_json(tmp_path):
 
 
 def _matrix_cell(latencies, left=()):
-    """A cell's samples, summarised by the benchmark's own code (bench.matrix)."""
-    from bench import matrix
+    """A cell's samples, summarised by the benchmark's own code (pytest_stoplatency.kit.measure)."""
+    from pytest_stoplatency.kit import measure as matrix
 
     samples = [{"stopped": True, "latency_s": x, "returned_s": x, "processes": 2, "left": 0} for x in latencies]
     samples += [{"stopped": False, "latency_s": None, "returned_s": 1.0, "processes": 2, "left": n} for n in left]

@@ -96,9 +96,10 @@ def _pytest_options():
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/plugin.md"])
-def test_shell_blocks_are_commands_that_exist(doc):
+def test_shell_blocks_are_commands_that_exist(doc, monkeypatch):
     """Path: each command of a shell block: `make T` names a target of the Makefile,
-    `runner ...` parses with the runner's own parser, `pytest` options exist, `touch`
+    `runner ...` parses with the runner's own parser, `python -m pytest_stoplatency
+    conformance ...` with the kit's, `pytest` options exist, `touch`
     names a control file of the run directory."""
     from runner import cli
 
@@ -125,6 +126,13 @@ def test_shell_blocks_are_commands_that_exist(doc):
                     options = options or _pytest_options()
                     for opt in re.findall(r"(--[\w-]+)", part):
                         assert opt in options, opt
+                elif part.startswith(("python -m pytest_stoplatency conformance", "PYTHONPATH=")):
+                    from pytest_stoplatency.kit import cli as kit_cli
+
+                    if part.startswith("PYTHONPATH="):  # the guide's adapter example, importable
+                        monkeypatch.syspath_prepend(str(ROOT / part.split()[0].split("=", 1)[1]))
+                    argv = shlex.split(part.split("conformance", 1)[1])
+                    kit_cli.parse(argv)  # a usage error exits 2: the test fails
                 elif word == "touch":
                     assert re.fullmatch(r"touch \w+/(STOP|PAUSE)", part), part
                 else:

@@ -19,7 +19,8 @@ import time
 import pytest
 import runs as R
 
-from bench import modes, trees
+from bench import modes
+from pytest_stoplatency.kit import zoo
 from runner import defaults
 from runner.engine import child
 from runner.engine.registry import Registry
@@ -57,8 +58,8 @@ def matrix_work(tmp_path):
     """The trial's work directory; every tree it made is killed at teardown, whatever
     the test did."""
     yield tmp_path
-    trees.sweep(tmp_path / "trees")
-    trees.forget_records()
+    zoo.sweep(tmp_path / "trees")
+    zoo.forget_records()
 
 
 @pytest.mark.parametrize("containment", modes.CONTAINMENTS)
@@ -91,13 +92,13 @@ def test_now_reaches_what_the_hard_stop_reaches(runs, matrix_work, victim):
     setsid grandchildren. The engine is frozen first (SIGSTOP), so its own stop reaches
     nothing: what dies is the stopper's reach alone. Exit 0, nothing left. Ablation:
     `now-shares-the-reach` (exit 0 with the tree alive: red)."""
-    tree = modes.make_tree(victim, matrix_work / "trees", trees.SLEEP)
+    tree = modes.make_tree(victim, matrix_work / "trees", zoo.SLEEP)
     rd = runs.start(runs.spec(provider=tree.argv, stop={"kill_grace": KILL_GRACE, "containment": "group"}))
     tree.adopt(timeout=30)
-    assert trees.scan([tree])[tree], "the victim's tree never came up"
+    assert zoo.scan([tree])[tree], "the victim's tree never came up"
     os.kill(identity_file.read(rd.engine_identity).pid, signal.SIGSTOP)
     proc = runs.runner("stop", "--now", "--run-dir", rd.path)
-    left = trees.scan([tree])[tree]
+    left = zoo.scan([tree])[tree]
     assert proc.returncode == Exit.OK, proc.stderr
     assert not left, f"exit 0 with {left} of the run alive"
     runs.wait_engine_exit(rd)

@@ -1,4 +1,4 @@
-"""The table: every victim tree under every stopper, n samples per cell, in one run.
+"""The measurement: every victim tree under every stopper, n samples per cell, in one run.
 
 A sample: the stopper starts the tree (not timed), then stops it (timed from its first
 action). The tree is **stopped** when the stopper has returned and no process of the
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import stats, trees
-from .contenders import Stopper
-from .trees import Tree, VictimSpec
+from . import stats, zoo
+from .stopper import Stopper
+from .zoo import Tree, VictimSpec
 
 SETTLE = 0.5
 """How long after the stopper returned a process of the tree may still be dying."""
@@ -28,11 +28,18 @@ def sample(stopper: Stopper, tree: Tree) -> dict[str, Any]:
     try:
         handle = stopper.start(tree)
     except Exception as exc:  # a tree that did not come up is a failed sample, not a crash
-        trees.kill(tree.members())
+        zoo.kill(tree.members())
+        return {"error": f"start: {exc}"}
+    try:
+        if not tree.up:  # a user's stopper need not wait for the handshake itself
+            tree.adopt()
+    except Exception as exc:
+        zoo.kill(tree.members())
+        stopper.cleanup(handle)
         return {"error": f"start: {exc}"}
     try:
         before = tree.members()
-        with trees.Deaths({tree: before}) as deaths:  # pidfds opened before the stop
+        with zoo.Deaths({tree: before}) as deaths:  # pidfds opened before the stop
             t0 = time.monotonic()
             try:
                 said = stopper.stop(handle)
@@ -40,7 +47,7 @@ def sample(stopper: Stopper, tree: Tree) -> dict[str, Any]:
                 return {"error": f"stop: {exc}"}
             returned = time.monotonic()
             gone = deaths.wait(returned + SETTLE)[tree]
-        left = tree.members()  # a fresh scan: also whatever the tree started meanwhile
+        left = tree.members()  # ablate: kit-orphan-scan
         stopped = gone is not None and not left
         out = {
             "stopped": stopped,
@@ -52,7 +59,7 @@ def sample(stopper: Stopper, tree: Tree) -> dict[str, Any]:
         }
         return out
     finally:
-        trees.kill(tree.members())
+        zoo.kill(tree.members())
         stopper.cleanup(handle)
 
 
@@ -63,7 +70,9 @@ def cell_summary(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "n": len(ok),
         "stopped": sum(1 for s in ok if s["stopped"]),
+        "min_s": min(latencies, default=None),
         "median_s": summary["median_s"],
+        "p95_s": summary["p95_s"],
         "max_s": summary["max_s"],
         "orphans": sum(s["left"] for s in ok),
         "errors": [s["error"] for s in samples if "error" in s],
@@ -76,14 +85,14 @@ def run(
     present = [s for s in stoppers if s.missing() is None]
     for s in stoppers:
         if s.missing() is not None:
-            log(f"bench: skipping {s.id}: {s.missing()}")
+            log(f"skipping {s.id}: {s.missing()}")
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {s.id: {v.id: [] for v in victims} for s in present}
     try:
         for r in range(n):
             for s in present:
                 for v in victims:
                     samples[s.id][v.id].append(sample(s, Tree(v, work / "trees")))
-            log(f"bench: stoppers: round {r + 1} of {n} done")
+            log(f"round {r + 1} of {n} done")
     finally:
         for s in present:
             s.close()

@@ -1,11 +1,9 @@
-"""The stoppers compared: each starts a victim tree its own way and stops it its own way,
-with the same kill grace.
+"""The kit's built-in stoppers (`--stopper NAME`; `make bench`'s peer table): each starts a
+victim tree its own way and stops it its own way, with the same kill grace.
 
-A stopper has three steps: ``start`` (not timed: the tree is up and adopted when it
-returns), ``stop`` (timed, from the stop's first action until it returns) and
-``cleanup`` (not timed: reaps what the stopper itself started). Each is what a user of
-that tool would do, no more: a stopper that cannot reach part of the tree leaves it,
-and the benchmark counts it.
+Each follows the `Stopper` protocol (stopper.py) and does what a user of that tool
+would do, no more: a stopper that cannot reach part of the tree leaves it, and the kit
+counts it.
 """
 
 from __future__ import annotations
@@ -25,7 +23,8 @@ from typing import Any
 from runner.proc import identity
 
 from . import runs
-from .trees import Tree
+from .stopper import Stopper
+from .zoo import Tree
 
 STOPPER_WAIT = 30.0  # longest a stopper is waited for; far past any kill grace used here
 
@@ -58,33 +57,6 @@ def terminate_then_kill(proc: subprocess.Popen[bytes], grace: float) -> dict[str
         proc.kill()
         proc.wait()
     return {"code": proc.returncode}
-
-
-class Stopper:
-    id = ""
-    label = ""
-    how = ""  # one line for the document: what this stopper does
-    runner = False  # one of the runner's own stops (the cells where no orphan is allowed)
-
-    def __init__(self, work: Path, kill_grace: float) -> None:
-        self.work, self.kill_grace = work, kill_grace
-
-    def missing(self) -> str | None:
-        """Why this stopper cannot run here (a tool not installed), or None."""
-        return None
-
-    def start(self, tree: Tree) -> Any:
-        raise NotImplementedError
-
-    def stop(self, handle: Any) -> dict[str, Any]:
-        """The timed part; returns what the stopper said (exit code, output), if anything."""
-        raise NotImplementedError
-
-    def cleanup(self, handle: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        """After the last tree (a daemon the stopper started once)."""
 
 
 class _Direct(Stopper):
@@ -426,3 +398,6 @@ ALL = (
     RunnerEngineSigterm,
 )
 CI = (CoreutilsTimeout, RunnerHard, RunnerNow, RunnerEngineSigterm)
+
+BUILTIN = {c.id: c for c in ALL} | {"runner": RunnerHard}
+"""`--stopper NAME`: every adapter by its id; `runner` is this project's own stop."""

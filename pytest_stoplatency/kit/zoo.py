@@ -1,4 +1,4 @@
-"""Victim trees for the benchmarks: the plugin's own victim programs, each tree marked.
+"""The kit's victim zoo: the plugin's own victim programs, each tree marked.
 
 A tree is one victim program of pytest_stoplatency (victim.py or victims.sh) started
 through a link of its own to the program, ``<root>/t<n>/victim.py``. The link's
@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 import select
+import shlex
 import shutil
 import signal
 import sys
@@ -48,13 +49,22 @@ class VictimSpec:
 
 VICTIMS = (
     VictimSpec("cooperative", "cooperative", "cooperative"),
+    VictimSpec("trap-term", "python trap", "trap-term"),
     VictimSpec("bash-trap", "bash trap", "trap-term", lang="bash"),
+    VictimSpec("ignore-term", "SIG_IGN + 2 kids", "ignore-term"),
+    VictimSpec("slow-exit", "slow exit (1 s)", "slow-exit"),
+    VictimSpec("stopped", "SIGSTOPped", "stopped"),
     VictimSpec("python-trap-kids", "python trap + 3 kids", "forker", children=3),
+    VictimSpec("respawner", "respawner", "respawner"),
     VictimSpec("setsid-escapee", "setsid escapee", "escapee"),
     VictimSpec("double-fork", "double-fork daemon", "double-fork"),
     VictimSpec("pipe-holder", "pipe-holder", "pipe-holder"),
     VictimSpec("env-scrubber", "env -i + setsid", "env-scrubber"),
 )
+"""Every kind of the zoo (`--kinds`' default), by id."""
+
+PEER = ("cooperative", "bash-trap", "python-trap-kids", "setsid-escapee", "double-fork", "pipe-holder", "env-scrubber")
+"""The columns of `make bench`'s peer table (docs/bench.json keeps them comparable)."""
 
 _SERIAL = itertools.count(1)
 RECORD_DIRS: set[Path] = set()  # where the trees' ready files went (the plugin's owner directory)
@@ -103,12 +113,18 @@ class Tree:
             bash = shutil.which("bash") or "/bin/bash"
             prog = [bash, str(self.dir / "victims.sh"), spec.kind, str(SLEEP), str(n), "1"]
         self.argv = env + prog
+        self.shell = shlex.join(self.argv)  # `{argv}` of a --start command
         self.token = os.fsencode(f"{program.TOKEN_ENV}={self.prepared.token}")
         self.exclude: set[int] = set()  # a stopper's own wrapper (timeout, tini) carries the argv too
         self.own_pid_namespace = False  # set by wait_ready: the recorded pids are not ours
 
     def __repr__(self) -> str:
         return f"<Tree {self.spec.id} {self.dir}>"
+
+    @property
+    def up(self) -> bool:
+        """The kit has seen the victim's ready handshake (adopt or wait_ready)."""
+        return hasattr(self, "victim") or self.own_pid_namespace
 
     def adopt(self, timeout: float = 30.0, process: Any = None) -> None:
         """Wait until every process of the tree is up (the victim's ready file)."""
@@ -146,7 +162,9 @@ class Tree:
 
 def scan(trees: Iterable[Tree]) -> dict[Tree, list[Member]]:
     """The living processes of each tree, in one pass over /proc: by marker in the argv,
-    by token in the environment, and the recorded extras."""
+    by token in the environment, and the recorded extras. A process whose argv holds the
+    tree's whole command line (the token's assignment for /usr/bin/env) is a wrapper
+    the stopper started it under (`timeout`, a shell, `unshare`), not the tree."""
     trees = list(trees)
     found: dict[Tree, set[Member]] = {t: set() for t in trees}
     for entry in os.listdir("/proc"):
@@ -154,7 +172,7 @@ def scan(trees: Iterable[Tree]) -> dict[Tree, list[Member]]:
             continue
         pid = int(entry)
         cmdline = _read(f"/proc/{pid}/cmdline")
-        owners = [t for t in trees if t.marker in cmdline and pid not in t.exclude]
+        owners = [t for t in trees if t.marker in cmdline and t.token not in cmdline and pid not in t.exclude]
         if not owners:
             environ = _read(f"/proc/{pid}/environ").split(b"\0")
             owners = [t for t in trees if t.token in environ and pid not in t.exclude]
@@ -273,3 +291,13 @@ def forget_records() -> None:
     for d in RECORD_DIRS:
         shutil.rmtree(d, ignore_errors=True)
     RECORD_DIRS.clear()
+
+
+def clean_up(work: Path, who: str) -> None:
+    """The end of a run of trees under `work`, whatever happened: kill what is left of them
+    (saying how many, as `who`), forget their records, remove the directory."""
+    left = sweep(work / "trees")
+    if left:
+        print(f"{who}: killed {left} leftover processes of the trees", file=sys.stderr)
+    forget_records()
+    shutil.rmtree(work, ignore_errors=True)

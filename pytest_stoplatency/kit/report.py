@@ -1,0 +1,107 @@
+"""The kit's outputs from one measurement: the document (JSON), the table, markdown."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from . import stats, verdict
+
+SCHEMA = 1
+
+
+def document(result: dict[str, Any], *, bound: float, kill_grace: float) -> dict[str, Any]:
+    """measure.run's result with each kind's verdict, per stopper, and the exit code."""
+    stoppers, verdicts = [], []
+    for s in result["stoppers"]:
+        rows = []
+        for v in result["victims"] if not s["skipped"] else []:
+            cell = result["cells"][s["id"]][v["id"]]
+            rows.append({"kind": v["id"], "label": v["label"], "verdict": verdict.of_cell(cell, bound), **cell})
+        verdicts += [r["verdict"] for r in rows]
+        stoppers.append({**s, "rows": rows})
+    code = verdict.exit_code(verdicts) if verdicts else verdict.FAILED
+    return {
+        "schema": SCHEMA,
+        "repeat": result["n"],
+        "bound_s": bound,
+        "kill_grace_s": kill_grace,
+        "settle_s": result["settle_s"],
+        "stoppers": stoppers,
+        "exit_code": code,
+        "exit_meaning": verdict.EXIT_CODES[code],
+    }
+
+
+def _outcome(row: dict[str, Any]) -> str:
+    if row["verdict"] == "orphaned":
+        alive = row["n"] - row["stopped"]
+        return f"ORPHANED {row['orphans']} ({row['label']}; {alive}/{row['n']} samples not stopped)"
+    if row["verdict"] == "failed":
+        return f"FAILED: {row['errors'][0] if row['errors'] else 'no sample'}"
+    return "OVER BOUND" if row["verdict"] == "over-bound" else "stopped whole"
+
+
+HEADS = ("kind", "stopped", "min", "median", "p95", "max", "verdict")
+
+
+def rows(stopper: dict[str, Any]) -> list[list[str]]:
+    return [
+        [
+            r["kind"],
+            f"{r['stopped']}/{r['n']}",
+            *(stats.seconds(r[k]) for k in ("min_s", "median_s", "p95_s", "max_s")),
+            _outcome(r),
+        ]
+        for r in stopper["rows"]
+    ]
+
+
+def _title(doc: dict[str, Any], s: dict[str, Any]) -> str:
+    return f"{s['id']}: {s['how'] or s['label']}".rstrip(": ")
+
+
+def table(doc: dict[str, Any]) -> str:
+    """One block per stopper, one row per victim kind, then the verdict."""
+    out = []
+    for s in doc["stoppers"]:
+        out.append(_title(doc, s))
+        if s["skipped"]:
+            out.append(f"  skipped: {s['skipped']}")
+            continue
+        body = [list(HEADS), *rows(s)]
+        widths = [max(len(r[i]) for r in body) for i in range(len(HEADS))]
+        out += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body]
+    out.append(
+        f"bound {doc['bound_s']:g} s, kill grace {doc['kill_grace_s']:g} s, {doc['repeat']} sample(s) per kind: "
+        f"exit {doc['exit_code']} ({doc['exit_meaning']})"
+    )
+    return "\n".join(out)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The same table for a README or an issue."""
+    out = [f"# Stop conformance (bound {doc['bound_s']:g} s, kill grace {doc['kill_grace_s']:g} s)", ""]
+    for s in doc["stoppers"]:
+        out += [f"## `{s['id']}`", "", s["how"] or s["label"], ""]
+        if s["skipped"]:
+            out += [f"Skipped: {s['skipped']}.", ""]
+            continue
+        out += ["| " + " | ".join(HEADS) + " |", "|" + "---|" * len(HEADS)]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows(s)]
+        out.append("")
+    out.append(f"Exit {doc['exit_code']}: {doc['exit_meaning']}.")
+    return "\n".join(out) + "\n"
+
+
+def write(path: Path, text: str) -> None:
+    """Whole or not at all: a temporary file beside it, renamed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def json_text(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
