@@ -24,7 +24,7 @@ endif
 $(STAMP): pyproject.toml
 	@$(PY) -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make: '$(PYTHON) -m venv $(VENV)' failed (see above); nothing was kept" >&2; exit 1; }; }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,dev]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e '.[test,dev,plots]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -126,13 +126,19 @@ mutate: $(STAMP) bytecode
 # docs/process-leaks-bench.json, docs/process-leaks-demo.json and examples/;
 # examples/kubernetes/job.yaml from its template and `runner bound --container`. docs-check
 # fails (with a diff) when a committed file is stale.
+# The pictures (docs/render_pictures.py) need matplotlib, the plots extra, which `make venv`
+# installs (so the tests of --stop-latency-svg and --svg run in CI too). `make docs-check`
+# does not redraw them: it checks each picture's stamp (the SHA-256 of what it was drawn
+# from), since matplotlib's SVG may change by a byte between its releases.
 docs: $(STAMP)
+	$(PY) docs/render_pictures.py
 	$(PY) docs/render_spec.py
 	$(PY) docs/render_stop_latency.py
 	$(PY) docs/render_plugin.py
 	$(PY) examples/kubernetes/render_job.py
 
 docs-check: $(STAMP)
+	$(PY) docs/render_pictures.py --check
 	$(PY) docs/render_spec.py --check
 	$(PY) docs/render_stop_latency.py --check
 	$(PY) docs/render_plugin.py --check
