@@ -35,7 +35,7 @@ venv: $(STAMP)
 # stop latency. pip does this for an installed package; an editable checkout needs it
 # here. Cheap when nothing changed.
 bytecode: $(STAMP)
-	$(PY) -m compileall -q runner pytest_stoplatency mutation bench > /dev/null
+	$(PY) -m compileall -q runner pytest_stoplatency mutation bench reliability > /dev/null
 
 # Debian's chromium, which the dashboard's browser tests drive through Playwright (never a
 # browser download: none can work here). Installed where this user may (root, apt-get);
@@ -58,7 +58,7 @@ init:
 # Lint, format, types and architecture: ruff (lint and format check), mypy (strict on
 # runner/; see [tool.mypy] in pyproject.toml) and import-linter (runner/'s allowed import
 # directions, [tool.importlinter]). CI runs this before the tests.
-LINTED := runner pytest_stoplatency mutation tests bench docs examples tools
+LINTED := runner pytest_stoplatency mutation tests bench reliability docs examples tools
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
@@ -214,7 +214,7 @@ bench-ci: $(STAMP) bytecode
 # backups, every refusal's bytes); then the fuzz tests with thousands of examples.
 # Writes docs/soak.json, which `make docs` renders into the Reliability section.
 soak: $(STAMP) bytecode init
-	$(PY) bench/soak.py --kills 200 --runs 50 --stoppers 10 --faults 20 --storms 5 --early 2 --run-local 20 --modes 3 --all-now 60 \
+	$(PY) reliability/soak.py --kills 200 --runs 50 --stoppers 10 --faults 20 --storms 5 --early 2 --run-local 20 --modes 3 --all-now 60 \
 		--json docs/soak.json --check
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -p no:xdist -q tests/runner/test_fuzz.py
 	$(MAKE) --no-print-directory docs
@@ -222,5 +222,5 @@ soak: $(STAMP) bytecode init
 # CI's short soak: fails on any loss; never writes the committed docs/soak.json.
 soak-short: $(STAMP) bytecode init
 	mkdir -p $(ARTIFACTS)
-	$(PY) bench/soak.py --kills 20 --runs 10 --stoppers 10 --faults 3 --storms 1 --early 1 --disk-trials 3 --run-local 1 --seam-trials 1 \
+	$(PY) reliability/soak.py --kills 20 --runs 10 --stoppers 10 --faults 3 --storms 1 --early 1 --disk-trials 3 --run-local 1 --seam-trials 1 \
 		--json $(ARTIFACTS)/soak-ci.json --check

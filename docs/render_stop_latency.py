@@ -319,7 +319,7 @@ class Context:
         grace = s.get("kill_grace")
         grace = f"`kill_grace` {grace:g} s" if isinstance(grace, (int, float)) else "`kill_grace` not recorded"
         src = (
-            f"MEASURED by `make soak` (`bench/soak.py`, `{self.soak_name}`, {s.get('date', '?')}, "
+            f"MEASURED by `make soak` (`reliability/soak.py`, `{self.soak_name}`, {s.get('date', '?')}, "
             f"{s.get('cpus', '?')} CPUs, seed {s.get('seed')}, commit `{commit}`; every run's {grace}, "
             "a provider that traps SIGTERM, a stop's latency is its command's wall time; "
             'the benchmark\'s "Under load" rows below stop a whole trapping tree at its own kill grace)'
@@ -343,10 +343,11 @@ class Context:
         ]
         modes, all_now = s.get("stop_modes"), s.get("all_now")
         if modes:
-            # bench/modes.py: every way to stop a run, every victim, both containments.
+            # reliability/modes.py: every way to stop a run, every victim, both containments.
             for mode, m in modes["modes"].items():
                 rows.append(
-                    f"| stop mode `{mode}`, every victim and containment (bench/modes.py) | {m['trials']} trials; "
+                    f"| stop mode `{mode}`, every victim and containment (reliability/modes.py) | "
+                    f"{m['trials']} trials; "
                     f"{m['with_problems']} broke an invariant; {m['exit0_with_something_left']} exit 0 with "
                     f"something left; exit codes {m['codes']} |"
                 )
@@ -364,7 +365,7 @@ class Context:
         )
 
     def _seams(self, seams: dict | None) -> str:
-        """The faults at the seams (bench/soak_seams.py, issue 27): one row per fault, with
+        """The faults at the seams (reliability/soak_seams.py, issue 27): one row per fault, with
         its own figure (a bound, a backup's bytes, a refusal's bytes)."""
         faults = (seams or {}).get("faults") or {}
         skipped = (seams or {}).get("skipped") or {}
@@ -373,7 +374,7 @@ class Context:
         rows = [
             "",
             "",
-            "Faults at the seams, from the same soak (`bench/soak_seams.py`): per fault, the trials, the "
+            "Faults at the seams, from the same soak (`reliability/soak_seams.py`): per fault, the trials, the "
             "processes of the run and the cgroups left, every exit code seen and how many of them "
             "docs/exit-codes.md does not list for that command (INTERNAL never counts as listed), and "
             "the fault's own figure.",
@@ -420,7 +421,7 @@ class Context:
     )
 
     def _faults(self, faults: dict | None, disk: dict | None = None) -> str:
-        """The stop under faults (bench/faults.py, bench/soak_disk.py): one row per fault,
+        """The stop under faults (reliability/faults.py, reliability/soak_disk.py): one row per fault,
         when the soak ran them."""
         if not faults and not disk:
             return ""

@@ -500,13 +500,13 @@ def test_renders_the_goals_section_the_bench_itself_wrote(render_mod, tmp_path):
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the soak's runs are in cgroups)")
 def test_renders_the_seam_rows_the_soak_itself_wrote(render_mod, tmp_path):
-    """Path: the soak's real writer of the faults at the seams (bench/soak_seams.py's
+    """Path: the soak's real writer of the faults at the seams (reliability/soak_seams.py's
     tally, one trial of a `cp -al` backup of a live run, then `runner stop`) feeds the
     Reliability section beside the committed soak's other figures: one row per fault
     with its trials, the processes and cgroups left, every exit code and how many
     docs/exit-codes.md does not list for the command, and the fault's own figure; a
     fault the soak skipped is a row that says why, never figures."""
-    from bench import soak, soak_seams
+    from reliability import soak, soak_seams
 
     tally = soak_seams._Tally()
     work = tmp_path / "seams"
