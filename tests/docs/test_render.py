@@ -129,7 +129,7 @@ def test_cli_check_in_a_subprocess(tmp_path):
     out = tmp_path / "doc.md"
     cmd = [
         sys.executable,
-        str(ROOT / "docs" / "render_stop_latency.py"),
+        str(ROOT / "docgen" / "render_stop_latency.py"),
         "--measure",
         str(tmp_path / "none.json"),
         "--mutate",
@@ -441,7 +441,7 @@ def test_a_duration_typed_into_the_template_is_refused(render_mod, tmp_path):
     with pytest.raises(render_mod.RenderError, match="types a duration.*'1 s'"):
         render(render_mod, template=bad)
     r = subprocess.run(
-        [sys.executable, "docs/render_stop_latency.py", "--check", "--template", str(bad)],
+        [sys.executable, "docgen/render_stop_latency.py", "--check", "--template", str(bad)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -463,7 +463,7 @@ def test_a_stated_bound_is_the_constant_a_test_asserts(render_mod, tmp_path):
     with pytest.raises(render_mod.RenderError, match="no test of .* asserts KILL_GRACE"):
         render_mod.asserted_bound("tests/runner/test_dashboard_browser.py", "KILL_GRACE")  # a spec value
     with pytest.raises(render_mod.RenderError, match="no test file"):
-        render_mod.asserted_bound("docs/render_stop_latency.py", "HERE")
+        render_mod.asserted_bound("docgen/render_stop_latency.py", "HERE")
 
 
 @pytest.mark.timeout(BENCH_RUN_LIMIT + 60)

@@ -1,4 +1,4 @@
-"""docs/render_pictures.py: the pictures of docs/stop-latency.md, drawn from the committed
+"""docgen/render_pictures.py: the pictures of docs/stop-latency.md, drawn from the committed
 JSON files, and `--check` (make docs-check), which holds each picture to its sources by a
 stamp and needs no matplotlib."""
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def mod(tmp_path, monkeypatch):
     """The renderer, its pictures and sources redirected into tmp_path (copies of the
     committed ones)."""
-    spec = importlib.util.spec_from_file_location("render_pictures", ROOT / "docs" / "render_pictures.py")
+    spec = importlib.util.spec_from_file_location("render_pictures", ROOT / "docgen" / "render_pictures.py")
     m = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m)
     for name, source in m.PICTURES.items():

@@ -1,7 +1,7 @@
 """Render the pictures docs/stop-latency.md embeds, from the committed measurements.
 
-    python docs/render_pictures.py            # write them (make docs; needs the plots extra)
-    python docs/render_pictures.py --check    # fail when one is stale (make docs-check)
+    python docgen/render_pictures.py            # write them (make docs; needs the plots extra)
+    python docgen/render_pictures.py --check    # fail when one is stale (make docs-check)
 
 - docs/stop-latency-measure.svg: the latency distribution per label of docs/measure.json
   (`make measure`), each label's bound drawn.
@@ -23,7 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent / "docs"  # the documents: templates, data, output
 ROOT = HERE.parent
 CODE = (ROOT / "pytest_stoplatency" / "pictures.py", Path(__file__).resolve())
 STAMP = re.compile(r"<!-- drawn from sha256:([0-9a-f]{64}) -->")

@@ -1,7 +1,7 @@
 """Render docs/stop-latency.md from its template, measure.json, mutate.json and the code.
 
-    python docs/render_stop_latency.py            # write docs/stop-latency.md (make docs)
-    python docs/render_stop_latency.py --check    # fail with a diff if it is stale (make docs-check)
+    python docgen/render_stop_latency.py            # write docs/stop-latency.md (make docs)
+    python docgen/render_stop_latency.py --check    # fail with a diff if it is stale (make docs-check)
 
 Every figure comes from one of two places and says which: MEASURED (docs/measure.json,
 written by `make measure`: test node id, label, n, median, p95, max, machine, date) or
@@ -47,7 +47,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent / "docs"  # the documents: templates, data, output
 # The defaults are those of the tree this script belongs to, whatever the installed
 # `runner` points at (an editable install of another checkout would render its figures).
 if str(HERE.parent) not in sys.path[:1]:
@@ -953,9 +953,10 @@ class Context:
 
     def limits(self) -> str:
         """The spec's limits, each with the keys it applies to: docs/spec.md's list, from
-        runner/files/spec.py's SCHEMA (docs/render_spec.py)."""
-        if str(HERE) not in sys.path:
-            sys.path.append(str(HERE))
+        runner/files/spec.py's SCHEMA (docgen/render_spec.py)."""
+        here = str(Path(__file__).resolve().parent)  # docgen/, beside this renderer
+        if here not in sys.path:
+            sys.path.append(here)
         import render_spec
 
         return render_spec.Context().spec_limits()
@@ -1355,7 +1356,7 @@ def main(argv=None) -> int:
 
 def write_or_check(out: Path, text: str, *, check: bool) -> int:
     """Write `text` to `out` (temp file, replace), or with `check` fail with a diff when
-    the committed `out` differs from it. Shared by docs/render_plugin.py."""
+    the committed `out` differs from it. Shared by docgen/render_plugin.py."""
     if check:
         with tempfile.NamedTemporaryFile("w", suffix=".md", delete=False) as tmp:
             tmp.write(text)
