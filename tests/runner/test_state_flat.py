@@ -6,7 +6,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pytest
 
@@ -19,18 +19,19 @@ class Counted:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.appended = self.replaced = 0
-        real_write, real_atomic = state_mod._write_all, state_mod.atomic_write_bytes
+        real_write, real_atomic = state_mod._write_all, state_mod.atomic_write_chunks
 
         def write_all(fd: int, data: bytes, *rest: object) -> None:
             self.appended += len(data)
             real_write(fd, data, *rest)  # type: ignore[arg-type]
 
-        def atomic(path: object, data: bytes) -> None:
-            self.replaced += len(data)
-            real_atomic(path, data)  # type: ignore[arg-type]
+        def atomic(path: object, data: Iterable[bytes]) -> int:
+            size = real_atomic(path, data)  # type: ignore[arg-type]
+            self.replaced += size
+            return size
 
         monkeypatch.setattr(state_mod, "_write_all", write_all)
-        monkeypatch.setattr(state_mod, "atomic_write_bytes", atomic)
+        monkeypatch.setattr(state_mod, "atomic_write_chunks", atomic)
 
     @property
     def total(self) -> int:
