@@ -159,6 +159,7 @@ def test_status_json_keys_are_documented():
     keys |= {f"children[].{k}" for k in schema.ChildStatus.__annotations__}
     keys |= {f"pending_stop.{k}" for k in schema.PendingStop.__annotations__}
     keys |= {f"containment.{k}" for k in schema.Containment.__annotations__}
+    keys |= {f"stop.{k}" for k in schema.StopRecord.__annotations__}
     assert keys == documented, (sorted(keys - documented), sorted(documented - keys))
 
 
