@@ -109,7 +109,7 @@ def test_finished_run_names_the_failing_verify(runs):
     command = R.sh(verify, "b")
     proc = status(rd)
     assert proc.returncode == Exit.OK, proc.stderr
-    assert proc.stdout.startswith(f"run {rd.run_id}: failed (attempt 1, engine not running)")
+    assert proc.stdout.startswith(f"run {rd.run_id}: failed: 1 of 3 items failed (attempt 1, engine not running)")
     row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("b "))
     assert row.split()[:3] == ["b", "failed", "1"] and row.endswith(f"verify `{shlex.join(command)}` exited 9"), row
     items = {r["item"]: r for r in status_json(rd)["items"]}
@@ -136,7 +136,9 @@ def test_damaged_journal_still_gives_a_status(runs, damage):
         rd.journal.write_bytes(b"\xff\xfe\n" + b"[" * 10_000 + b"\n")
     proc = status(rd)
     assert "Traceback" not in proc.stderr
-    assert proc.stdout.startswith(f"run {rd.run_id}: completed (attempt 1, engine not running)"), proc.stdout
+    assert proc.stdout.startswith(f"run {rd.run_id}: completed: 1 item done (attempt 1, engine not running)"), (
+        proc.stdout
+    )
     info = status_json(rd)
     assert [(r["item"], r["status"]) for r in info["items"]] == [("a", "done")]
     if damage == "binary-and-deep":
