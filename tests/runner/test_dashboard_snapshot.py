@@ -140,7 +140,7 @@ def test_a_poll_reads_each_finished_run_a_fixed_number_of_times(runs, tmp_path, 
         with monkeypatch.context() as mp:
             mp.setattr(defaults, "DASHBOARD_MIN_AGE", 0.0)
             mp.setattr(status, "status_of", lambda rd, folds=None: models.append(rd) or real_status(rd, folds))
-            mp.setattr(os, "open", lambda path, *a, **k: opened.append(path) or real_open(path, *a, **k))
+            mp.setattr(os, "open", lambda path, *a, _seen=opened, **k: _seen.append(path) or real_open(path, *a, **k))
             snap = snapshot.Snapshots(Base(base), Actions())
             snap.json()
             per_run[n] = len(opened) / n
