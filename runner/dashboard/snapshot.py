@@ -379,6 +379,13 @@ def _finished_row(name: str, rd: RunDir, cheap: Any) -> dict[str, Any]:
         except Exception:
             origin = None
     copy = cheap["copy_of"] is not None
+    recorded = None
+    if copy:  # what the copied state says, as `runner status` says it of a copy
+        try:
+            copied = StateStore(rd.state).load_or_none()
+            recorded = copied.status if copied is not None else None
+        except Exception:
+            recorded = None
     said = words.status(
         cheap["status"],
         stop=stop,
@@ -386,7 +393,7 @@ def _finished_row(name: str, rd: RunDir, cheap: Any) -> dict[str, Any]:
         done=cheap["done"],
         failed=cheap["failed"],
         total=cheap["items"],
-        recorded=None,
+        recorded=recorded,
     )
     return {
         "name": name,

@@ -179,7 +179,8 @@ class Progress:
             # Held between phases: no phase clock counts (the status model says the same).
             waiting = self.fold.waiting()
             within = waiting == self.fold.paused_item
-            held = words.paused(self.fold.paused_since, waiting, self.fold.position(waiting), wall, within=within)
+            held = words.paused(self.fold.paused_since, waiting, self.fold.position(waiting), within=within)
+            held += f" ({render.seconds(max(0.0, wall - self.fold.paused_since))})" if self.fold.paused_since else ""
             return f"{held} · remove the PAUSE file to go on"
         if phase is None:
             if self.fold.ended is not None:

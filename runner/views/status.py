@@ -221,7 +221,7 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     if held and kind is None:
         waiting = waiting_before(items)
         position = fold.position(waiting) if waiting is not None else None
-        said = words.paused(fold.paused_since, waiting, position, now, within=waiting == fold.paused_item)
+        said = words.paused(fold.paused_since, waiting, position, within=waiting == fold.paused_item)
     can = controls.controls(live=live, copy=copy, paused=paused, resumable=resumable_now, stopping_kind=kind)
     return {
         "version": STATUS_VERSION,

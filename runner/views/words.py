@@ -67,7 +67,9 @@ def stopped(record: StopRecord | None, recorded_origin: str | None = None) -> st
     if origin == "forced":
         if fallback:
             return f"stopped with `runner stop`: {killed}"
-        return "stopped with `runner stop --now`"
+        # A stopper recorded it without a fallback: `--now`, or a plain stop that found
+        # the engine already dead (the record does not tell them apart).
+        return "stopped by `runner stop --now`, or by a `runner stop` after its engine had died"
     if origin == "signal":
         return "stopped by a signal to its engine (`runner stop`, `runner stop --now`, or SIGTERM)"
     if origin == "file":
@@ -102,15 +104,13 @@ def clock(t: float) -> str:
         return "--:--:--"
 
 
-def paused(
-    since: float | None, waiting: str | None, position: tuple[int, int] | None, now: float, *, within: bool = False
-) -> str:
+def paused(since: float | None, waiting: str | None, position: tuple[int, int] | None, *, within: bool = False) -> str:
     """A held pause: since when, and what the run does next once the PAUSE file is gone
     (`within`: the item it held in, whose next phase comes next). No phase runs (and no
     phase clock counts) while it holds."""
     text = "paused"
     if since is not None:
-        text += f" since {clock(since)} ({seconds(max(0.0, now - since))} ago)"
+        text += f" since {clock(since)}"
     if waiting is not None:
         where = f" ({position[0]}/{position[1]})" if position else ""
         before = "the next phase of item" if within else "item"

@@ -152,7 +152,7 @@ function makeRow(name) {
   const row = { root, head, toggle, title, status, words, count, doing, age, paused, pending, buttons, byAction, card,
     meta, problem, progress, bar, fillDone, fillFailed, counts, items, now, note, details, journal, itemsKey: "",
     journalKey: "", nowKey: "", actionKey: "", data: null, detail: null, stopClicked: null, expanded: false,
-    userChose: false, focusAfter: null, journalOpened: false };
+    userChose: false, focusAfter: null, parked: false, journalOpened: false };
   row.collapsedNow = () => (row.userChose ? !row.expanded : !defaultOpen(row));
   return row;
 }
@@ -243,16 +243,30 @@ function renderButtons(row, r) {
 // on) is gone or disabled, the focus moves to the one that takes its place, else to the
 // run's first control left, else to its status.
 function moveFocus(row, before) {
+  const usable = (b) => b && !b.hidden && !b.disabled;
+  const first = () => ACTIONS.map((a) => row.byAction.get(a)).find(usable);
+  if (row.parked) {
+    // Parked on the status while no control was usable: the first that is, once there is one.
+    if (document.activeElement !== row.status) row.parked = false;
+    else if (first()) {
+      first().focus();
+      row.parked = false;
+    }
+    return;
+  }
   const used = row.focusAfter;
   const lost = used && (used.hidden || used.disabled) &&
     (document.activeElement === used || document.activeElement === document.body || document.activeElement === null);
   const left = before && row.buttons.contains(before) && (before.hidden || before.disabled);
   if (!lost && !left) return;
-  const from = used || before;
-  const usable = (b) => b && !b.hidden && !b.disabled;
+  const from = lost ? used : before;
   let target = row.byAction.get(NEXT_FOCUS[from.dataset.action]);
-  if (!usable(target)) target = ACTIONS.map((a) => row.byAction.get(a)).find(usable);
-  (target || row.status).focus();
+  if (!usable(target)) target = first();
+  if (target) target.focus();
+  else {
+    row.status.focus();
+    row.parked = true;
+  }
   row.focusAfter = null;
 }
 
