@@ -225,7 +225,7 @@ class Snapshots:
                 if time.monotonic() - kept.read_at < defaults.DASHBOARD_LIVE_MAX_AGE and _is_live(rd) == kept.live:
                     return kept
             cheap = run_list.row(rd)
-            if cheap["live"] is False:
+            if cheap["live"] is False:  # ablate: dashboard-cheap-rows
                 self._folds.forget(rd)  # a fold is kept for live runs only
                 row, info = _finished_row(entry.name, rd, cheap), None
             else:

@@ -88,7 +88,7 @@ def reserve_size(state: State) -> int:
     one more state file (written beside the old one, then replacing it) and a few lines.
     Counted chunk by chunk (state.full_size): building the file's text here to measure it
     was the engine's peak memory (78 MB at 50,000 items)."""
-    return max(defaults.RESERVE_BYTES, 2 * full_size(state) + 64 * 1024)
+    return max(defaults.RESERVE_BYTES, 2 * full_size(state) + 64 * 1024)  # ablate: reserve-size-counted
 
 
 def _run_locked(rd: RunDir) -> Exit:

@@ -417,7 +417,7 @@ class StateStore:
         # Nothing kept per item: an item this store has no record of is written whole by
         # the next append that names it (a few bytes), which keeps the engine's memory
         # from holding every item's fields a second time.
-        self._items = {}
+        self._items = {}  # ablate: state-items-bounded
         self._written = self._stat()
 
     def _append(self, fd: int, state: State, touched: Iterable[str | None]) -> bool:

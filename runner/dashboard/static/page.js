@@ -258,7 +258,7 @@ function moveFocus(row, before) {
   const lost = used && (used.hidden || used.disabled) &&
     (document.activeElement === used || document.activeElement === document.body || document.activeElement === null);
   const left = before && row.buttons.contains(before) && (before.hidden || before.disabled);
-  if (!lost && !left) return;
+  if (!lost && !left) return; // # ablate: dashboard-focus
   const from = lost ? used : before;
   let target = row.byAction.get(NEXT_FOCUS[from.dataset.action]);
   if (!usable(target)) target = first();
