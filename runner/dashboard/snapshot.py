@@ -77,7 +77,8 @@ class Snapshots:
         self._folds = overview.FoldCache()
         self._seen: set[str] = set()
         self._gone: dict[str, float] = {}  # name -> when it was first missed
-        self._rows: tuple[float, list[_Cached], bool] | None = None
+        # (when, the rows with their actions, base exists, their digest, rows by name)
+        self._rows: tuple[float, list[tuple[_Cached, Any]], bool, Any, dict[str, _Cached]] | None = None
         self._body: tuple[str, bytes] | None = None  # the last answer's ETag and body
 
     def json(self, opened: tuple[str, ...] = ()) -> bytes:
@@ -93,16 +94,17 @@ class Snapshots:
             now = time.monotonic()
             if self._rows is None or now - self._rows[0] >= defaults.DASHBOARD_MIN_AGE:
                 rows, exists = self._compute()
-                self._rows = (now, rows, exists)
-            _, rows, exists = self._rows
-            names = {c.name for c in rows}
-            want = [n for n in dict.fromkeys(opened) if n in names][:OPEN_MAX]
-            by_name = {c.name: c for c in rows}
-            shown = [(c, self.actions.last(c.name)) for c in rows]
-            digest = hashlib.blake2b(str(exists).encode(), digest_size=12)
-            for cached, action in shown:
-                digest.update(cached.digest)
-                digest.update(_action_key(action).encode())
+                # The rows and their actions, and their digest, once per look (not per poll:
+                # a poll then costs what its open cards cost, whatever the number of runs).
+                shown = [(c, self.actions.last(c.name)) for c in rows]
+                rows_digest = hashlib.blake2b(str(exists).encode(), digest_size=12)
+                for cached, action in shown:
+                    rows_digest.update(cached.digest)
+                    rows_digest.update(_action_key(action).encode())
+                self._rows = (now, shown, exists, rows_digest, {c.name: c for c in rows})
+            _, shown, exists, rows_digest, by_name = self._rows
+            want = [n for n in dict.fromkeys(opened) if n in by_name][:OPEN_MAX]
+            digest = rows_digest.copy()
             details = [(name, self._detail(by_name[name])) for name in want]
             for name, (detail_digest, _) in details:
                 digest.update(name.encode() + b"\0" + detail_digest)
