@@ -26,8 +26,12 @@ from runner.files.rundir import RunDir, copy_line
 from runner.files.state import State, StateStore
 from runner.proc import identity
 from runner.proc.membership import Membership
-from runner.views import controls, overview, words
+from runner.views import controls, words
 from runner.views.schema import STATUS_VERSION, ChildStatus, Containment, ItemRow, PendingStop, RunStatus
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.views import overview
 
 RESUMABLE_STATUSES = ("stopped", "crashed", "running")
 """Recorded statuses `runner resume` continues (with no live engine, and not a copy):
@@ -147,6 +151,10 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     read on its own (run_view.py): a damaged one is listed under "damaged" and the others
     are still shown. `folds`: a cache for a caller that asks again and again (only new
     journal records are read)."""
+    # The journal's fold (and the spec parser and dataclasses under it) is imported here:
+    # `runner list` reads run_status and resumable only, and spares its start-up that.
+    from runner.views import overview
+
     view = run_view.view(rd, wait_for_engine=False)
     state_unreadable = False
     try:
