@@ -827,10 +827,10 @@ class Context:
                     ("first_poll", "the dashboard's first `/api/runs`", "first_poll_s_at_500_runs"),
                     ("stop_all", "`runner stop --all` (nothing live)", "stop_all_s_at_500_runs"),
                 ):
-                    value = now[key]["seconds"]
+                    value, cpu = now[key]["seconds"], now[key]["cpu_s"]
                     rows.append(
                         f"| 500 runs: {what} | within {_measured(goals[goal])} "
-                        f"| {_measured(value)} · {self._verdict(value, goals[goal])} |"
+                        f"| {_measured(value)} ({_measured(cpu)} of CPU) · {self._verdict(value, goals[goal])} |"
                     )
                 for key, how in (("memory_page", "as the page polls"), ("memory_unconditional", "without an ETag")):
                     m = now[key]
