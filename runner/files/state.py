@@ -425,10 +425,11 @@ class StateStore:
         if self._written is None:  # _open_mine said it was not; never here
             return False
         touched = tuple(touched)
-        if state.status != "running":
-            # The run has ended: its state is written as one full line, so that every
-            # later reader (`list`, the dashboard: hundreds of finished runs) parses one
-            # line, not the run's hundreds of transitions.
+        if state.status in ("completed", "failed"):
+            # The queue has run to its end: its state is written as one full line, so that
+            # every later reader (`list`, the dashboard: hundreds of finished runs) parses
+            # one line, not the run's transitions. Not a stop's record (stopped, crashed):
+            # a stop's own writes stay one append, off the path of its latency.
             return False
         values = ItemState._values
         changed: dict[str, ItemState] = {}

@@ -150,7 +150,7 @@ function makeRow(name) {
   card.append(meta, problem, progress, items, now, details);
   root.append(head, note, card);
   const row = { root, head, toggle, title, status, words, count, doing, age, paused, pending, buttons, byAction, card,
-    meta, problem, progress, bar, fillDone, fillFailed, counts, items, now, note, details, journal, itemsKey: "",
+    meta, problem, progress, bar, fillDone, fillFailed, counts, items, now, note, details, journal, itemsKey: "", chipTails: [],
     journalKey: "", nowKey: "", actionKey: "", data: null, detail: null, stopClicked: null, expanded: false,
     userChose: false, focusAfter: null, parked: false, journalOpened: false };
   row.collapsedNow = () => (row.userChose ? !row.expanded : !defaultOpen(row));
@@ -396,14 +396,25 @@ function renderItems(row, r, items, tick) {
     const extra = [i.attempts ? `${i.attempts} att.` : "", duration ? seconds(duration) : "", i.reason || ""].filter(Boolean);
     return [escaped(i.item), i.status, extra.length ? ` (${escaped(extra.join(", "))})` : "", current];
   });
-  const key = JSON.stringify([chips, items.length]);
-  if (key === row.itemsKey) return;
+  // Rebuilt only when the items or their states change; a ticking duration is written
+  // into the chip's own text node (the chips stay the same nodes between polls).
+  const key = JSON.stringify([chips.map(([name, shown, , current]) => [name, shown, current]), items.length]);
+  if (key === row.itemsKey) {
+    chips.forEach(([, shown, extra], i) => {
+      const tail = row.chipTails[i];
+      if (tail && tail.data !== `: ${shown}${extra}`) tail.data = `: ${shown}${extra}`;
+    });
+    return;
+  }
   row.itemsKey = key;
+  row.chipTails = [];
   const nodes = chips.map(([name, shown, extra, current]) => {
     const chip = el("li");
     const label = el("span", "name user", name);
+    const tail = document.createTextNode(`: ${shown}${extra}`);
+    row.chipTails.push(tail);
     chip.title = `${name}: ${shown}`;
-    chip.append(label, `: ${shown}${extra}`);
+    chip.append(label, tail);
     chip.dataset.status = shown;
     if (current) chip.classList.add("current");
     return chip;
