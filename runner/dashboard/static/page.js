@@ -318,6 +318,7 @@ function update(row, r) {
   setText(row.paused, r.pause_held ? "paused" : "pause asked");
   show(row.pending, Boolean(r.pending_stop));
   setText(row.pending, r.pending_stop ? escaped(`stop pending: ${r.pending_stop}`) : "");
+  row.pending.title = row.pending.textContent;
   row.fillDone.style.width = total ? `${(100 * done) / total}%` : "0%";
   row.fillFailed.style.width = total ? `${(100 * failed) / total}%` : "0%"; // # ablate: dashboard-failed-bar
   row.bar.setAttribute("aria-label", `${done} done, ${failed} failed of ${total}`);
