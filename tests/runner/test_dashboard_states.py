@@ -349,3 +349,32 @@ def test_the_header_counts_every_run_by_its_state_and_a_vanished_run_shows_no_pi
     while os.path.exists(f"/proc/{engine.pid}") and time.monotonic() < deadline:
         time.sleep(0.05)  # the vanished run's engine exits once it has stopped it
     assert not runs.tagged(doomed.run_id)
+
+
+def test_a_ticking_clock_never_moves_a_button(runs, victim, dashboard, page):
+    """Path: page.css's run line (fixed columns before the buttons, at 900 px and wider):
+    while the line's clocks tick (the phase's, the age, "stopping for"), no button moves
+    under the pointer. A click aimed at "Stop gracefully" once landed on "Stop" as the
+    phase clock widened the text before it."""
+    rd, _ = runs.live_trap_term(victim, stop={"kill_grace": 0.3})
+    try:
+        dash = dashboard()
+        open_page(page, dash, "run", "running")
+        boxes = (
+            "() => [...document.querySelectorAll('section[data-run-id=run] .head button')].map((b) => {"
+            " const r = b.getBoundingClientRect(); return [b.dataset.action || 'toggle', r.x, r.y, r.width]; })"
+        )
+        before = page.evaluate(boxes)
+        first = row(page, "run").locator("[data-field=doing]").text_content()
+        # The phase clock goes from "9.9 s" to "10.0 s" and on: wait until it has ticked
+        # past a change of its text's length (the width that used to push the buttons).
+        page.wait_for_function(
+            "(t) => { const d = document.querySelector('section[data-run-id=run] [data-field=doing]').textContent;"
+            " return d !== t && d.length !== t.length; }",
+            arg=first,
+            timeout=60_000,
+        )
+        assert page.evaluate(boxes) == before
+    finally:
+        assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+        runs.wait_engine_exit(rd)
