@@ -10,7 +10,9 @@ attempt is alive.
 
 Faults (bench/faults.py): a stopper SIGKILLed or SIGINTed at random moments, then a
 plain `runner stop`; fork storms without a cgroup; SIGTERM to `runner run` in its first
-instants, in the foreground and as PID 1 of a pid namespace. Per fault: trials, runs
+instants, in the foreground and as PID 1 of a pid namespace; SIGTERM to the PID 1 (tini)
+of the container recipe's entrypoint under examples/kubernetes/run-local at each moment,
+quiet and beside two CPU hogs. Per fault: trials, runs
 left running, processes left, exit 0 with something left, stops not recorded.
 
 Load: N runs with a SIGTERM-trapping provider, stopped at once by N concurrent
@@ -24,7 +26,12 @@ resume), a read-only ext4 under a live run, a run in a pid namespace stopped fro
 host; per fault, trials, runs left running, processes left, exit 0 with something left,
 stops not recorded (expected only on the read-only disk).
 
-    python bench/soak.py [--kills 200] [--runs 50] [--json docs/soak.json] [--check]
+Stop modes (bench/modes.py, issue 26): every way to stop a run against every victim in
+both containments, `--modes` trials per cell, each held to the same invariants; and
+`--all-now` runs stopped by one `runner stop --all --now`, counted for a session or item
+recorded failed.
+
+    python bench/soak.py [--kills 200] [--runs 50] [--modes 3] [--all-now 60] [--json docs/soak.json] [--check]
 
 --check exits 1 on any loss (CI runs a short soak with it). Every process the soak
 starts is killed at the end, whatever happens.
@@ -36,6 +43,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -282,9 +290,9 @@ EARLY_MOMENTS = (0.02, 0.05, 0.15, 0.3, 1.0)
 
 def stop_faults(work: Path, args: argparse.Namespace, rng: random.Random) -> dict[str, dict]:
     """The stop under faults (bench/faults.py): interrupted stoppers then a plain stop,
-    fork storms without a cgroup, SIGTERM in the first instants (foreground and PID 1).
-    One tally per fault: trials, runs left running, processes left, exit 0 with something
-    left, stops not recorded, exit codes."""
+    fork storms without a cgroup, SIGTERM in the first instants (foreground and PID 1), and
+    to run-local's PID 1 (run_local). One tally per fault: trials, runs left running,
+    processes left, exit 0 with something left, stops not recorded, exit codes."""
     out: dict[str, dict] = {}
     trials = faults.interrupted_stopper(work, args.faults, signal.SIGKILL, rng)
     out["stopper_sigkill"] = faults.tally(trials)
@@ -298,6 +306,39 @@ def stop_faults(work: Path, args: argparse.Namespace, rng: random.Random) -> dic
         out[name] = faults.tally(trials, ("code",))
         out[name]["max_stop_s"] = max((t.get("stop_s", 0.0) for t in trials), default=None)
         out[name]["before_first_instruction"] = sum(1 for t in trials if t.get("before_first_instruction"))
+    if args.run_local:
+        out.update(run_local(work, args.run_local))
+    return out
+
+
+def run_local(work: Path, rounds: int) -> dict[str, dict]:
+    """The container recipe's entrypoint under examples/kubernetes/run-local (tini as PID 1
+    of a pid namespace), SIGTERM to PID 1 at each of faults.RUN_LOCAL_MOMENTS after it came
+    to exist, `rounds` times per moment, quiet and beside two CPU hogs. Per moment: the
+    trials, how many were stopped and recorded, how many never started, and the trials
+    where something else happened (faults.run_local_sigterm says what must hold)."""
+    missing = [t for t in ("unshare", "tini") if shutil.which(t) is None]
+    if os.geteuid() != 0 or missing:
+        why = f"run-local needs root, unshare and tini (make init); missing: {missing or 'root'}"
+        return {"run_local_sigterm": {**faults.tally([]), "problems": [why]}}
+    out: dict[str, dict] = {}
+    for load, name in ((0, "run_local_sigterm"), (2, "run_local_sigterm_hog")):
+        trials: list[dict] = []
+        with faults.hogs(load):
+            for _ in range(rounds):
+                trials += faults.run_local_sigterm(work / name, faults.RUN_LOCAL_MOMENTS)
+        out[name] = faults.tally(trials, ("code",))
+        out[name]["before_first_instruction"] = sum(1 for t in trials if t.get("outcome") == "never started")
+        out[name]["cpu_hogs"] = load
+        out[name]["by_moment"] = {
+            f"{at:g}": {
+                "trials": sum(1 for t in trials if t["at"] == at),
+                "stopped": sum(1 for t in trials if t["at"] == at and t.get("outcome") == "stopped"),
+                "never_started": sum(1 for t in trials if t["at"] == at and t.get("outcome") == "never started"),
+                "problems": sum(1 for t in trials if t["at"] == at and "problem" in t),
+            }
+            for at in faults.RUN_LOCAL_MOMENTS
+        }
     return out
 
 
@@ -331,6 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", type=int, default=20, help="interrupted-stopper trials per signal (SIGKILL, SIGINT)")
     ap.add_argument("--storms", type=int, default=5, help="fork-storm trials")
     ap.add_argument("--early", type=int, default=2, help="rounds of SIGTERM at each early moment (foreground, PID 1)")
+    ap.add_argument(
+        "--run-local",
+        type=int,
+        default=20,
+        help="rounds of SIGTERM to run-local's PID 1 at each moment, quiet and under two CPU hogs (0: none)",
+    )
+    ap.add_argument("--modes", type=int, default=0, help="trials of every cell of the stop-modes matrix")
+    ap.add_argument("--all-now", type=int, default=0, help="runs stopped by one `stop --all --now`, checked")
     ap.add_argument("--check", action="store_true", help="exit 1 on any loss")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
@@ -346,6 +395,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import soak_disk
 
         disk = soak_disk.run(work / "disk", args.disk_trials) if args.disk_trials else {"faults": {}, "problems": []}
+        from bench import modes
+
+        stop_modes = modes.soak(work / "modes", args.modes) if args.modes else None
+        all_now = modes.all_now(work, args.all_now) if args.all_now else None
     finally:
         cleanup(work)
     doc = {
@@ -362,9 +415,18 @@ def main(argv: list[str] | None = None) -> int:
         "many_stoppers": many,
         "faults": fault,
         "disk_and_pidns_faults": disk,
+        "stop_modes": stop_modes,
+        "all_now": all_now,
     }
     problems = crash["problems"] + hard["problems"] + now["problems"] + many["problems"] + list(disk["problems"])
     problems += [p for f in fault.values() for p in f["problems"] + _fault_losses(f)]
+    if stop_modes is not None:
+        problems += stop_modes["problems"]
+        print(f"soak: stop modes: {stop_modes['trials']} trials, {len(stop_modes['problems'])} problems")
+    if all_now is not None:
+        if all_now["with_a_failure"] or all_now["code"] != 0:
+            problems.append(f"stop --all --now: {all_now}")
+        print(f"soak: stop --all --now: {all_now['with_a_failure']} of {all_now['runs']} runs with a failure")
     print(
         f"soak: {crash['kills']} kills over {crash['runs']} runs ({crash['engine_group_kills']} engine groups, "
         f"{crash['child_group_kills']} call groups), losses {len(crash['problems'])}; "

@@ -1,10 +1,10 @@
 """`make bench`: the runner's stop beside the other stoppers, at scale and under load.
 
     python -m bench.stoppers [--n 5] [--sizes 1,10,100,1000] [--scale-n 3] [--load-runs 50]
-                             [--parts stoppers,scale,load,items,journal,runs,dashboard,plugin] [--merge]
+                             [--parts stoppers,scale,load,items,journal,runs,dashboard,plugin,pid1,cost] [--merge]
                              [--json docs/bench.json] [--check] [--ci]
 
-Eight parts (the first three by default; `make bench` runs all eight), in one run, each
+Ten parts (the first three by default; `make bench` runs all ten), in one run, each
 printed as a table and written to the JSON with every raw sample (machine, date, commit, n):
 
 - **stoppers** (bench/matrix.py): the same victim trees (bench/trees.py: the plugin's
@@ -26,6 +26,10 @@ printed as a table and written to the JSON with every raw sample (machine, date,
   page polling, beside the previous commit's dashboard and unconditional polls.
 - **plugin** (bench/plugin_idle.py): a one-test pytest session with the plugin installed
   but unused, against the same session with `-p no:stoplatency`.
+- **pid1** (bench/pid1_window.py): how long a container's PID 1 (`runner` without an
+  init, tini) is deaf to SIGTERM after its exec, quiet and beside two CPU hogs.
+- **cost** (bench/stopper_cost.py): `runner stop --now` on a cooperative run, from the
+  command's start to its exit, beside a bare `python -c pass`.
 
 Each part's goals (bench/goals.py, issue 20) go into the JSON beside the figures.
 
@@ -51,7 +55,21 @@ from typing import Any
 
 from runner import defaults
 
-from . import contenders, dashboard, goals, load, many_runs, matrix, plugin_idle, runs, scale, sizes, trees
+from . import (
+    contenders,
+    dashboard,
+    goals,
+    load,
+    many_runs,
+    matrix,
+    pid1_window,
+    plugin_idle,
+    runs,
+    scale,
+    sizes,
+    stopper_cost,
+    trees,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_GRACE = defaults.KILL_GRACE
@@ -59,7 +77,7 @@ KILL_GRACE = defaults.KILL_GRACE
 (`[stop] kill_grace`) and given to every other stopper as its grace."""
 
 
-PARTS = ("stoppers", "scale", "load", "items", "journal", "runs", "dashboard", "plugin")
+PARTS = ("stoppers", "scale", "load", "items", "journal", "runs", "dashboard", "plugin", "pid1", "cost")
 
 
 def _ids(text: str) -> list[str]:
@@ -89,6 +107,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help=f"runs part: runs under one directory (default {','.join(map(str, many_runs.RUN_COUNTS))})",
     )
     ap.add_argument("--polls", type=int, help=f"runs part: polls of the dashboard (default {many_runs.POLLS})")
+    ap.add_argument("--pid1-n", type=int, default=pid1_window.SAMPLES, help="pid1 part: samples per PID 1 and load")
+    ap.add_argument("--cost-n", type=int, default=stopper_cost.N, help="cost part: samples per side")
     ap.add_argument("--merge", action="store_true", help="keep the parts of the existing --json that are not run now")
     ap.add_argument("--kill-grace", type=float, default=KILL_GRACE)
     ap.add_argument("--ci", action="store_true", help="the reduced run: n=1, three stoppers, small scale and load")
@@ -278,6 +298,21 @@ def main(argv: list[str] | None = None) -> int:
             stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}
             doc["plugin"] = {**plugin_idle.run(args.plugin_rounds), **stamp, "seconds": round(time.monotonic() - t, 1)}
             print("\nThe plugin, installed but unused:\n" + plugin_idle.table(doc["plugin"]) + "\n")
+        if "pid1" in args.parts:
+            t = time.monotonic()
+            stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}
+            doc["pid1"] = {**pid1_window.run(args.pid1_n), **stamp, "seconds": round(time.monotonic() - t, 1)}
+            print("\nA container's PID 1, deaf to SIGTERM until its first sigprocmask:")
+            print(pid1_window.table(doc["pid1"]) + "\n")
+        if "cost" in args.parts:
+            t = time.monotonic()
+            stamp = {"date": doc["date"], "git_commit": doc["git_commit"]}
+            doc["cost"] = {
+                **stopper_cost.run(args.cost_n, work / "cost"),
+                **stamp,
+                "seconds": round(time.monotonic() - t, 1),
+            }
+            print("\nThe stopper's own cost:\n" + stopper_cost.table(doc["cost"]) + "\n")
     finally:
         left = trees.sweep(work / "trees")
         if left:

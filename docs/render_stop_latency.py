@@ -23,8 +23,12 @@ stated through {{bound:...}}, which resolves to a constant a test asserts, or
     {{ablation_table}}        the mutate run's verdicts
     {{reliability}}           the `make soak` figures (docs/soak.json), MEASURED
     {{limits}}                the spec's limits (runner.defaults), DERIVED, with the keys they apply to
-    {{stop_modes}}            every way to stop a run: what it signals, its worst case (DERIVED), its
-                              median (MEASURED, test or bench named), its exit codes, resumable
+    {{stop_modes}}            every way to stop a run (runner/events.py WAYS, each with its StopKind):
+                              what it signals, its worst case (DERIVED from the kind's terms, lock
+                              waits included), its median (MEASURED, test or bench named), its exit
+                              codes, resumable
+    {{directory_gone}}        what each command does when the run directory goes away before, during
+                              or after it, codes checked against docs/exit-codes.md
     {{bench_stoppers}}        the runner's stops beside other stoppers (docs/bench.json), MEASURED
     {{bench_scale_load}}      the stop at 1 to 1,000 processes and with many runs at once
     {{bench_dashboard}}       the dashboard server's CPU with a page open, beside its reference
@@ -32,6 +36,8 @@ stated through {{bound:...}}, which resolves to a constant a test asserts, or
     {{bench_runs}}            list, stop --all, the dashboard's first answer and its memory over
                               polls, with 10 and 500 runs under one directory, before and now,
                               MEASURED
+    {{bench_stopper_cost}}    `runner stop --now` on a cooperative run beside `python -c pass`
+                              (docs/bench.json, part `cost`), MEASURED
 """
 
 from __future__ import annotations
@@ -338,6 +344,20 @@ class Context:
             f"| {many['stoppers']} concurrent stoppers (hard, `--now`, graceful) on one run | exit codes "
             f"{many['codes']}; problems {len(many['problems'])} |",
         ]
+        modes, all_now = s.get("stop_modes"), s.get("all_now")
+        if modes:
+            # bench/modes.py: every way to stop a run, every victim, both containments.
+            for mode, m in modes["modes"].items():
+                rows.append(
+                    f"| stop mode `{mode}`, every victim and containment (bench/modes.py) | {m['trials']} trials; "
+                    f"{m['with_problems']} broke an invariant; {m['exit0_with_something_left']} exit 0 with "
+                    f"something left; exit codes {m['codes']} |"
+                )
+        if all_now:
+            rows.append(
+                f"| {all_now['runs']} runs stopped by one `runner stop --all --now` | {all_now['with_a_failure']} "
+                f"with a session or item recorded failed; exit {all_now['code']} |"
+            )
         return (
             src
             + ":\n\n"
@@ -351,6 +371,12 @@ class Context:
         ("fork_storm", "a fork storm (SIGTERM ignored, setsid, re-fork) without a cgroup, `runner stop --now`"),
         ("early_sigterm_foreground", "SIGTERM to a foreground `runner run` at 0.02 to 1 s after its start"),
         ("early_sigterm_pid1", "SIGTERM to `runner run` as PID 1 of a pid namespace at 0.02 to 1 s after its start"),
+        (
+            "run_local_sigterm",
+            "SIGTERM to the PID 1 (tini) of the container recipe's entrypoint under `examples/kubernetes/run-local`, "
+            "at each moment after PID 1 came to exist",
+        ),
+        ("run_local_sigterm_hog", "the same, beside two CPU hogs"),
     )
 
     def _faults(self, faults: dict | None, disk: dict | None = None) -> str:
@@ -389,6 +415,17 @@ class Context:
                 )
             if f.get("max_stop_s") is not None:
                 note += f"; slowest stop {_human(f['max_stop_s'])} after the signal or the engine's start"
+            if f.get("by_moment"):
+                note = "; per moment: " + ", ".join(
+                    f"{_seconds(float(at))}: {m['trials']} ({m['stopped']} stopped and recorded, "
+                    f"{m['never_started']} never started"
+                    + (f", **{m['problems']} otherwise**" if m["problems"] else "")
+                    + ")"
+                    for at, m in f["by_moment"].items()
+                )
+                note += (
+                    " (never started: tini's 143, the SIGTERM ended the entrypoint before `runner`'s first instruction)"
+                )
             rows.append(
                 f"| {what}{note} | {f['trials']} | {f['runs_left_running']} | {f['processes_left']} "
                 f"| {f['exit0_with_something_left']} | {f['stops_not_recorded']} | {f['codes']} |"
@@ -694,6 +731,45 @@ class Context:
             f"{part['live_while_polled']} runs live beside the finished ones." + missing + "\n\n" + "\n".join(rows)
         )
 
+    def bench_container_init(self) -> str:
+        part = self._bench_part("pid1")
+        if not part:
+            return self._bench_absent("A container's PID 1")
+        if part.get("skipped"):
+            return f"*A container's PID 1: not measured ({part['skipped']}).*"
+        rows = [
+            "| PID 1 | beside | n | seen deaf for at least: median, max | deaf for at most: median, p95, max |",
+            "|---|---|---|---|---|",
+        ]
+        names = {
+            "runner": "`runner` (no init)",
+            "tini": "`tini` (the recipe's)",
+            "tini-static": "`tini-static`",
+        }
+        for r in part["rows"]:
+            name = names.get(r["pid1"], f"`{r['pid1']}`")
+            if r.get("skipped"):
+                rows.append(f"| {name} | not measured: {r['skipped']} | | | |")
+                continue
+            lo, hi = r["at_least"], r["at_most"]
+            beside = "two CPU hogs" if r["cpu_hogs"] else "nothing"
+            failed = f" ({len(r['errors'])} samples failed)" if r.get("errors") else ""
+            if not hi["n"]:
+                rows.append(f"| {name} | {beside} | 0{failed} | - | - |")
+                continue
+            rows.append(
+                f"| {name} | {beside} | {hi['n']}{failed} | {_measured(lo['median_s'])}, {_measured(lo['max_s'])} "
+                f"| {_measured(hi['median_s'])}, {_measured(hi['p95_s'])}, {_measured(hi['max_s'])} |"
+            )
+        return (
+            f"{self._part_tag(part)}; `bench/pid1_window.py`. Each sample starts `unshare --pid --fork "
+            "--mount-proc PID1` with nothing blocked, as a container runtime does, and reads PID 1's "
+            '`/proc/PID/status` as fast as the benchmark can: "seen deaf for at least" spans the samples '
+            "that showed it exec'd with SIGTERM neither blocked nor caught (0: none fell in the window); "
+            '"deaf for at most" runs from the last moment it had not exec\'d to the first sample showing '
+            "SIGTERM held, and grows when the benchmark itself is kept off the CPU.\n\n" + "\n".join(rows)
+        )
+
     # -- issue 20's goals beside their figures (bench/goals.py, in docs/bench.json) ------
     _FAIR = (
         ("runner-engine-sigterm", "SIGTERM to the engine"),
@@ -759,6 +835,23 @@ class Context:
                     (f"{who}, {label} (median)", shown, f"within {text}", figure + " · " + self._verdict(shown, goal))
                 )
         return out
+
+    def bench_stopper_cost(self) -> str:
+        """The stopper's own cost beside a bare Python start-up (bench part `cost`)."""
+        part = self._bench_part("cost")
+        if not part:
+            return self._bench_absent("The stopper's own cost")
+        ms = lambda x: f"{x * 1000:.1f} ms"  # noqa: E731
+        b, s = part["bare_python"], part["stop_now"]
+        load = ", ".join(f"{x:.2f}" for x in part.get("loadavg_at_start", []))
+        return (
+            f"MEASURED: n={part['n']} each, `{self.bench_name}` ({part.get('date', '?')}, load average "
+            f"at the start {load or '?'}).\n\n"
+            "| command | wall (median) | CPU (median) |\n|---|---|---|\n"
+            f"| `python -c pass` | {ms(b['wall_median_s'])} | {ms(b['cpu_median_s'])} |\n"
+            f"| `runner stop --now`, cooperative run | {ms(s['wall_median_s'])} | {ms(s['cpu_median_s'])} |\n"
+            f"| in Python start-ups (wall) | {part['startups']:.2f} (goal 2) | |"
+        )
 
     def bench_goals(self) -> str:
         b = self.bench or {}
@@ -901,33 +994,33 @@ class Context:
         return render_spec.Context().spec_limits()
 
     # -- the ways to stop a run ------------------------------------------------------
-    def _worst(self, kind: str) -> str:
-        """A mode's worst case, added up from runner/defaults.py (DERIVED)."""
+    _LOCK_WAITS = ("REQUEST_LOCK_WAIT", "LOCK_WAIT")
+    """The worst-case terms that are waits for a lock another stopper (or the engine) holds."""
+
+    def _worst(self, way) -> str:
+        """A way's worst case: its StopKind's terms (runner/events.py), each a constant of
+        runner/defaults.py at the default spec (DERIVED), lock waits named as such."""
         d = _defaults()
-
-        def terms(*names: str) -> str:
-            total = sum(float(getattr(d, n)) for n in names)
-            parts = " + ".join(f"`{n}` {_seconds(float(getattr(d, n)))}" for n in names)
-            return f"**{_seconds(total)}**" + (f" ({_human(total)})" if total >= 120 else "") + f" = {parts}"
-
-        if kind == "hard":
+        terms = way.kind.worst_case(d.STOP_GRACE, d.KILL_GRACE, by=way.by)
+        for name, value in terms:
+            if abs(float(getattr(d, name)) - value) > 1e-9:
+                raise RenderError(f"{way.label}: the worst-case term {name} is not runner/defaults.py's {name}")
+        total = sum(value for _, value in terms)
+        parts = " + ".join(f"`{n}` {_seconds(v)}" + (" (lock wait)" if n in self._LOCK_WAITS else "") for n, v in terms)
+        shown = f"**{_seconds(total)}**" + (f" ({_human(total)})" if total >= 120 else "") + f" = {parts}"
+        if way.kind.name == "hard" and way.by == "stopper":
             # The code's own sum (what `runner bound` prints), checked against the terms.
             from runner.files.spec import StopSpec
 
             spec = StopSpec(grace=d.STOP_GRACE, kill_grace=d.KILL_GRACE, containment=d.CONTAINMENT, channel="auto")
-            shown = terms("STOP_GRACE", "KILL_GRACE", "CONFIRM_TIMEOUT")
-            if abs(spec.hard_worst_case - (d.STOP_GRACE + d.KILL_GRACE + d.CONFIRM_TIMEOUT)) > 1e-9:
-                raise RenderError("StopSpec.hard_worst_case is no longer grace + kill_grace + CONFIRM_TIMEOUT")
-            return shown + " (`StopSpec.hard_worst_case`, `runner bound`)"
-        if kind == "now":
-            return terms("KILL_GRACE", "CONFIRM_TIMEOUT")
-        if kind == "all":
-            return self._worst("hard") + "; with `--now`: " + self._worst("now")
-        if kind == "graceful":
-            return terms("CALL_TIMEOUT", "HOOK_TIMEOUT", "VERIFY_TIMEOUT") + " (one hook, one verify command)"
-        if kind == "engine":
-            return terms("KILL_GRACE", "CONFIRM_TIMEOUT") + "; a wedged engine is not forced by anyone"
-        raise RenderError(f"no worst case of kind {kind!r}")
+            if abs(spec.hard_worst_case - total) > 1e-9:
+                raise RenderError("StopSpec.hard_worst_case is not the sum of StopKind.HARD's terms")
+            shown += " (`StopSpec.hard_worst_case`, `runner bound`)"
+        if way.kind.mode.label == "graceful":
+            shown += " (one hook, one verify command)"
+        if way.by == "engine" and way.kind.name == "hard":
+            shown += "; a wedged engine is not forced by anyone"
+        return shown
 
     def _by_command(self) -> dict[str, set[str]]:
         """docs/exit-codes.md's "By command" table (tests/runner/test_exit_codes_doc.py
@@ -967,144 +1060,208 @@ class Context:
             figure = f"median {_measured(m['median_s'])} per run (n={m['n']} runs, one command each)"
         return f"`{mode}`: {figure}; bench `python -m bench.stoppers`, part `load`, `{self.bench_name}`"
 
-    _MODES = (
-        # (mode, what it signals, worst case kind, measured: labels or "bench:MODE", exit codes, resumable)
-        (
-            "`runner stop`",
+    _WAYS = {
+        # events.WAYS label: (what it signals, measured: labels or "bench:MODE", exit codes, resumable)
+        "runner stop": (
             "lodges a hard request, SIGTERMs the engine (file channel: no signal before `grace`); the engine "
             "kills every child group (SIGTERM, `kill_grace`, SIGKILL); after `grace` the stopper forces",
-            "hard",
             ("runner stop (signal) / trap-term provider", "runner stop (file) / long verify"),
             ("stop", ("OK", "STOP_FORCED", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED", "INTERRUPTED")),
             "yes",
         ),
-        (
-            "`runner stop --now`",
-            "the stopper itself: SIGTERM to every proven process group of the run, the engine's included, "
+        "runner stop --now": (
+            "lodges a hard request, then the stopper itself: SIGTERM to every proven process group of the run, "
+            "the engine's included, and to the engine's children and their lineage (read before it), "
             "`kill_grace`, SIGKILL, then the confirmation",
-            "now",
             ("runner stop --now / trap-term",),
             ("stop --now", ("OK", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED", "INTERRUPTED")),
             "yes",
         ),
-        (
-            "`runner stop --graceful`",
+        "runner stop --graceful": (
             "lodges a graceful request and returns; no signal: the engine stops at the end of the phase in flight",
-            "graceful",
             (),
             ("stop --graceful", ("OK", "INTERRUPTED")),
             "yes",
         ),
-        (
-            "`runner stop --graceful --wait`",
+        "runner stop --graceful --wait": (
             "as `--graceful`, then waits for the run to end",
-            "graceful",
             (),
             ("stop --graceful --wait", ("STOPPED", "OK", "FAILED", "INTERRUPTED")),
             "yes",
         ),
-        (
-            "`runner stop --all [--now]`",
-            "each live run as its own `runner stop` (or `--now`) would, all at once from one process "
+        "runner stop --all": (
+            "each live run as its own `runner stop` would, all at once from one process "
             "(up to {MAX_STOPPERS} at a time)",
-            "all",
-            ("bench:stop --all", "bench:stop --all --now"),
+            ("bench:stop --all",),
             ("stop --all", ("OK", "STOP_FORCED", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED", "NO_LIVE_RUN")),
             "yes",
         ),
-        (
-            "`touch RUNDIR/STOP`",
-            "nothing: the engine reads the file at the top of each item and between phases (also while "
-            "paused and in a backoff) and stops gracefully",
-            "graceful",
-            ("STOP file / while paused", "STOP file / during backoff"),
-            ("run", ("STOPPED",)),
+        "runner stop --all --now": (
+            "each live run as its own `runner stop --now` would, all at once from one process",
+            ("bench:stop --all --now",),
+            ("stop --all", ("OK", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED", "NO_LIVE_RUN")),
             "yes",
         ),
-        (
-            "`touch RUNDIR/PAUSE`",
-            "nothing: the engine holds at its next landing point (as a graceful stop's) until the file is "
-            "removed; not a stop",
-            "graceful",
+        "runner stop --all --graceful": (
+            "each live run as its own `runner stop --graceful` would",
             (),
-            None,
-            "the run is not stopped: remove the file and it goes on",
-        ),
-        (
-            "Ctrl-C once (foreground `runner run`/`resume`)",
-            "as `runner stop`: a hard request, SIGINT forwarded to the engine; after `grace` the command forces",
-            "hard",
-            (),
-            ("run", ("STOPPED",)),
+            ("stop --all", ("OK", "NO_LIVE_RUN")),
             "yes",
         ),
-        (
-            "Ctrl-C twice",
-            "as `runner stop --now`, from the foreground command",
-            "now",
-            (),
-            ("run", ("STOPPED",)),
-            "yes",
-        ),
-        (
-            "SIGTERM or SIGHUP to a foreground `runner run` (PID 1 of a container included)",
-            "as Ctrl-C once: forwarded to the engine, forced after `grace`",
-            "hard",
-            (),
-            ("run", ("STOPPED",)),
-            "yes",
-        ),
-        (
-            "SIGTERM to the engine itself",
-            "the engine's own handler, as for `runner stop`'s signal; nobody forces it after `grace`",
-            "engine",
-            (),
-            ("wait", ("STOPPED",)),
-            "yes",
-        ),
-        (
-            'dashboard "Stop"',
-            "`runner stop`'s own code (`stop.stop_hard`, origin `dashboard`)",
-            "hard",
+        'dashboard "Stop"': (
+            "`runner stop`'s own pipeline (`stop.stop(rd, StopKind.HARD)`, origin `dashboard`)",
             ("dashboard Stop / click to run-stop",),
             ("stop", ("OK", "STOP_FORCED", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED")),
             "yes",
         ),
-        (
-            'dashboard "Stop now"',
-            "`runner stop --now`'s own code (`stop.stop_now`)",
-            "now",
+        'dashboard "Stop now"': (
+            "`runner stop --now`'s own pipeline (`StopKind.NOW`, origin `dashboard`)",
             ("dashboard Stop now / click to run-stop",),
             ("stop --now", ("OK", "UNKILLABLE", "LEFT_RUNNING", "NOT_RECORDED")),
             "yes",
         ),
-        (
-            'dashboard "Stop gracefully"',
-            "`runner stop --graceful`'s own code (`stop.stop_graceful`)",
-            "graceful",
+        'dashboard "Stop gracefully"': (
+            "`runner stop --graceful`'s own pipeline (`StopKind.GRACEFUL`, origin `dashboard`)",
             (),
             ("stop --graceful", ("OK",)),
             "yes",
         ),
-    )
+        "Ctrl-C once (foreground)": (
+            "the pipeline's hard stop from the foreground `runner run`/`resume`: a hard request, SIGINT "
+            "forwarded to the engine; after `grace` the command forces",
+            (),
+            ("run", ("STOPPED",)),
+            "yes",
+        ),
+        "Ctrl-C twice (foreground)": (
+            "as `runner stop --now`, from the foreground command",
+            (),
+            ("run", ("STOPPED",)),
+            "yes",
+        ),
+        "SIGTERM or SIGHUP to a foreground `runner run`": (
+            "as Ctrl-C once (PID 1 of a container included): forwarded to the engine, forced after `grace`",
+            (),
+            ("run", ("STOPPED",)),
+            "yes",
+        ),
+        "SIGTERM to the engine": (
+            "the engine's own handler, as for `runner stop`'s signal; nobody forces it after `grace`",
+            (),
+            ("wait", ("STOPPED",)),
+            "yes",
+        ),
+        "the STOP file": (
+            "`touch RUNDIR/STOP`: nothing is signalled; the engine reads the file at the top of each item and "
+            "between phases (also while paused and in a backoff) and stops gracefully",
+            ("STOP file / while paused", "STOP file / during backoff"),
+            ("run", ("STOPPED",)),
+            "yes",
+        ),
+    }
+
+    def _row_label(self, label: str) -> str:
+        return f"`{label}`" if label.startswith("runner ") else label
 
     def stop_modes(self) -> str:
+        """Every way to stop a run (runner/events.py's WAYS, each with its StopKind): its
+        worst case from the kind's terms, lock waits included, and `touch RUNDIR/PAUSE`
+        beside them (not a stop)."""
+        from runner.events import WAYS
+
         rows = [
-            "| mode | what it signals | worst case (DERIVED, default spec) | measured | exit codes | resumable |",
-            "|---|---|---|---|---|---|",
+            "| way | kind | what it signals | worst case (DERIVED, default spec) | measured | exit codes | resumable |",
+            "|---|---|---|---|---|---|---|",
         ]
-        for mode, what, worst, measured, codes, resumable in self._MODES:
-            cells = []
-            for m in measured:
-                cells.append(
-                    self._bench_mode(m[len("bench:") :]) if m.startswith("bench:") else self._short_measured(m)
-                )
+        missing = [w.label for w in WAYS if w.label not in self._WAYS]
+        if missing:
+            raise RenderError(f"no row text for the ways {missing} (runner/events.py WAYS)")
+        for way in WAYS:
+            what, measured, codes, resumable = self._WAYS[way.label]
+            cells = [
+                self._bench_mode(m[len("bench:") :]) if m.startswith("bench:") else self._short_measured(m)
+                for m in measured
+            ]
             shown = "<br>".join(cells) or "not measured"
-            code_text = self._codes(*codes) if codes else "none (the run goes on)"
             if "{MAX_STOPPERS}" in what:
                 n = _defaults().MAX_STOPPERS
                 what = what.replace("{MAX_STOPPERS}", f"{n} (DERIVED: `runner/defaults.py: MAX_STOPPERS`)")
-            rows.append(f"| {mode} | {what} | {self._worst(worst)} | {shown} | {code_text} | {resumable} |")
+            kind = f"`{way.kind.name}`" + (" (by the engine)" if way.by == "engine" else "")
+            rows.append(
+                f"| {self._row_label(way.label)} | {kind} | {what} | {self._worst(way)} | {shown} "
+                f"| {self._codes(*codes)} | {resumable} |"
+            )
+        rows.append(
+            "| `touch RUNDIR/PAUSE` | not a stop | nothing: the engine holds at its next landing point (as a graceful "
+            "stop's) until the file is removed | none (the run goes on) | not measured | none (the run goes on) "
+            "| the run is not stopped: remove the file and it goes on |"
+        )
+        return "\n".join(rows)
+
+    _GONE = (
+        # command (docs/exit-codes.md row), before, during, after: (what it does, codes)
+        (
+            "stop",
+            (
+                "its engine, found by its deleted pinned directory (`vanished.py`), is stopped as `--now` stops "
+                "it, by its tag and cgroup; one line says the directory is gone and nothing could be recorded; "
+                "no such engine: no run there",
+                ("OK", "LEFT_RUNNING", "UNKILLABLE", "NO_LIVE_RUN"),
+            ),
+            (
+                "the kill is finished (the engine stops a run whose directory is removed; the stopper kills what "
+                "is left by the run's tag and cgroup); one line says the directory is gone and nothing could be "
+                "recorded; never `INTERNAL`",
+                ("OK", "LEFT_RUNNING", "UNKILLABLE"),
+            ),
+            ("nothing more: the stop was recorded in the directory before it went", ("OK", "STOP_FORCED")),
+        ),
+        (
+            "stop --now",
+            ("as `runner stop`", ("OK", "LEFT_RUNNING", "UNKILLABLE", "NO_LIVE_RUN")),
+            ("as `runner stop`", ("OK", "LEFT_RUNNING", "UNKILLABLE")),
+            ("as `runner stop`", ("OK",)),
+        ),
+        (
+            "stop --graceful",
+            ("no run there: nothing to lodge a request in", ("NO_LIVE_RUN",)),
+            ("no run there, if the request could not be lodged any more", ("NO_LIVE_RUN",)),
+            ("the engine stops the run hard (origin `vanished`): nothing of it could be recorded", ("OK",)),
+        ),
+        (
+            "stop --graceful --wait",
+            ("no run there", ("NO_LIVE_RUN",)),
+            (
+                "the engine stops the run hard (origin `vanished`); the waiter finishes the kill by the run's tag "
+                "and cgroup and says, on one line, that the directory is gone and nothing could be recorded",
+                ("STOPPED", "LEFT_RUNNING", "UNKILLABLE"),
+            ),
+            ("nothing more: the run's end was read before the directory went", ("STOPPED",)),
+        ),
+        (
+            "stop --all",
+            ("each engine whose directory is gone is found and stopped, one line each", ("OK", "LEFT_RUNNING")),
+            ("as `runner stop`, for that run", ("OK", "LEFT_RUNNING", "UNKILLABLE")),
+            ("nothing more", ("OK",)),
+        ),
+        (
+            "wait",
+            ("no run there", ("NO_LIVE_RUN",)),
+            ("as `runner stop --graceful --wait`", ("STOPPED", "LEFT_RUNNING", "UNKILLABLE")),
+            ("nothing more", ("STOPPED", "OK", "FAILED")),
+        ),
+    )
+
+    def directory_gone(self) -> str:
+        """What each command does when the run directory goes away before, during or
+        after it: codes checked against docs/exit-codes.md's rows."""
+        rows = [
+            "| command | directory gone before it starts | gone while it runs | gone after it returned |",
+            "|---|---|---|---|",
+        ]
+        for command, *cases in self._GONE:
+            cells = [f"{what}: {self._codes(command, codes)}" for what, codes in cases]
+            rows.append(f"| `runner {command}` | " + " | ".join(cells) + " |")
         return "\n".join(rows)
 
     def ablation_table(self) -> str:
@@ -1174,9 +1331,12 @@ def render(template: str, ctx: Context) -> str:
             "bench_scale_load",
             "bench_sizes",
             "stop_modes",
+            "directory_gone",
             "bench_dashboard",
             "bench_goals",
             "bench_runs",
+            "bench_container_init",
+            "bench_stopper_cost",
         ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")

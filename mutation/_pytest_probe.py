@@ -14,6 +14,22 @@ _collect_errors: list[dict[str, str]] = []
 _timeouts: list[str] = []  # node ids whose failure was pytest-timeout's, not an assertion
 
 
+_prefix = ""  # the rootdir, relative to where pytest was started ("" when the same)
+
+
+def pytest_configure(config):
+    # A killer under a directory with its own ini file (examples/pytest.ini) is collected
+    # with that directory as rootdir, so pytest's node ids leave it out; the campaign names
+    # killers from the tree's root, where it starts pytest. Said from there, always.
+    global _prefix
+    rel = os.path.relpath(str(config.rootpath), str(config.invocation_params.dir))
+    _prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+
+
+def _id(nodeid: str) -> str:
+    return _prefix + nodeid if nodeid else nodeid
+
+
 def _is_pytest_timeout(text: str) -> bool:
     # "Timeout (>90.0s) from pytest-timeout." (2.x); older releases wrote "Timeout >90.0s".
     return "from pytest-timeout" in text or "Failed: Timeout >" in text
@@ -21,30 +37,31 @@ def _is_pytest_timeout(text: str) -> bool:
 
 def pytest_collectreport(report):
     if report.failed:
-        _collect_errors.append({"nodeid": report.nodeid, "longrepr": str(report.longrepr)[-2000:]})
+        _collect_errors.append({"nodeid": _id(report.nodeid), "longrepr": str(report.longrepr)[-2000:]})
 
 
 def pytest_collection_finish(session):
-    _collected[:] = [item.nodeid for item in session.items]
+    _collected[:] = [_id(item.nodeid) for item in session.items]
 
 
 def pytest_runtest_logreport(report):
-    prev = _outcomes.get(report.nodeid)
+    nodeid = _id(report.nodeid)
+    prev = _outcomes.get(nodeid)
     if report.failed:
         if prev is None or not prev.startswith("failed"):
-            _outcomes[report.nodeid] = f"failed:{report.when}"
+            _outcomes[nodeid] = f"failed:{report.when}"
             # pytest-timeout's signal method fails the test with its own message: a hang, which
             # the campaign must not count as a kill (the project's own timeout is shorter than
             # the campaign's limit, so a hanging mutation would otherwise read "killed"). Its
             # exact words, not any "Timeout": a killer may well assert on a TimeoutExpired.
             if _is_pytest_timeout(str(report.longrepr)):
-                _timeouts.append(report.nodeid)
+                _timeouts.append(nodeid)
     elif report.skipped and report.when in ("setup", "call"):
         if prev is None:
-            _outcomes[report.nodeid] = "skipped"
+            _outcomes[nodeid] = "skipped"
     elif report.passed and report.when == "call":
         if prev is None:
-            _outcomes[report.nodeid] = "passed"
+            _outcomes[nodeid] = "passed"
 
 
 def pytest_sessionfinish(session, exitstatus):

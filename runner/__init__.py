@@ -27,7 +27,9 @@ _EXPORTS = {
     # the life cycle
     "run": ("runner.control.lifecycle", "run"),
     "status_of": ("runner.views.status", "status_of"),
-    # stops
+    # stops: one pipeline (`stop(rd, StopKind.HARD)`), and its every-day spellings
+    "stop": ("runner.control.stop", "stop"),
+    "StopKind": ("runner.events", "StopKind"),
     "stop_hard": ("runner.control.stop", "stop_hard"),
     "stop_graceful": ("runner.control.stop", "stop_graceful"),
     "stop_now": ("runner.control.stop", "stop_now"),

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from runner.errors import DISK_ERRNOS, BadInput, NoLiveRun, RunnerError, printable
+from runner.errors import DISK_ERRNOS, BadInput, RunnerError, printable
 from runner.events import STOP_SIGNALS
 from runner.exitcodes import INTERRUPTED_LINE, Exit
 
@@ -409,7 +409,7 @@ def _say(line: str) -> None:
     print(f"runner: {printable(line, None)}", file=sys.stderr)
 
 
-def _watcher(args: Args) -> lifecycle.Watcher | None:
+def _display(args: Args) -> lifecycle.DisplayFactory | None:
     """The foreground's progress (views/progress.py), unless detached."""
     from runner.views import progress
 
@@ -427,7 +427,7 @@ def _run(args: Args) -> int:
         args.run_dir,
         detach=args.detach,
         say=_say,
-        watch=_watcher(args),
+        display=_display(args),
         allow_foreign=args.allow_foreign_dir,
     )
     if args.detach and code == Exit.OK:
@@ -443,7 +443,7 @@ def _resume(args: Args) -> int:
         args.run_dir,
         detach=args.detach,
         say=_say,
-        watch=_watcher(args),
+        display=_display(args),
         allow_foreign=args.allow_foreign_dir,
         resumable=status.resumable_run,
     )
@@ -458,16 +458,16 @@ def _resume(args: Args) -> int:
 def _stop(args: Args) -> Exit:
     if args.wait and not args.graceful:
         raise BadInput("runner stop: --wait: expected together with --graceful")
-    from runner.control import stop, waiting
-    from runner.files.rundir import default_base, resolve
+    from runner.events import StopKind
 
+    kind = StopKind.NOW if args.now else StopKind.GRACEFUL if args.graceful else StopKind.HARD
     if args.all:
         from runner.control import stop_all
+        from runner.files.rundir import default_base
 
         if args.run_dir is not None or args.wait:
             raise BadInput("runner stop --all: expected without --run-dir and --wait")
-        mode = "now" if args.now else "graceful" if args.graceful else "hard"
-        code, lines = stop_all.stop_every(args.runs_dir or default_base(), mode)
+        code, lines = stop_all.stop_every(args.runs_dir or default_base(), kind)
         for line in lines:
             print(f"runner: {printable(line, None)}", file=sys.stdout if code == Exit.OK else sys.stderr)
         return code
@@ -477,40 +477,21 @@ def _stop(args: Args) -> Exit:
         from runner.files import ownership
 
         ownership.check_access(args.run_dir)
-    try:
+    from runner.control import stop
+
+    if kind == StopKind.GRACEFUL:
+        from runner.control import waiting
+        from runner.files.rundir import resolve
+
         rd = resolve(args.run_dir)
-    except NoLiveRun:
-        if args.run_dir is None or args.graceful:
-            raise
-        return _stop_vanished(args.run_dir)
-    if args.now:
-        result = stop.stop_now(rd)
-    elif args.graceful:
-        result = stop.stop_graceful(rd)
+        result = stop.stop(rd, kind)
         print(f"runner: {printable(result.message, None)}")
         return waiting.wait_run(rd) if args.wait else result.code
-    else:
-        result = stop.stop_hard(rd)
+    result = stop.stop_path(args.run_dir, kind)
     stream = sys.stdout if result.code == Exit.OK else sys.stderr
     for line in result.lines():
         print(f"runner: {printable(line, None)}", file=stream)
     return result.code
-
-
-def _stop_vanished(run_dir: str) -> Exit:
-    """`runner stop [--now] --run-dir DIR` after `rm -rf DIR` of a live run: its engine,
-    if it still lives (vanished.py), is killed as `stop --all` would; else no run."""
-    from runner.control import stop_all
-    from runner.proc import vanished
-
-    where = os.path.abspath(run_dir)
-    found = [v for v in vanished.engines(os.path.dirname(where)) if os.path.abspath(v.run_dir) == where]
-    if not found:
-        raise NoLiveRun(f"{where}: no run there (no spec.toml)")
-    code, lines = stop_all.stop_vanished(found[0])
-    for line in lines:
-        print(f"runner: {printable(line, None)}", file=sys.stdout if code == Exit.OK else sys.stderr)
-    return code
 
 
 def _known(run_dir: str | None) -> RunDir:

@@ -70,8 +70,18 @@ ENGINE_START_TIMEOUT = 30.0
 IDENTITY_WAIT = 5.0
 """How long a stopper waits for a starting engine to write its identity: the engine
 takes its lock first and writes engine.json last, once a SIGTERM is a clean stop."""
-LOCK_WAIT = 5.0
-"""How long a stopper waits for another stopper that is recording its stop."""
+LOCK_WAIT = 1.0
+"""How long a stopper waits for the run's lock to record a stop, held by another stopper
+recording the same stop (milliseconds: a state save and one journal line). A stopper
+frozen while it holds it costs the next one this much, never more (a term of every
+forcing stop's worst case, events.StopKind): the stop is then left to that stopper, or
+completed by the next `runner stop` once it is gone."""
+REQUEST_LOCK_WAIT = 0.5
+"""How long a stopper (or the engine consuming) waits for stop-request.lock, held by
+another stopper for a read and an atomic write of the request (milliseconds). Past it
+the stopper goes on without lodging (the signal still reaches the engine) and the
+engine takes no request this time: a frozen holder never holds a stop up (a term of
+every stop's worst case, events.StopKind)."""
 LOCK_PROBE_RETRY = 0.1
 """How long acquire_lock retries a lock that is held: long enough to outlast a
 liveness probe, far too short to wait out an engine."""

@@ -9,6 +9,8 @@
      |    +-- Unwritable         exit NOT_RECORDED: no space, or a read-only file system
      +-- NoLiveRun               exit NO_LIVE_RUN
      +-- Crashed                 exit CRASHED: the engine died without recording an end
+     +-- DirectoryGone           exit STOPPED (or what was left alive): the run directory
+     |                           went away while a command waited on the run
      +-- RunLocked               exit REFUSED: a live engine holds the run directory
      +-- CopyOfRun               exit COPY: the directory is a copy of a run (read-only)
      +-- ForeignDir              exit FOREIGN_DIR: another user's (or a shared) directory
@@ -95,7 +97,7 @@ class Unwritable(Damaged):
     """A run-directory file that could not be written because the file system refused
     (no space, over quota, read-only). Not damage: a Damaged subclass only so that every
     place that goes on without an unreadable file goes on without an unwritable one; a
-    stopper reports it apart (RunView.unwritten) and, where what could not be written is
+    stopper reports it apart (Survey.unwritten) and, where what could not be written is
     the record of a stop, exits NOT_RECORDED."""
 
     exit_code = Exit.NOT_RECORDED
@@ -115,6 +117,19 @@ class NoLiveRun(RunnerError):
 
 class Crashed(RunnerError):
     exit_code = Exit.CRASHED
+
+
+class DirectoryGone(RunnerError):
+    """The run directory went away (`rm -rf`) while `runner wait` or `stop --graceful
+    --wait` waited on the run: its engine stops a run whose directory is removed, the
+    waiter finishes the kill, and nothing could be recorded. The code is STOPPED, or what
+    the kill says (LEFT_RUNNING, UNKILLABLE) when something of the run was left alive."""
+
+    exit_code = Exit.STOPPED
+
+    def __init__(self, message: str, code: Exit = Exit.STOPPED) -> None:
+        super().__init__(message)
+        self.exit_code = code
 
 
 class RunLocked(RunnerError):

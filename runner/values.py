@@ -4,8 +4,8 @@ start, without `dataclasses`: the one place that says why (log.py says the rule)
 Every `runner stop` is a new interpreter, and its start-up is part of the stop's latency.
 Importing `dataclasses` (it imports inspect, ast, dis, tokenize) and decorating the ten
 classes a stop imports (each decoration compiles generated code) cost that start-up 74 M
-of its 205 M instructions (valgrind, `import runner.cli, runner.control.stop_command`, the
-stop command's module before control/ split it by job: 204.7 M with them, 130.5 M
+of its 205 M instructions (valgrind, `import runner.cli` and the stop command's module of
+the day, one module then, control/stop.py and its siblings now: 204.7 M with them, 130.5 M
 without; `python -c pass` is 38.5 M), about 20 ms here. So those classes are plain ones:
 each names its fields once, in `__slots__` (in field order),
 and writes its own `__init__`; `Value` gives it the repr and == a dataclass would have,

@@ -3,23 +3,23 @@ orphaned call never works on an item beside its replay."""
 
 from __future__ import annotations
 
-from runner.control import run_view
+from runner.control import survey
 from runner.files.rundir import RunDir
 from runner.proc import reaper
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from runner.control.run_view import RunView
+    from runner.control.survey import Survey
     from runner.proc.reaper import ReapReport
 
 
-def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, RunView]:
+def kill_leftovers(rd: RunDir, kill_grace: float) -> tuple[ReapReport, Survey]:
     """Kill what a dead engine's attempt left running: its calls (recorded in
     children/), whatever carries the run's tag, and its cgroup's work members. Resume
     runs this first, so an orphaned call never works on an item beside its replay.
     Returns the reaper's report and the run's view (what was damaged)."""
-    view = run_view.not_a_copy(run_view.view(rd, wait_for_engine=False))
+    view = survey.not_a_copy(survey.of(rd, wait_for_engine=False))
     children = view.children
     report = reaper.kill_everything(
         groups=[(child.pgid, [child]) for child in children],

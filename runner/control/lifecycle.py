@@ -2,7 +2,7 @@
 (cli.py) only parses arguments and prints; everything that happens to a run between
 `runner run` and its engine's exit is here. What a run's status is (and so which run
 is resumable) is decided by the status model, views/status.py, which the CLI and the
-dashboard hand in; what the foreground shows, by the Watch they hand in.
+dashboard hand in; what the foreground shows, by the Display they hand in.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from runner import defaults
 from runner.control import leftovers, stop, stop_record, waiting
-from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked
-from runner.events import STOP_SIGNALS, Event, Mode, Origin
+from runner.errors import BadInput, Damaged, IdentityError, NoLiveRun, RunLocked, RunnerError
+from runner.events import STOP_SIGNALS, Event, Origin, StopKind
 from runner.exitcodes import Exit
 from runner.files import identity_file, ownership, stop_request, untrusted
 from runner.files.journal import Journal
@@ -28,10 +28,10 @@ from runner.files.rundir import EngineLock, RunDir, default_base, new_run_id, re
 from runner.files.spec import Spec, load_frozen
 from runner.files.spec import load_bytes as load_spec_bytes
 from runner.files.state import StateStore
-from runner.proc import membership, signals
-from runner.proc.membership import Membership
+from runner.proc import cgroup, membership
 
 if TYPE_CHECKING:
+    from runner.control.stop_result import StopResult
     from runner.ident import Identity
 
 Say = Callable[[str], None]
@@ -39,7 +39,7 @@ Say = Callable[[str], None]
 it to stderr behind "runner: ")."""
 
 
-class Watch(Protocol):
+class Display(Protocol):
     """What the foreground shows of its run between its waits for the engine (the CLI
     hands in views/progress.py's Progress): it reads the files the engine writes and
     never delays a forwarded signal."""
@@ -50,8 +50,8 @@ class Watch(Protocol):
     def finish(self, code: int) -> None: ...
 
 
-Watcher = Callable[[RunDir, Spec, float], Watch]
-"""Makes the foreground's Watch: (the run, its spec, when this command started the
+DisplayFactory = Callable[[RunDir, Spec, float], Display]
+"""Makes the foreground's Display: (the run, its spec, when this command started the
 engine, epoch seconds)."""
 
 
@@ -61,12 +61,12 @@ def run(
     *,
     detach: bool,
     say: Say,
-    watch: Watcher | None = None,
+    display: DisplayFactory | None = None,
     allow_foreign: bool = False,
 ) -> tuple[int, RunDir]:
     """`runner run`: validate the spec completely, freeze it into a new run directory,
     start the engine; detached, return once it is up, else wait for it (showing its
-    progress on the Watch `watch` makes, if given). A directory that is not this user's alone is refused
+    progress on the Display `display` makes, if given). A directory that is not this user's alone is refused
     (ownership.py) unless `allow_foreign`."""
     spec, raw = load_spec_bytes(spec_path)  # validated completely before anything starts
     if run_dir is not None:
@@ -81,7 +81,7 @@ def run(
             ownership.check(rd.path, creating_in=_nearest_existing(rd.path.parent))
     rd = RunDir.create(rd.path, spec_path, data=raw, refuse_foreign=not (allow_foreign or ownership.allowed_by_env()))
     with rd.acquire_lock() as lock:
-        return start_engine(rd, spec, detach, say, lock, watch), rd
+        return start_engine(rd, spec, detach, say, lock, display), rd
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -97,7 +97,7 @@ def resume(
     *,
     detach: bool,
     say: Say,
-    watch: Watcher | None = None,
+    display: DisplayFactory | None = None,
     allow_foreign: bool = False,
     resumable: Callable[[RunDir], bool],
 ) -> tuple[int, RunDir]:
@@ -123,10 +123,10 @@ def resume(
     except RunLocked:
         raise RunLocked(f"{rd.path}: an engine of this run is alive, or another resume is starting one") from None
     with lock:
-        return _resume_locked(rd, lock, detach, say, watch), rd
+        return _resume_locked(rd, lock, detach, say, display), rd
 
 
-def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, watch: Watcher | None) -> int:
+def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, display: DisplayFactory | None) -> int:
     if rd.readopt_identity():
         say(
             f"{rd.path}: the run directory's identity was recorded in another boot or on another machine: recorded anew"
@@ -151,6 +151,11 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, watch: 
         if left.refused:
             journal.append(Event.SIGNAL_REFUSED, by="resume", refused=left.refused)
             say("refused to signal (not proven the run's): " + "; ".join(left.refused))
+        # The dead attempt's cgroup, if its engine was killed before it removed it (a
+        # container's PID 1 SIGKILLed): emptied above, removed here, made anew by the engine.
+        stale = cgroup.remove_leftover(view.key)
+        if stale is not None:
+            say(f"removed the cgroup the dead attempt left: {stale}")
         # engine.json and the files in children/ are the dead attempt's: resume removes them
         # below, so their damage does not hold it up (nothing was signalled on their word).
         stale_idents = (f"{rd.engine_identity}:", f"{rd.children}/")
@@ -170,11 +175,11 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, watch: 
                 stale.unlink()
         store.save(store.new_attempt(state))
         journal.append(Event.RESUME, attempt=state.attempt + 1)
-    return start_engine(rd, spec, detach, say, lock, watch)
+    return start_engine(rd, spec, detach, say, lock, display)
 
 
 def start_engine(
-    rd: RunDir, spec: Spec, detach: bool, say: Say, lock: EngineLock, watcher: Watcher | None = None
+    rd: RunDir, spec: Spec, detach: bool, say: Say, lock: EngineLock, displays: DisplayFactory | None = None
 ) -> int:
     """Start the engine with the run's tag in its initial environment, handing it the
     engine lock this command holds (the locked descriptor is inherited; the kernel's lock
@@ -205,8 +210,8 @@ def start_engine(
         return code if code > 0 else Exit.INTERNAL
     if detach:
         return Exit.OK
-    watch = watcher(rd, spec, since) if watcher is not None else None
-    return _foreground(rd, spec, proc, engine, say, watch)
+    display = displays(rd, spec, since) if displays is not None else None
+    return _foreground(rd, spec, proc, engine, say, display)
 
 
 def _await_engine(rd: RunDir, proc: subprocess.Popen[bytes]) -> Identity | None:
@@ -235,75 +240,73 @@ def _log_tail(rd: RunDir) -> str:
 
 
 def _foreground(
-    rd: RunDir, spec: Spec, proc: subprocess.Popen[bytes], engine: Identity, say: Say, watch: Watch | None
+    rd: RunDir, spec: Spec, proc: subprocess.Popen[bytes], engine: Identity, say: Say, display: Display | None
 ) -> int:
     """Wait for the engine, forwarding the terminal's signals: the engine has its own
     session and never sees them. Ctrl-C is a hard stop (lodged first, then SIGINT);
     a second Ctrl-C is `--now`. SIGHUP and SIGTERM are forwarded as they are.
 
-    With `watch`, the progress (progress.py) is drawn between waits, after the signals
+    With `display`, the progress (progress.py) is drawn between waits, after the signals
     are handled: it reads the files the engine writes and never delays a forward."""
     received: list[int] = []
     signum: int  # a signal number: the forwarded ones, then whatever the terminal sent
-    tagged = Membership(run_id=rd.key(rd.run_id))  # the engine carries the run's tag from its first instruction
     for signum in STOP_SIGNALS:
         signal.signal(signum, lambda s, f: received.append(s))
     # Blocked since this command's first instruction (cli.early_signals): one that came
     # while the engine started was held pending, and is delivered to the handler now.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    tell = watch.say if watch is not None else say
+    tell = display.say if display is not None else say
     interrupts = 0
     init = os.getpid() == 1  # a container's entrypoint: every orphan of the namespace is ours
+    stopping: stop.Stop | None = None  # the hard stop the first signal began (its grace runs)
+    kill_grace = spec.stop.kill_grace
     forwarded: float | None = None  # when the first stop was forwarded (the fallback's clock)
     while True:
         if init:
-            reap_orphans(proc)  # ablate: pid1-reaps
+            reap_every_zombie(proc)  # ablate: pid1-reaps
         try:
             code = proc.wait(timeout=defaults.FOREGROUND_POLL)
             break
         except subprocess.TimeoutExpired:
             pass
-        if forwarded is not None and time.monotonic() - forwarded > spec.stop.grace:
-            # Treated as `runner stop`: the engine had its grace; the fallback kills the
-            # run (recorded with fallback: true), and the wait above sees it gone.
+        if stopping is not None and forwarded is not None and time.monotonic() - forwarded > spec.stop.grace:
+            # The engine had its grace: the stop pipeline's fallback kills the run (recorded
+            # with fallback: true), as `runner stop` would, and the wait above sees it gone.
             forwarded = None
-            for line in stop.force(rd, spec.stop.kill_grace, fallback=True).lines():
-                tell(line)
+            _say_result(tell, stopping.force)
         while received:
             signum = received.pop(0)
             if signum == signal.SIGINT:
                 interrupts += 1
                 if interrupts == 1:
-                    _lodge(rd, Origin.CTRL_C)
-                    signals.signal_process(engine, signal.SIGINT, tagged)
+                    stopping = _ask(rd, spec, Origin.CTRL_C, signum, stopping, tell)
                     forwarded = time.monotonic()
                     tell("stopping (Ctrl-C again to kill now)")
-                    if watch is not None:
-                        watch.stopping("stopping", " (Ctrl-C again to kill now)")
+                    if display is not None:
+                        display.stopping("stopping", " (Ctrl-C again to kill now)")
                 else:
-                    if watch is not None:
-                        watch.stopping("killing now")
-                    result = stop.force(rd, spec.stop.kill_grace, fallback=False)
-                    for line in result.lines():
-                        tell(line)
+                    if display is not None:
+                        display.stopping("killing now")
+                    # The first Ctrl-C's request stands (never downgraded); this stopper's own
+                    # record says what it is: forced.
+                    _say_result(tell, lambda: stop.stop(rd, StopKind.NOW, kill_grace=kill_grace))
             else:
-                _lodge(rd, Origin.SIGNAL)
-                signals.signal_process(engine, signum, tagged)
+                stopping = _ask(rd, spec, Origin.SIGNAL, signum, stopping, tell)
                 forwarded = time.monotonic() if forwarded is None else forwarded
-                if watch is not None:
-                    watch.stopping(f"stopping ({signal.Signals(signum).name} forwarded)")
-        if watch is not None:
-            watch.tick()
+                if display is not None:
+                    display.stopping(f"stopping ({signal.Signals(signum).name} forwarded)")
+        if display is not None:
+            display.tick()
     if init:
-        reap_orphans(proc)
+        reap_every_zombie(proc)
     if code < 0:  # killed by a signal: the state says what the run was
         code = waiting.run_outcome(rd)
-    if watch is not None:
-        watch.finish(code)
+    if display is not None:
+        display.finish(code)
     return code
 
 
-def reap_orphans(proc: subprocess.Popen[bytes]) -> None:
+def reap_every_zombie(proc: subprocess.Popen[bytes]) -> None:
     """As PID 1 (a container's entrypoint), reap every zombie the namespace hands us:
     nobody else will. The engine's own status, if reaped here, is handed to its Popen."""
     while True:
@@ -317,10 +320,30 @@ def reap_orphans(proc: subprocess.Popen[bytes]) -> None:
             proc.returncode = os.waitstatus_to_exitcode(status)
 
 
-def _lodge(rd: RunDir, origin: Origin) -> None:
-    """The foreground's hard request; without it (a full or read-only disk, a damaged
-    file) the signal that follows is the stop all the same."""
+def _ask(
+    rd: RunDir, spec: Spec, origin: Origin, signum: int, stopping: stop.Stop | None, tell: Say
+) -> stop.Stop | None:
+    """The foreground's hard stop (the stop pipeline's HARD kind, its first steps): the
+    request lodged, then the signal forwarded to the engine, whatever the spec's channel
+    (the terminal's signal is forwarded as it came). A second signal asks again through
+    the same stop."""
     try:
-        stop_request.lodge(rd, Mode.HARD, origin)
-    except (Damaged, BadInput):
-        pass
+        if stopping is None:
+            stopping = stop.Stop(
+                rd, StopKind.HARD, origin, grace=spec.stop.grace, kill_grace=spec.stop.kill_grace, channel="signal"
+            )
+        stopping.ask(signum)
+    except RunnerError as exc:  # a copy, another namespace: never for the run this command started
+        tell(str(exc))
+    return stopping
+
+
+def _say_result(tell: Say, run: Callable[[], StopResult]) -> None:
+    """A forced stop's lines, each on its own; a stop that cannot act says why."""
+    try:
+        result = run()
+    except RunnerError as exc:
+        tell(str(exc))
+        return
+    for line in result.lines():
+        tell(line)

@@ -1,11 +1,53 @@
-"""`runner stop`: the hard stop, the graceful stop and `--now` (force: the immediate stop,
-which the hard stop falls back to).
+"""The stop pipeline: every stop of a run from outside its engine goes through `stop`.
 
-The request is always lodged before any signal is sent, so the engine can tell where
-the stop came from and a stop still lands when no signal is delivered at all (the
-file channel). While the engine lives, only the engine writes `stopped`: a stopper
-records a stop only after proving the engine dead, and only if the engine did not
-(stop_record.py).
+Its callers name a StopKind (events.py: HARD, NOW, GRACEFUL) and who asks (the origin):
+the CLI (`runner stop`, `--now`, `--graceful`), `stop --all` (stop_all.py), the
+dashboard's buttons (dashboard/actions.py) and a foreground `runner run`'s signal
+handler (lifecycle.py, which calls the steps of `Stop` itself: it reaps its engine in
+between). The engine answers a signal and the STOP file itself (stop_controller.py).
+One path, in steps:
+
+1. prove: what the run is (survey.of): never a copy's, never across a pid
+   namespace this process cannot see into; a directory already gone is a vanished run
+   (`stop_path`, stop_vanished).
+2. ask: the request (HARD, or GRACEFUL) is lodged before any signal, in every mode: a
+   process of the run that dies from here on dies of this stop, and the engine, which
+   classifies each call's death, reads it so (a session killed by a stop is stopped,
+   never failed). Then the hard stop SIGTERMs the engine.
+3. wait (hard): up to `grace` for the engine's own stop.
+4. kill (now; hard past its grace; any stop of a dead engine): `_kill`, the same
+   reach whatever the mode: the recorded groups and pids, each call's lineage read
+   before the first signal (what dropped its tag or left its group while its parent
+   lives), the tag sweep, the cgroup kill (reaper.kill_everything).
+5. confirm: what the engine or this kill left alive is named (LEFT_RUNNING, the pids):
+   never an exit 0 with a process of the run alive.
+6. record: once the engine is proven dead, only if nobody did (stop_record.py, with the
+   one writer of files/stopped.py).
+7. result: built once from what the steps found (stop_result.build).
+
+The locks a stop takes, and what each guarantees (said here once):
+
+- The run lock (`lock`, an flock): held by the engine for its whole life (handed down by
+  `runner run` and `resume`); free means the engine is dead. A stopper never waits for
+  it while the engine lives: it probes it (`RunDir.is_live`).
+- The recording lock: the run lock again, taken by a stopper in its record step
+  (stop_record._recording_lock) once the engine is dead. Holding it proves the engine
+  dead and makes "has anybody recorded this attempt's stop?" and the write one step:
+  exactly one `run-stop` per attempt, whoever races. Held for a state save and one
+  journal line; waited for LOCK_WAIT at most (a frozen holder keeps the record:
+  NOT_RECORDED says so, and a later `runner stop` completes it once it is gone).
+- stop-request.lock: a request's merge (read, never downgrade, atomic write) and the
+  engine's consume (one rename) are each one step. Held for milliseconds; waited for
+  REQUEST_LOCK_WAIT at most (files/stop_request.py), after which the stopper goes on
+  with its signal and names the file.
+- The kill takes none. Every signal is proven, each process's through its own pidfd,
+  so stoppers kill side by side: a second one never waits for a first one's kill (the
+  stop.lock that queued forcing stoppers held the second behind a frozen first for a
+  whole forced stop, past its own worst case).
+
+Each wait is a term of its kind's worst case (StopKind.worst_case), which the stop-modes
+table of docs/stop-latency.md renders: a stopper never waits longer than that behind a
+frozen stopper or a frozen engine.
 """
 
 from __future__ import annotations
@@ -14,214 +56,307 @@ import os
 import signal
 import time
 
-from runner.control import run_view, stop_result
-from runner.control.stop_lock import StopLock, force_bound
-from runner.control.stop_record import record_forced_stop, recorded_by_someone, unproven_children
-from runner.control.stop_result import RecordedBy, StopResult, forced_result
+from runner import defaults
+from runner.control import survey
+from runner.control.stop_record import engine_left, record_forced_stop
+from runner.control.stop_result import RecordedBy, StopFacts, StopResult, build, graceful_lodged
 from runner.errors import ControlFileError, Damaged, NoLiveRun, RunLocked, Unwritable
-from runner.events import Event, Mode, Origin
-from runner.files import stop_request
+from runner.events import Event, Mode, Origin, StopKind
+from runner.files import dirfd, stop_request
 from runner.files.journal import Journal
-from runner.files.rundir import RunDir, refuse_copy
-from runner.files.state import StateStore
-from runner.proc import identity, reaper, signals, sweep
+from runner.files.rundir import RunDir, refuse_copy, resolve
+from runner.ident import Identity
+from runner.proc import identity, membership, reaper, signals, sweep
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from runner.control.run_view import RunView
+    from runner.control.survey import Survey
+    from runner.proc.membership import Membership
+    from runner.proc.vanished import Vanished as VanishedEngine
 
 
-def force(
+def stop(
     rd: RunDir,
-    kill_grace: float | None = None,
+    kind: StopKind,
     *,
-    fallback: bool,
-    view: RunView | None = None,
     origin: Origin | None = None,
+    grace: float | None = None,
+    kill_grace: float | None = None,
+    channel: str | None = None,
 ) -> StopResult:
-    """The immediate stop: every group of the run and the engine's pid at once, SIGKILL
-    after kill_grace, then the tag sweep and the cgroup kill (reaper.kill_everything).
-    Total: whatever the run directory holds, every process proven the run's (by its tag
-    or its cgroup) is stopped; damaged files are named, not obeyed. Records the stop
-    only once the engine is proven dead, and only if it did not. `origin`: who asked
-    (the dashboard), journaled in the stop this stopper records; else `forced`."""
-    started = time.monotonic()
-    view = run_view.acting_on(view or run_view.view(rd))
-    kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
-    # One forcing stopper at a time: a second one runs after the first has recorded the
-    # stop, kills what may be left (usually nothing), and reports who recorded it.
-    with StopLock(rd, view, force_bound(kill_grace)):
-        return _force_locked(rd, kill_grace, fallback, view, started, origin)
-
-
-def _force_locked(
-    rd: RunDir, kill_grace: float, fallback: bool, view: RunView, started: float, origin: Origin | None
-) -> StopResult:
-    engine, children = view.engine, view.children
-    engine_ours = (
-        engine is not None
-        and identity.is_running(engine)
-        and run_view.members(view).proof(engine.pid, engine.start_ticks) is not None
-    )
-    recorded = [engine] if engine is not None else []
-    groups = [(i.pgid, [i]) for i in recorded + children]
-    report = reaper.kill_everything(
-        groups=groups, pids=recorded + children, run_id=view.key, kill_grace=kill_grace, cgroup=view.cgroup
-    )
-    unkillable = sorted(set(report.unkillable))
-    found = len(set(report.died_at_term) | set(report.needed_kill) | set(report.unkillable))
-    if report.refused:
-        try:
-            with Journal(rd.journal) as journal:
-                journal.append(Event.SIGNAL_REFUSED, by="stop", refused=report.refused)
-        except (Damaged, OSError) as exc:
-            view.note(exc)
-    recorded_by = None
-    unrecorded: Unwritable | None = None
-    if engine_ours and engine is not None and identity.is_running(engine):
-        # The engine outlived its SIGKILL: named by what the kernel shows (state D or not).
-        stuck, alive = reaper.classify([engine.pid])
-        unkillable = sorted(set(unkillable) | set(stuck))
-        report.left_running = sorted(set(report.left_running) | set(alive))
-    elif _engine_gone(rd, view):
-        try:
-            recorded_by = record_forced_stop(rd, report, fallback, origin)
-        except Unwritable as exc:  # ablate: unrecorded-stop-reported
-            unrecorded = exc
-        except (Damaged, RunLocked) as exc:
-            view.note(exc)
-        if view.cgroup is not None and not unkillable:
-            try:
-                view.cgroup.remove()
-            except OSError:
-                pass  # still populated (an unkillable member) or removed by the engine
-    result = forced_result(view, report, unkillable, recorded_by, fallback, started, unrecorded)
-    result.found = found
-    return result
-
-
-def _engine_gone(rd: RunDir, view: RunView) -> bool:
-    """No engine of this run is left: the lock is free (or, with the lock damaged, no
-    process carries the run's tag)."""
-    try:
-        return not rd.is_live()
-    except Damaged:
-        return not (view.key and sweep.tagged(view.key))
-
-
-def _with_unproven(rd: RunDir, result: StopResult) -> StopResult:
-    result.unproven = unproven_children(rd)
-    return result
-
-
-def stop_now(rd: RunDir, kill_grace: float | None = None, *, origin: Origin | None = None) -> StopResult:
-    """`runner stop --now` (see _stop_now), with the engine's unproven children named."""
-    return _with_unproven(rd, _stop_now(rd, kill_grace, origin=origin))
-
-
-def _stop_now(rd: RunDir, kill_grace: float | None = None, *, origin: Origin | None = None) -> StopResult:
-    """`runner stop --now`: the immediate stop, by the stopper itself (see force). A
-    caller that names its `origin` (the dashboard) lodges a hard request first, so that
-    whoever records the stop, the engine or this stopper, journals that origin."""
-    view = None
-    if origin is not None:
-        view = run_view.not_a_copy(run_view.view(rd))
-        try:
-            stop_request.lodge(rd, Mode.HARD, origin)
-        except (ControlFileError, Damaged) as exc:
-            view.note(exc)  # no request file: the kill needs none
-    return force(rd, kill_grace, fallback=False, view=view, origin=origin)
+    """Stop the run in `rd` the way `kind` says (the module's steps). `origin`: who asks
+    (the dashboard), journaled by whoever records the stop; else the kind's own."""
+    if kind.mode == Mode.GRACEFUL:
+        return _graceful(rd, origin or Origin.FILE)
+    s = Stop(rd, kind, origin, grace=grace, kill_grace=kill_grace, channel=channel)
+    if s.view.engine is None and dirfd.gone(rd.path):
+        return _vanished_at(str(rd.path))  # gone before it could be read: found by its engine
+    if s.view.live is False:
+        # The engine is dead (it crashed, or a stopper killed it and was itself killed):
+        # what the run left is killed, and the stop recorded unless the attempt recorded
+        # its end; NoLiveRun only when nothing of the run lived and its end was recorded.
+        s.facts.engine_dead = True
+        s.kill()
+        return s.finish(no_live_run=True)
+    s.ask()
+    if kind.waits:
+        s.wait_engine()
+    if not s.facts.gone_in_grace:
+        s.kill()
+    return s.finish()
 
 
 def stop_hard(
-    rd: RunDir,
-    *,
-    channel: str | None = None,
-    grace: float | None = None,
-    kill_grace: float | None = None,
-    origin: Origin | None = None,
+    rd: RunDir, *, origin: Origin | None = None, grace: float | None = None, kill_grace: float | None = None
 ) -> StopResult:
-    """`runner stop` (see _stop_hard), with the engine's unproven children named."""
-    return _with_unproven(rd, _stop_hard(rd, channel, grace, kill_grace, origin))
+    """`runner stop`: stop(rd, StopKind.HARD)."""
+    return stop(rd, StopKind.HARD, origin=origin, grace=grace, kill_grace=kill_grace)
 
 
-def _stop_hard(
-    rd: RunDir, channel: str | None, grace: float | None, kill_grace: float | None, origin: Origin | None
-) -> StopResult:
-    """`runner stop`: lodge, signal (signal channel), wait up to grace for the engine's
-    own teardown, and only then fall back to the force-kill. With a damaged run
-    directory (no engine to signal, no request file to write) it goes straight on to
-    the force-kill, which needs neither. The request names the channel, or `origin`
-    where the caller names itself (the dashboard)."""
-    started = time.monotonic()
-    view = run_view.acting_on(run_view.view(rd))
-    channel = view.stop.channel if channel is None else channel
-    grace = view.stop.grace if grace is None else grace
-    if view.live is False:
-        return _stop_without_engine(rd, view, kill_grace, origin, started)
-    engine = view.engine
-    use_signal = channel in ("signal", "auto") and os.name == "posix"
-    try:
-        stop_request.lodge(rd, Mode.HARD, origin or (Origin.SIGNAL if use_signal else Origin.FILE))
-    except (ControlFileError, Damaged) as exc:
-        view.note(exc)
-        use_signal = os.name == "posix"  # no file channel left: the signal is all there is
-    members = run_view.members(view)
-    if engine is not None and members.foreign(engine.pid, engine.start_ticks):
-        engine = None  # not proven the run's: never signalled, never waited for; force decides
-    gone = engine is None
-    if engine is not None:
-        if use_signal and not identity.exiting(engine.pid):  # an exiting engine is only waited for
-            signals.signal_process(engine, signal.SIGTERM, members)
-        gone = signals.wait_gone(engine, grace)
-    if gone and engine is not None:
-        # Gone within grace: the engine honored the stop, or a concurrent `--now` killed
-        # it. Wait for any stopper that is forcing to finish recording before reading.
-        with StopLock(rd, view, force_bound(view.stop.kill_grace)):
-            pass
-        if recorded_by_someone(rd) == RecordedBy.OTHER:
-            return stop_result.stopped_by_other(view, time.monotonic() - started)
-        try:
-            state = StateStore(rd.state).load()
-        except Damaged as exc:
-            view.note(exc)
-            state = None
-        elapsed = time.monotonic() - started
-        if state is not None and state.stopped:
-            return stop_result.stopped_by_engine(view, state.stop_origin, elapsed)
-        if state is not None and state.status in ("completed", "failed"):
-            return stop_result.arrived_late(view, state.status, elapsed)
-    kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
-    result = force(rd, kill_grace, fallback=True, view=view, origin=origin)
-    result.elapsed = time.monotonic() - started
-    return stop_result.after_grace(view, result, grace, gone and engine is not None)
-
-
-_ENDED = (RecordedBy.ENGINE, RecordedBy.OTHER, RecordedBy.FINISHED)
-"""A stop that found the attempt's end already recorded (or a finished run)."""
-
-
-def _stop_without_engine(
-    rd: RunDir, view: RunView, kill_grace: float | None, origin: Origin | None, started: float
-) -> StopResult:
-    """`runner stop` of a run whose engine is dead (it crashed, or a stopper killed it,
-    perhaps a `--now` that was itself killed mid-stop): total all the same. What the run
-    left is killed as `--now` kills it, and the stop is recorded unless the attempt
-    already recorded its end (or completes a record a killed writer left half done: state
-    first, then the journal). NoLiveRun only when nothing of the run was alive and its
-    end was already recorded: never while a process of the run lives."""
-    kill_grace = view.stop.kill_grace if kill_grace is None else kill_grace
-    result = force(rd, kill_grace, fallback=False, view=view, origin=origin)
-    result.elapsed = time.monotonic() - started
-    if result.found == 0 and result.recorded_by in _ENDED:  # ablate: stop-total-dead-engine
-        raise NoLiveRun(
-            f"{rd.path}: no live engine, nothing of the run alive and its end already recorded (see `runner status`)"
-        )
-    return stop_result.without_engine(view, result)
+def stop_now(rd: RunDir, kill_grace: float | None = None, *, origin: Origin | None = None) -> StopResult:
+    """`runner stop --now`: stop(rd, StopKind.NOW)."""
+    return stop(rd, StopKind.NOW, origin=origin, kill_grace=kill_grace)
 
 
 def stop_graceful(rd: RunDir, *, origin: Origin = Origin.FILE) -> StopResult:
+    """`runner stop --graceful`: stop(rd, StopKind.GRACEFUL)."""
+    return stop(rd, StopKind.GRACEFUL, origin=origin)
+
+
+class Stop:
+    """One stop of one run, step by step (`stop` runs them in order; the foreground
+    calls them itself, as it reaps its engine in between)."""
+
+    def __init__(
+        self,
+        rd: RunDir,
+        kind: StopKind,
+        origin: Origin | None = None,
+        *,
+        view: Survey | None = None,
+        grace: float | None = None,
+        kill_grace: float | None = None,
+        channel: str | None = None,
+    ) -> None:
+        self.started = time.monotonic()
+        self.rd = rd
+        self.kind = kind
+        self.origin = origin
+        self.view = survey.acting_on(view if view is not None else survey.of(rd))  # prove
+        self.grace = self.view.stop.grace if grace is None else grace
+        self.kill_grace = self.view.stop.kill_grace if kill_grace is None else kill_grace
+        self.channel = self.view.stop.channel if channel is None else channel
+        self.facts = StopFacts(kind, self.view)
+
+    # -- 2. ask ---------------------------------------------------------------------
+
+    def ask(self, sig: int = signal.SIGTERM) -> None:
+        """The hard request, lodged before any signal (in every mode: see the module's
+        step 2); then a hard stop signals the engine (`sig`: what a foreground forwards),
+        unless its channel is the file. An exiting engine is only waited for."""
+        view = self.view
+        use_signal = self.kind.waits and self.channel in ("signal", "auto")
+        origin = self.origin or (Origin.FILE if self.kind.waits and not use_signal else Origin.SIGNAL)
+        try:
+            stop_request.lodge(self.rd, Mode.HARD, origin)  # ablate: stop-lodges-first
+        except (ControlFileError, Damaged) as exc:
+            view.note(exc)
+            use_signal = self.kind.waits  # no file channel left: the signal is all there is
+        engine = self._engine()
+        if engine is not None and use_signal and not identity.exiting(engine.pid):
+            signals.signal_process(engine, sig, survey.members(view))
+
+    def _engine(self) -> Identity | None:
+        """The engine, if one is recorded and proven the run's (an exiting one counts:
+        it cannot prove its tag any more, and is no threat)."""
+        engine = self.view.engine
+        if engine is not None and survey.members(self.view).foreign(engine.pid, engine.start_ticks):
+            return None  # not proven the run's: never signalled, never waited for; the kill decides
+        return engine
+
+    # -- 3. wait --------------------------------------------------------------------
+
+    def wait_engine(self) -> bool:
+        """Up to `grace` for the engine's own stop; True if it exited within it."""
+        self.facts.grace = self.grace
+        engine = self._engine()
+        gone = engine is not None and signals.wait_gone(engine, self.grace)
+        self.facts.gone_in_grace = gone
+        self.facts.fallback = not gone
+        return gone
+
+    def force(self) -> StopResult:
+        """Past the grace, for a caller that waited for the engine itself (a foreground
+        `runner run` reaps its engine): the fallback's kill, then confirm, record, result."""
+        self.facts.grace, self.facts.fallback = self.grace, True
+        self.kill()
+        return self.finish()
+
+    # -- 4. kill --------------------------------------------------------------------
+
+    def kill(self) -> None:
+        """Every process proven the run's, whatever the mode (the module's step 4). The
+        engine's lineage is read first, before any signal: a killed parent's children
+        lose the link that proves them."""
+        view, engine = self.view, self.view.engine
+        known: list[Identity] = []
+        if engine is not None and identity.is_running(engine) and self._engine() is not None:
+            known = _lineage(view, engine)  # ablate: now-shares-the-reach
+        recorded = ([engine] if engine is not None else []) + view.children
+        report = reaper.kill_everything(
+            groups=[(i.pgid, [i]) for i in recorded],
+            pids=recorded + known,
+            run_id=view.key,
+            kill_grace=self.kill_grace,
+            cgroup=view.cgroup,
+            known=known,
+        )
+        self.facts.report, self.facts.killed = report, True
+        if report.refused:
+            try:
+                with Journal(self.rd.journal) as journal:
+                    journal.append(Event.SIGNAL_REFUSED, by="stop", refused=report.refused)
+            except (Damaged, OSError) as exc:
+                self._note(exc)
+        if engine is not None and identity.is_running(engine) and self._engine() is not None:
+            # The engine outlived its SIGKILL: named by what the kernel shows (state D or not).
+            stuck, alive = reaper.classify([engine.pid])
+            report.unkillable = sorted(set(report.unkillable) | set(stuck))
+            report.left_running = sorted(set(report.left_running) | set(alive))
+
+    # -- 5, 6, 7. confirm, record, result ---------------------------------------------
+
+    def finish(self, *, no_live_run: bool = False) -> StopResult:
+        """Confirm, record, and build the result once. `no_live_run`: a stop of a dead
+        engine that found nothing alive and the end already recorded raises NoLiveRun."""
+        f = self.facts
+        self._confirm()
+        if f.vanished is None and dirfd.gone(self.rd.path):
+            f.vanished = str(self.rd.path)  # removed during the stop: nothing can be recorded
+        if f.vanished is None and self._engine_gone():
+            self._record()  # (an engine that lives on, unkillable or left running, is never recorded over)
+        if f.vanished is not None and not f.killed:
+            self.kill()  # no record left to trust for what the engine did: the kill is finished here
+        f.elapsed = time.monotonic() - self.started
+        if f.report is not None and self.view.cgroup is not None and not f.report.unkillable and self._engine_gone():
+            try:
+                # The engine this stop killed leaves its zombie in the cgroup until its
+                # parent reaps it: moments, waited for, or the cgroup stays behind.
+                self.view.cgroup.wait_empty("all", defaults.CONFIRM_TIMEOUT)
+                self.view.cgroup.remove()
+            except OSError:
+                pass  # still populated (an unkillable member) or removed by the engine
+        ended = f.recorded_by in (RecordedBy.ENGINE, RecordedBy.OTHER, RecordedBy.FINISHED)
+        if no_live_run and f.found == 0 and not f.left_alone and ended:  # ablate: stop-total-dead-engine
+            raise NoLiveRun(
+                f"{self.rd.path}: no live engine, nothing of the run alive and its end already recorded "
+                "(see `runner status`)"
+            )
+        return build(f)
+
+    def _confirm(self) -> None:
+        """Nothing of the run may be alive behind an exit 0. What the engine journaled as
+        outliving its own kill, if alive and still proven the run's, is killed by this
+        stopper (when the engine stopped the run itself: the same reach). With the engine
+        dead before this stop, a call it recorded that lives on as itself with nothing to
+        prove it (no run's tag at all, in no run's cgroup) may still be the run's: never
+        signalled, never passed over in silence (LEFT_RUNNING, its pid named)."""
+        f = self.facts
+        members = survey.members(self.view)
+        if not f.killed and any(_alive_member(pid, members) for pid in engine_left(self.rd)):
+            self.kill()  # ablate: confirm-kills-what-the-engine-left
+        if not f.engine_dead:
+            return  # a live engine's calls are its children: proven (_lineage), or not calls at all
+        left = set(f.report.unkillable) | set(f.report.left_running) if f.report is not None else set()
+        for call in self.view.children:
+            st = identity.stat(call.pid)
+            if st is None or st.zombie or st.start_ticks != call.start_ticks or call.pid in left:
+                continue
+            if members.proof(call.pid, call.start_ticks) is None and _of_no_run(call.pid):
+                f.left_alone.append(call.pid)
+                f.unproven.append(f"pid {call.pid} ({sweep.comm(call.pid)})")
+
+    def _engine_gone(self) -> bool:
+        """No engine of this run is left: the lock is free (or, with the lock damaged, no
+        process carries the run's tag), or the engine this stop knew is dead while
+        another process holds the lock (a stopper recording, frozen or not: the record
+        step waits for it, bounded)."""
+        engine = self.view.engine
+        if engine is not None and not identity.is_running(engine):
+            return True
+        try:
+            return not self.rd.is_live()
+        except Damaged:
+            return not (self.view.key and sweep.tagged(self.view.key))
+        except FileNotFoundError:
+            return True
+
+    def _record(self) -> None:
+        f = self.facts
+        try:
+            f.recorded_by, state = record_forced_stop(self.rd, f.report, f.fallback, self.origin)
+        except Unwritable as exc:  # ablate: unrecorded-stop-reported
+            f.recorded_by, f.unrecorded = RecordedBy.NOBODY, exc
+            return
+        except RunLocked:
+            f.recorded_by, f.held_by = RecordedBy.HELD, _holder(self.rd)
+            return
+        except (Damaged, FileNotFoundError) as exc:
+            if dirfd.gone(self.rd.path):
+                f.vanished = str(self.rd.path)
+            elif isinstance(exc, FileNotFoundError):
+                self.view.note(Damaged(exc.filename or self.rd.state, "missing"))
+            else:
+                self.view.note(exc)
+            return
+        if state is not None:
+            f.engine_origin = state.stop_origin
+            if f.recorded_by == RecordedBy.FINISHED:
+                f.finished_as = state.status
+
+    def _note(self, exc: Exception) -> None:
+        if isinstance(exc, FileNotFoundError) and dirfd.gone(self.rd.path):
+            return  # the directory went away: said once, by the result
+        self.view.note(exc)
+
+
+def _alive_member(pid: int, members: Membership) -> bool:
+    st = identity.stat(pid)
+    return st is not None and not st.zombie and members.proof(pid, st.start_ticks) is not None
+
+
+def _of_no_run(pid: int) -> bool:
+    """Carries no run's tag and sits in no run's cgroup: nothing says whose it is (a
+    process of another run, tagged or contained, is that run's, never this one's)."""
+    where = membership.cgroup_of(pid)
+    return membership.tag_of(pid) is None and not (where or "").startswith("/runner/")
+
+
+def _lineage(view: Survey, engine: Identity) -> list[Identity]:
+    """The engine's children and what descends from them, read live before any signal:
+    the same reach as the engine's own stop. The engine is proven the run's and alive:
+    its children (its calls, and what it adopted as a child subreaper: the kernel
+    re-parents to it only what descended from it, and it starts nothing but calls) are
+    read from its own task lists, and it is checked alive after, so the links read were
+    its own (Proof.KNOWN, as for the engine's registry). Their descendants are followed
+    by parent links (a setsid escapee or an env-scrubbed process whose parent lives, a
+    subreaper's grandchildren), as the registry snapshots a call before it kills it;
+    contained, the cgroup holds the calls' (no pass over /proc, as the registry's kill
+    skips its snapshot), but never what the engine adopted."""
+    kids = sweep.living_children(engine.pid)
+    calls = {(c.pid, c.start_ticks) for c in view.children}
+    roots = [st.pid for st in kids if view.cgroup is None or (st.pid, st.start_ticks) not in calls]
+    known = [identity.from_stat(st) for st in kids] + (sweep.lineage(roots) if roots else [])
+    return known if identity.is_running(engine) else []
+
+
+def _holder(rd: RunDir) -> str:
+    pids = survey.lock_holders(rd)
+    return f"pid {pids[0]}" if pids else "another process"
+
+
+def _graceful(rd: RunDir, origin: Origin) -> StopResult:
     """`runner stop --graceful`: lodge a graceful request (file channel; `origin` names
     a caller other than the CLI) for the engine to honor at its next graceful check point."""
     refuse_copy(rd)
@@ -233,4 +368,53 @@ def stop_graceful(rd: RunDir, *, origin: Origin = Origin.FILE) -> StopResult:
         raise ControlFileError(
             f"{exc}: the graceful stop is not lodged (`runner stop` still reaches the engine by signal)"
         ) from None
-    return stop_result.graceful_lodged(rd.run_id, request.mode == Mode.HARD)
+    return graceful_lodged(rd.run_id, request.mode == Mode.HARD)
+
+
+def stop_path(run_dir: str | None, kind: StopKind) -> StopResult:
+    """`runner stop [--now | --graceful] [--run-dir DIR]`: the run a command names,
+    resolved and stopped. `rm -rf DIR` of a live run, before this command or while it
+    reads the run: the run's engine, if it still lives, is found by its pinned, deleted
+    directory (vanished.py) and its run stopped as `--now` stops it, said on one line
+    (a graceful stop has no file left to lodge: NoLiveRun)."""
+    try:
+        rd = resolve(run_dir)
+    except NoLiveRun:
+        if run_dir is None or kind.mode == Mode.GRACEFUL:
+            raise
+        return _vanished_at(os.path.abspath(run_dir))
+    return stop(rd, kind)
+
+
+def _vanished_at(where: str) -> StopResult:
+    """The run whose directory was at `where`: its engine, found by the kernel's word."""
+    from runner.proc import vanished
+
+    found = [v for v in vanished.engines(os.path.dirname(where)) if os.path.abspath(v.run_dir) == where]
+    if not found:
+        raise NoLiveRun(f"{where}: no run there (no spec.toml)")
+    return stop_vanished(found[0])
+
+
+def stop_vanished(v: VanishedEngine, kill_grace: float | None = None) -> StopResult:
+    """A live engine whose run directory is gone (vanished.py): no file to lodge a stop
+    in or record it, so the run is killed as `--now` kills it, proven by its tag and its
+    cgroup (the only membership left), and said on one line: the pipeline's kill,
+    confirmation and result, with nothing to record."""
+    from runner.control.survey import StopSettings, Survey
+    from runner.proc.cgroup import RunCgroup, run_cgroup_path
+
+    path = run_cgroup_path(v.key)
+    view = Survey(
+        RunDir(v.run_dir),
+        run_id=v.run_id,
+        key=v.key,
+        engine=v.engine,
+        cgroup=RunCgroup(path) if path is not None and path.is_dir() else None,
+        live=True,
+        stop=StopSettings() if kill_grace is None else StopSettings(kill_grace=kill_grace),
+    )
+    s = Stop(view.rd, StopKind.NOW, view=view)
+    s.facts.vanished = v.run_dir
+    s.kill()
+    return s.finish()

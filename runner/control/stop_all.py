@@ -6,22 +6,23 @@ from __future__ import annotations
 import os
 
 from runner import defaults
-from runner.control.stop import stop_graceful, stop_hard, stop_now
-from runner.control.stop_result import StopResult
+from runner.control.stop import stop, stop_vanished
 from runner.errors import Damaged, NoLiveRun
+from runner.events import StopKind
 from runner.exitcodes import Exit
 from runner.files.rundir import RunDir, copy_line
-from runner.proc import reaper
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from runner.control.stop_result import StopResult
     from runner.proc.vanished import Vanished
 
 
 _WORST_FIRST = (
     Exit.INTERNAL,
     Exit.UNKILLABLE,
+    Exit.LEFT_RUNNING,
     Exit.OTHER_PID_NAMESPACE,
     Exit.NOT_RECORDED,
     Exit.STOP_FORCED,
@@ -33,42 +34,10 @@ _WORST_FIRST = (
 gave (a run left alive outranks a damaged file, which outranks a run already gone)."""
 
 
-def stop_vanished(v: Vanished, kill_grace: float = defaults.KILL_GRACE) -> tuple[Exit, list[str]]:
-    """A live engine whose run directory is gone (vanished.py): no file to lodge a stop
-    in or record it, so the run is killed as `--now` would, proven by its tag and its
-    cgroup (the only membership left), and said on one line."""
-    from runner.proc.cgroup import RunCgroup, run_cgroup_path
-
-    path = run_cgroup_path(v.key)
-    cgroup = RunCgroup(path) if path is not None and path.is_dir() else None
-    report = reaper.kill_everything(
-        groups=[(v.engine.pgid, [v.engine])],
-        pids=[v.engine],
-        run_id=v.key,
-        kill_grace=kill_grace,
-        cgroup=cgroup,
-        cgroup_scope="all" if cgroup is not None else None,
-    )
-    if cgroup is not None and not report.unkillable:
-        for sub in (cgroup.path / "work", cgroup.path / "engine", cgroup.path):
-            try:
-                sub.rmdir()  # the engine that would have removed it is dead
-            except OSError:
-                pass
-    line = (
-        f"run {v.run_id} (its directory {v.run_dir} is gone) killed"
-        f" ({len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL,"
-        f" in {report.elapsed:.3f}s); nothing could be recorded"
-    )
-    if report.unkillable:
-        return Exit.UNKILLABLE, [line + f"; still alive: {' '.join(map(str, report.unkillable))}"]
-    return Exit.OK, [line]
-
-
 def _left_behind(dead: list[RunDir]) -> list[RunDir]:
     """Runs whose engine is dead while processes of theirs live (the engine crashed, or a
     stopper was killed mid-stop). A plain `runner stop` of each ends them
-    (_stop_without_engine), so `--all` stops them too: it never ends while a process of
+    (a stop of a dead engine, control/stop.py), so `--all` stops them too: it never ends while a process of
     a run under its base lives. One pass over /proc reads every tag; a run's cgroup
     answers for what scrubbed its environment."""
     from runner.proc import vanished
@@ -91,13 +60,12 @@ def _left_behind(dead: list[RunDir]) -> list[RunDir]:
     return out
 
 
-def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]]:
+def stop_every(base: str | os.PathLike[str], kind: StopKind) -> tuple[Exit, list[str]]:
     """`runner stop --all`: every live run under `base`, from this one process, all at
-    once: each run gets the very stop its own `runner stop` would (stop_hard, stop_now or
-    stop_graceful) in a thread of its own, so that 50 runs cost one kill grace, not 50,
-    and one interpreter start, not 50. A run whose lock cannot be read counts as live.
-    Returns the exit code and the lines to print."""
-    from collections.abc import Callable
+    once: each run gets the very stop its own `runner stop` would (control/stop.py's
+    pipeline, with `kind`) in a thread of its own, so that 50 runs cost one kill grace,
+    not 50, and one interpreter start, not 50. A run whose lock cannot be read counts as
+    live. Returns the exit code and the lines to print."""
     from concurrent.futures import ThreadPoolExecutor
 
     from runner.errors import RunnerError
@@ -119,26 +87,24 @@ def stop_every(base: str | os.PathLike[str], mode: str) -> tuple[Exit, list[str]
     gone = vanished.engines(base)
     if not runs and not gone:
         raise NoLiveRun(f"no live run under {base}")
-    stops: dict[str, Callable[[RunDir], StopResult]] = {
-        "hard": stop_hard,
-        "now": stop_now,
-        "graceful": stop_graceful,
-    }
-    stop = stops[mode]
 
     def one(rd: RunDir) -> tuple[Exit, list[str]]:
         try:
             # No engine is left to honor a graceful stop: what a dead engine left is ended
             # as a plain `runner stop` ends it.
-            result = stop_hard(rd) if rd in left else stop(rd)
+            result = stop(rd, StopKind.HARD if rd in left else kind)
         except RunnerError as exc:  # gone meanwhile, or damaged past reading: its line, the rest go on
             return exc.exit_code, [f"{rd.path}: {exc}"]
         return result.code, result.lines()
 
+    def lost(v: Vanished) -> tuple[Exit, list[str]]:
+        result: StopResult = stop_vanished(v)
+        return result.code, result.lines()
+
     with ThreadPoolExecutor(max_workers=min(defaults.MAX_STOPPERS, len(runs) + len(gone))) as pool:
-        lost = pool.map(stop_vanished, gone)
+        vanished_runs = pool.map(lost, gone)
         outcomes = list(pool.map(one, runs))  # ablate: stop-all-at-once
-        outcomes += list(lost)
+        outcomes += list(vanished_runs)
     codes = {code for code, _ in outcomes}
     code = next((c for c in _WORST_FIRST if c in codes), Exit.OK)
     return code, [line for _, lines in outcomes for line in lines]

@@ -1,7 +1,8 @@
-"""The forced-stop record: a stopper records a stop only once the engine is proven dead
-(it holds the engine's lock) and only if the engine did not; neither half (state.json,
-the journal's run-stop) is left to an interruption, and a half a killed stopper left is
-completed before anything else happens to the run."""
+"""A stopper's record of a stop: once the engine is proven dead (the stopper holds the
+run's lock: the recording lock, control/stop.py says why), only if nobody recorded it,
+written by the one writer (files/stopped.py), and neither half (state.json, the
+journal's run-stop) left to an interruption; a half a killed writer left is completed
+before anything else happens to the run."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import time
 from runner import defaults
 from runner.control.stop_result import RecordedBy
 from runner.errors import DISK_ERRNOS, Damaged, RunLocked, Unwritable
-from runner.events import STOP_SIGNALS, Event, Mode, Origin
-from runner.exitcodes import Exit
+from runner.events import STOP_SIGNALS, Event, Origin
 from runner.files.journal import Journal, read_attempt, stop_recorded
 from runner.files.reserve import Reserve
 from runner.files.rundir import RunDir
 from runner.files.state import State, StateStore
+from runner.files.stopped import record_stop
+from runner.proc.reaper import ReapReport
 
 TYPE_CHECKING = False
 
@@ -24,45 +26,50 @@ if TYPE_CHECKING:
     from typing import Any
 
     from runner.files.rundir import EngineLock
-    from runner.proc.reaper import ReapReport
 
 
-def _who_recorded(rd: RunDir, state: State) -> RecordedBy | None:
-    """ "engine" or "other" (another stopper) when this attempt's stop is already
-    recorded: stopped in state.json and its run-stop journaled."""
+def who_recorded(rd: RunDir, state: State) -> RecordedBy | None:
+    """ENGINE or OTHER (another stopper) when this attempt's stop is already recorded:
+    stopped in state.json and its run-stop journaled."""
     # The current attempt's records only, and a bounded tail of them (journal.stop_recorded,
     # read from the journal's end): the previous attempt's `run-stop` never counts for this one.
-    if state.stopped and stop_recorded(rd.journal):
+    if state.stopped and stop_recorded(rd.journal):  # ablate: one-record-per-attempt
         return RecordedBy.ENGINE if state.stop_origin != Origin.FORCED else RecordedBy.OTHER
     return None
 
 
-def recorded_by_someone(rd: RunDir) -> RecordedBy | None:
-    try:
-        state = StateStore(rd.state).load()
-    except Damaged:
-        return None
-    return _who_recorded(rd, state)
-
-
 def _recording_lock(rd: RunDir) -> EngineLock:
-    """The engine lock, taken by a stopper that records a stop. Holding it proves the
-    engine dead and keeps two stoppers from both recording (two `run-stop`s)."""
+    """The run's lock, taken by a stopper that records a stop: holding it proves the
+    engine dead and keeps two stoppers from both recording (two `run-stop`s). Waited for
+    LOCK_WAIT at most: past it, RunLocked (the holder records, or a later stop does)."""
     deadline = time.monotonic() + defaults.LOCK_WAIT
     while True:
         try:
             return rd.acquire_lock()
         except RunLocked:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline:  # ablate: record-lock-bounded
                 raise
             time.sleep(defaults.FILE_POLL)
 
 
-def record_forced_stop(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None = None) -> RecordedBy:
-    """Record a stop the engine did not record, once. Returns who recorded it:
-    "engine" (it did, itself), "other" (another stopper forced it first, e.g. a
-    `--now` racing this `runner stop`), "finished" (the run had completed: nothing to
-    record) or "stopper" (this call)."""
+def record_forced_stop(
+    rd: RunDir, report: ReapReport | None, fallback: bool, origin: Origin | None = None
+) -> tuple[RecordedBy, State | None]:
+    """Record a stop the engine did not record, once. Returns who recorded it, with the
+    attempt's state as read under the lock: ENGINE (it did, itself), OTHER (another
+    stopper first), FINISHED (the run had completed: nothing to record) or STOPPER (this
+    call). Unwritable when the file system refuses; RunLocked when another holder keeps
+    the run's lock past LOCK_WAIT."""
+    # A record is never taken back: one seen without the lock is the attempt's, and this
+    # stopper need not take the run's lock (which makes the run look live to every reader
+    # while it is held) only to read it again.
+    try:
+        state = StateStore(rd.state).load()
+    except Damaged:
+        state = None
+    prior = who_recorded(rd, state) if state is not None else None
+    if prior is not None:
+        return prior, state
     # Neither half of the record is left to an interruption: SIGINT, SIGTERM and SIGHUP
     # wait until both are written (a SIGKILL between them leaves state.json stopped and
     # the journal without run-stop, which the next stopper completes, below).
@@ -105,40 +112,37 @@ def _release_interrupts(held: tuple[list[int], dict[int, Any]] | None) -> None:
         signal.raise_signal(signum)
 
 
-def _record_locked(rd: RunDir, report: ReapReport, fallback: bool, origin: Origin | None) -> RecordedBy:
+def _record_locked(
+    rd: RunDir, report: ReapReport | None, fallback: bool, origin: Origin | None
+) -> tuple[RecordedBy, State | None]:
     # The engine is dead (this stopper holds its lock): a reserve it left behind is
     # this stopper's to give up, should the disk be full (reserve.py).
     spare = Reserve.leftover(rd.path)  # ablate: stopper-leftover-reserve
     with _recording_lock(rd):
         store = StateStore(rd.state, spare)
         state = store.load()
-        prior = _who_recorded(rd, state)
+        prior = who_recorded(rd, state)
         if prior is not None:
-            return prior
+            return prior, state
         if state.status in ("completed", "failed") and not state.stopped:
-            return RecordedBy.FINISHED
+            return RecordedBy.FINISHED, state
         # Not stopped, or stopped by an engine that died before journaling it: this
         # stopper records the stop (and the one run-stop of the attempt).
-        if not state.stopped:
-            state.stopped = True
-            state.status = "stopped"
-            state.stop_origin = Origin.FORCED.value
-            state.exit_code = int(Exit.STOPPED)
-            state.updated = time.time()
-            store.save(state)
+        r = report if report is not None else ReapReport()
         with Journal(rd.journal, spare) as journal:
-            journal.append(
-                Event.RUN_STOP,
+            record_stop(
+                state,
+                store.save,
+                journal,
                 origin=origin or Origin.FORCED,
-                mode=Mode.HARD.label,
                 forced=True,
                 fallback=fallback,
-                died_at_term=sorted(report.died_at_term),
-                needed_kill=sorted(report.needed_kill),
-                unkillable=sorted(report.unkillable),
-                left_running=sorted(report.left_running),
+                died_at_term=sorted(r.died_at_term),
+                needed_kill=sorted(r.needed_kill),
+                unkillable=sorted(r.unkillable),
+                left_running=sorted(r.left_running),
             )
-        return RecordedBy.STOPPER
+        return RecordedBy.STOPPER, state
 
 
 def complete_record(rd: RunDir, journal: Journal, state: State) -> bool:
@@ -149,28 +153,23 @@ def complete_record(rd: RunDir, journal: Journal, state: State) -> bool:
     if not state.stopped or stop_recorded(rd.journal):
         return False
     origin = state.stop_origin or Origin.UNKNOWN.value
-    journal.append(
-        Event.RUN_STOP,
-        origin=origin,
-        mode=Mode.HARD.label,
-        forced=origin == Origin.FORCED.value,
-        fallback=False,
-        completed=True,
+    record_stop(
+        state, StateStore(rd.state).save, journal, origin=origin, forced=origin == Origin.FORCED.value, completed=True
     )
     return True
 
 
-def unproven_children(rd: RunDir) -> list[str]:
-    """What this attempt's engine journaled as its unproven children ("pid N (name)")."""
+def engine_left(rd: RunDir) -> list[int]:
+    """The pids this attempt's engine journaled as outliving its own kill (left running,
+    unkillable): proven the run's then."""
     try:
         # The engine's last records: a bounded read, as every stopper's (journal.py).
         records = read_attempt(rd.journal, defaults.STOP_JOURNAL_TAIL_BYTES)
     except (Damaged, OSError):
         return []
-    out: list[str] = []
+    out: list[int] = []
     for rec in records:
-        if rec.get("event") == Event.UNPROVEN_CHILDREN:
-            pids, names = rec.get("pids"), rec.get("names")
-            if isinstance(pids, list) and isinstance(names, list):
-                out += [f"pid {p} ({n})" for p, n in zip(pids, names, strict=False) if isinstance(p, int)]
+        pids = rec.get("pids")
+        if rec.get("event") in (Event.LEFT_RUNNING, Event.UNKILLABLE) and isinstance(pids, list):
+            out += [p for p in pids if isinstance(p, int) and not isinstance(p, bool)]
     return out

@@ -1,51 +1,95 @@
-"""What a stop command did (StopResult) and what it says: every message a stop prints is
-built here, from what the stop found, killed and recorded.
+"""What a stop found, did and recorded (StopFacts, filled in by the pipeline's steps in
+control/stop.py), and what it says and exits with (StopResult): built once, by `build`,
+from the facts. Every message a stop prints is worded here.
 """
 
 from __future__ import annotations
 
-import time
 from enum import StrEnum
 
 from runner import defaults
-from runner.errors import Unwritable
 from runner.exitcodes import Exit
 from runner.values import Value
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from typing import Any
-
-    from runner.control.run_view import RunView
+    from runner.control.survey import Survey
+    from runner.errors import Unwritable
+    from runner.events import StopKind
     from runner.proc.reaper import ReapReport
 
 
 class RecordedBy(StrEnum):
-    """Who recorded the end of a run a stopper forced (StopResult.recorded_by)."""
+    """Who recorded the end of the run a stopper stopped (StopResult.recorded_by)."""
 
     ENGINE = "engine"  # the engine, itself (it honored the stop, perhaps late)
     OTHER = "other"  # another stopper, first (a `--now` racing this `runner stop`)
     FINISHED = "finished"  # nobody needed to: the run had completed
     STOPPER = "stopper"  # this stopper
     NOBODY = "nobody"  # nobody could: the file system refused the write
+    VANISHED = "vanished"  # nobody could: the run directory went away
+    HELD = "held"  # another stopper holds the run's lock to record it, past LOCK_WAIT
+
+
+class StopFacts(Value):
+    """Everything one stop learned, step by step; `build` words it once. A plain class,
+    not a dataclass (see values.py)."""
+
+    __slots__ = (
+        "kind",
+        "view",
+        "elapsed",
+        "grace",
+        "engine_dead",
+        "gone_in_grace",
+        "fallback",
+        "report",
+        "killed",
+        "recorded_by",
+        "engine_origin",
+        "finished_as",
+        "unrecorded",
+        "held_by",
+        "unproven",
+        "left_alone",
+        "vanished",
+    )
+
+    def __init__(self, kind: StopKind, view: Survey) -> None:
+        self.kind = kind
+        self.view = view
+        self.elapsed = 0.0
+        self.grace: float | None = None  # the hard stop's grace, once it waited
+        self.engine_dead = False  # the engine was dead before this stop began
+        self.gone_in_grace = False  # the hard stop saw the engine exit within its grace
+        self.fallback = False  # this stopper forced an engine that outlived its grace
+        self.report: ReapReport | None = None  # this stopper's kill
+        self.killed = False  # the kill ran (a hard stop honored in grace runs none)
+        self.recorded_by: RecordedBy | None = None
+        self.engine_origin: str | None = None  # the origin the engine recorded
+        self.finished_as: str | None = None  # "completed"/"failed": the run ended on its own first
+        self.unrecorded: Unwritable | None = None  # why the record could not be written
+        self.held_by: str | None = None  # who holds the run's lock when it could not be taken
+        self.unproven: list[str] = []
+        """Calls a dead engine recorded, alive as themselves, that nothing proves the
+        run's (no tag of any run, in no run's cgroup), left alone: "pid N (name)"."""
+        self.left_alone: list[int] = []
+        """Their pids: something of the run may be alive, never an exit 0."""
+        self.vanished: str | None = None  # the run directory that went away during the stop
+
+    @property
+    def found(self) -> int:
+        """How many processes of the run this stop found alive (and signalled)."""
+        r = self.report
+        return 0 if r is None else len(set(r.died_at_term) | set(r.needed_kill) | set(r.unkillable))
 
 
 class StopResult(Value):
-    """What a stop command did. A plain class, not a dataclass (see values.py)."""
+    """What a stop command did: its exit code and the lines it prints. A plain class, not
+    a dataclass (see values.py)."""
 
-    __slots__ = (
-        "code",
-        "message",
-        "elapsed",
-        "unkillable",
-        "recorded_by",
-        "refused",
-        "damaged",
-        "unwritten",
-        "found",
-        "unproven",
-    )
+    __slots__ = ("code", "message", "elapsed", "unkillable", "recorded_by", "refused", "damaged", "unwritten", "notes")
 
     def __init__(
         self,
@@ -57,6 +101,7 @@ class StopResult(Value):
         refused: list[str] | None = None,
         damaged: list[str] | None = None,
         unwritten: list[str] | None = None,
+        notes: list[str] | None = None,
     ) -> None:
         self.code = code
         self.message = message
@@ -66,155 +111,122 @@ class StopResult(Value):
         self.refused: list[str] = [] if refused is None else refused
         self.damaged: list[str] = [] if damaged is None else damaged
         self.unwritten: list[str] = [] if unwritten is None else unwritten
-        self.found = 0
-        """How many processes of the run this stop found alive (and signalled)."""
-        self.unproven: list[str] = []
-        """The engine's children that its clean-up left alive, not proven the run's
-        (the journal's unproven-children): "pid N (name)" each."""
+        self.notes: list[str] = [] if notes is None else notes
+        """Further lines of their own (the engine's children left alone)."""
 
     def lines(self) -> list[str]:
-        """What the command prints: the result, then (each on one line) what was refused
-        and what in the run directory is damaged."""
-        out = [self.message]
+        """What the command prints: the result, then (each on one line) what was left
+        alone, what was refused and what in the run directory is damaged."""
+        out = [self.message, *self.notes]
         if self.refused:
             out.append("refused to signal (not proven the run's): " + "; ".join(self.refused))
         if self.damaged:
             out.append("damaged run directory: " + "; ".join(self.damaged))
-        if self.unproven:
-            out.append(
-                "left alone, not proven the run's (children of its engine, out of its cgroup and without its tag): "
-                + "; ".join(self.unproven)
-            )
         if self.unwritten and self.code != Exit.NOT_RECORDED:  # a NOT_RECORDED message says it
             out.append("the file system refused a write: " + "; ".join(self.unwritten))
         return out
 
 
-def _result(
-    view: RunView, code: Exit, message: str, elapsed: float, report: ReapReport | None = None, **extra: Any
-) -> StopResult:
-    """A result that names what the view found damaged or unwritable and what the reaper
-    refused: every result of a stop of a run says them."""
-    refused = report.refused if report is not None else None
-    return StopResult(code, message, elapsed, refused=refused, damaged=view.damaged, unwritten=view.unwritten, **extra)
-
-
-def _left_running(view: RunView, report: ReapReport, elapsed: float) -> StopResult:
-    """Processes of the run alive at the end of the stop's bound, none of them in
-    uninterruptible sleep: never exit 0, never UNKILLABLE."""
-    return _result(
-        view,
-        Exit.LEFT_RUNNING,
-        f"stop left pids {report.left_running} of run {view.run_id} alive past its bound "
-        f"({defaults.KILL_ROUNDS_BOUND}s of kill rounds; not in uninterruptible sleep); run `runner stop` again",
-        elapsed,
-        report,
+def build(f: StopFacts) -> StopResult:
+    """The stop's result, once: its exit code and its lines, from what its steps found.
+    Code: UNKILLABLE, else LEFT_RUNNING (past the bound, or left alone unproven), else
+    NOT_RECORDED, else DAMAGED, else STOP_FORCED (this stopper forced an engine that
+    outlived its grace), else OK; exit 0 only with nothing of the run alive."""
+    view, r = f.view, f.report
+    run = f"run {view.run_id}"
+    unkillable = sorted(set(r.unkillable)) if r is not None else []
+    left_running = sorted(set(r.left_running)) if r is not None else []
+    killed = (
+        f"{len(r.died_at_term)} died at SIGTERM, {len(r.needed_kill)} needed SIGKILL, in {r.elapsed:.3f}s"
+        if r is not None
+        else ""
     )
-
-
-def forced_result(
-    view: RunView,
-    report: ReapReport,
-    unkillable: list[int],
-    recorded_by: RecordedBy | None,
-    fallback: bool,
-    started: float,
-    unrecorded: Unwritable | None = None,
-) -> StopResult:
-    """The result of force: what could not be killed, else who recorded the stop."""
-    elapsed = time.monotonic() - started
-    if unkillable:
-        return _result(
-            view,
-            Exit.UNKILLABLE,
-            f"stop could not kill pids {unkillable} (in uninterruptible sleep); they are named in the journal",
-            elapsed,
-            report,
-            unkillable=unkillable,
-        )
-    if report.left_running:
-        return _left_running(view, report, elapsed)
-    killed = f"{len(report.died_at_term)} died at SIGTERM, {len(report.needed_kill)} needed SIGKILL, in {elapsed:.3f}s"
-    if unrecorded is not None:
-        return _result(
-            view,
-            Exit.NOT_RECORDED,
-            f"run {view.run_id} killed ({killed}); every process is gone, but the stop could not be "
-            f"recorded: {unrecorded}",
-            elapsed,
-            report,
-            recorded_by=RecordedBy.NOBODY,
+    notes = []
+    if f.unproven:
+        notes.append(
+            "left alone, not proven the run's (calls its dead engine recorded, without any run's tag and out of "
+            "any run's cgroup): " + "; ".join(f.unproven)
         )
     code = view.ok_code
-    if recorded_by == RecordedBy.FINISHED:
-        message = f"run {view.run_id} had already finished; nothing to record ({killed})"
-    elif recorded_by in (RecordedBy.ENGINE, RecordedBy.OTHER):
-        # Someone else recorded the stop: STOP_FORCED says that THIS stopper forced it.
-        who = "its engine" if recorded_by == RecordedBy.ENGINE else "another stopper"
-        message = f"run {view.run_id} stopped by {who} ({killed})"
-    else:
-        if fallback and code == Exit.OK:
-            code = Exit.STOP_FORCED
-        message = f"run {view.run_id} killed ({killed})"
-    return _result(view, code, message, elapsed, report, recorded_by=recorded_by)
-
-
-def stopped_by_other(view: RunView, elapsed: float) -> StopResult:
-    """The engine went within grace and another stopper (forcing) recorded the stop."""
-    return _result(
-        view,
-        view.ok_code,
-        f"run {view.run_id} stopped by another stopper in {elapsed:.3f}s",
-        elapsed,
-        recorded_by=RecordedBy.OTHER,
-    )
-
-
-def stopped_by_engine(view: RunView, origin: str | None, elapsed: float) -> StopResult:
-    """The engine honored the stop within grace and recorded it."""
-    return _result(
-        view, view.ok_code, f"run {view.run_id} stopped by its engine (origin {origin}) in {elapsed:.3f}s", elapsed
-    )
-
-
-def arrived_late(view: RunView, status: str, elapsed: float) -> StopResult:
-    """The run had completed (or failed) on its own before the stop reached it."""
-    return _result(view, view.ok_code, f"run {view.run_id} had already {status}; the stop arrived late", elapsed)
-
-
-def after_grace(view: RunView, result: StopResult, grace: float, gone_in_grace: bool) -> StopResult:
-    """The hard stop's result once it fell back to force: force's message, said as what
-    became of the engine's grace. `gone_in_grace`: the engine was seen to exit within it."""
-    if result.recorded_by == RecordedBy.ENGINE:
-        # The engine recorded its own stop while the fallback ran: it honored it, late.
-        result.message = f"engine honored the stop after grace {grace}s: {result.message}"
-    elif result.recorded_by == RecordedBy.OTHER:
-        result.message = f"another stopper stopped the run first: {result.message}"
-    elif result.code == Exit.STOP_FORCED:
-        result.message = f"engine did not honor the stop within grace {grace}s; force-killed: {result.message}"
-    elif result.code == Exit.NOT_RECORDED and gone_in_grace:
-        # The engine ended the run itself within grace (the fallback found nothing left
-        # to kill) but could not record it; neither could this stopper.
-        what = result.message.split("could not be recorded: ", 1)[-1]
-        result.message = (
-            f"run {view.run_id} stopped by its engine in {result.elapsed:.3f}s; every process is gone, "
-            f"but the stop could not be recorded: {what}"
+    if unkillable:
+        code, message = (
+            Exit.UNKILLABLE,
+            f"stop could not kill pids {unkillable} (in uninterruptible sleep); they are named in the journal",
         )
-    elif result.code == Exit.NOT_RECORDED:
-        result.message = f"engine did not honor the stop within grace {grace}s; force-killed: {result.message}"
-    return result
-
-
-def without_engine(view: RunView, result: StopResult) -> StopResult:
-    """The hard stop of a run whose engine was dead: force's message, said so."""
-    if result.recorded_by == RecordedBy.STOPPER and result.found == 0:
-        result.message = (
-            f"run {view.run_id}: its engine was dead and nothing of the run was alive; the stop is recorded "
+    elif left_running:
+        code, message = (
+            Exit.LEFT_RUNNING,
+            f"stop left pids {left_running} of {run} alive past its bound "
+            f"({defaults.KILL_ROUNDS_BOUND}s of kill rounds; not in uninterruptible sleep); run `runner stop` again",
+        )
+    elif f.left_alone:
+        code, message = (
+            Exit.LEFT_RUNNING,
+            f"stop left pids {f.left_alone} of {run} alive: its dead engine recorded them as its calls, but "
+            "nothing proves them the run's (no tag, no cgroup); never signalled: end them yourself if they are",
+        )
+    elif f.vanished is not None:
+        code = Exit.OK
+        message = (
+            f"{run}: its directory {f.vanished} is gone (removed under the run): every process of the run is gone"
+            + (f" ({killed})" if killed else "")
+            + "; nothing could be recorded"
+        )
+    elif f.recorded_by in (RecordedBy.NOBODY, RecordedBy.HELD):
+        code = Exit.NOT_RECORDED
+        why = (
+            f"another stopper ({f.held_by}) holds the run's lock to record it and did not within "
+            f"{defaults.LOCK_WAIT}s (a later `runner stop` completes the record once it is gone)"
+            if f.recorded_by == RecordedBy.HELD
+            else str(f.unrecorded)
+        )
+        if f.gone_in_grace and f.found == 0:
+            head = f"{run} stopped by its engine in {f.elapsed:.3f}s"
+        elif f.fallback:
+            head = f"engine did not honor the stop within grace {f.grace}s; force-killed: {run} killed ({killed})"
+        else:
+            head = f"{run} killed ({killed})"
+        message = f"{head}; every process is gone, but the stop could not be recorded: {why}"
+    elif f.recorded_by == RecordedBy.FINISHED or f.finished_as is not None:
+        message = f"{run} had already {f.finished_as or 'finished'}; the stop arrived late"
+        if killed and f.found:
+            message += f" ({killed})"
+    elif f.recorded_by == RecordedBy.ENGINE:
+        if f.fallback:
+            message = f"engine honored the stop after grace {f.grace}s: {run} stopped by its engine" + (
+                f" ({killed})" if killed else ""
+            )
+        elif not f.killed:
+            message = f"{run} stopped by its engine (origin {f.engine_origin}) in {f.elapsed:.3f}s"
+        else:
+            message = f"{run} stopped by its engine ({killed})"
+    elif f.recorded_by == RecordedBy.OTHER:
+        message = f"{run} stopped by another stopper" + (f" ({killed})" if f.killed else f" in {f.elapsed:.3f}s")
+    elif f.engine_dead and f.found == 0:
+        message = (
+            f"{run}: its engine was dead and nothing of the run was alive; the stop is recorded "
             "(`runner resume` continues the run)"
         )
+    elif f.engine_dead:
+        message = f"its engine was dead: {run} killed ({killed})"
+    elif f.fallback:
+        if code == Exit.OK:
+            code = Exit.STOP_FORCED  # this very stopper forced the engine: only then
+        message = f"engine did not honor the stop within grace {f.grace}s; force-killed: {run} killed ({killed})"
     else:
-        result.message = f"its engine was dead: {result.message}"
-    return result
+        message = f"{run} killed ({killed})"
+    return StopResult(
+        code,
+        message,
+        f.elapsed,
+        unkillable=unkillable,
+        recorded_by=f.recorded_by,
+        refused=r.refused if r is not None else None,
+        # A directory that went away has no damage or refused write left to speak of.
+        damaged=view.damaged if f.vanished is None else None,
+        unwritten=view.unwritten if f.vanished is None else None,
+        notes=notes,
+    )
 
 
 def graceful_lodged(run_id: str | None, hard_pending: bool) -> StopResult:

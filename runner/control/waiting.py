@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from runner import defaults
-from runner.control import run_view
-from runner.errors import Crashed, NoLiveRun
+from runner.control import survey
+from runner.errors import Crashed, DirectoryGone, NoLiveRun
 from runner.exitcodes import Exit
+from runner.files import dirfd
 from runner.files.rundir import RunDir
 from runner.files.state import StateStore
 from runner.proc import identity, signals
@@ -13,20 +14,40 @@ from runner.proc import identity, signals
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    pass
+    from runner.control.survey import Survey
 
 
 def wait_run(rd: RunDir, timeout: float | None = None) -> Exit:
-    """Block until the run's engine is gone; return the run's own exit code."""
-    view = run_view.not_a_copy(run_view.view(rd))
-    engine = run_view.require_engine(view)
-    if identity.is_running(engine) and run_view.members(view).foreign(engine.pid, engine.start_ticks):
+    """Block until the run's engine is gone; return the run's own exit code. An engine
+    that is dead already (its lock free), one in a pid namespace that is gone included,
+    is a run that ended: its code from its state (CRASHED when none was recorded)."""
+    view = survey.not_a_copy(survey.of(rd))
+    if view.engine is None and view.live is False and view.elsewhere is None:
+        return _ended(rd, view)  # ablate: wait-dead-engine-is-crashed
+    engine = survey.require_engine(view)
+    if identity.is_running(engine) and survey.members(view).foreign(engine.pid, engine.start_ticks):
         # engine.json names a live process that is not this directory's run: waiting on
         # it would report another run's end as this one's.
-        raise NoLiveRun(f"{rd.engine_identity}: not the run's engine ({run_view.members(view).why_not(engine.pid)})")
+        raise NoLiveRun(f"{rd.engine_identity}: not the run's engine ({survey.members(view).why_not(engine.pid)})")
     while not signals.wait_gone(engine, defaults.WAIT_SLICE if timeout is None else timeout):
         if timeout is not None:
             raise NoLiveRun(f"{rd.path}: still running after {timeout}s")
+    return _ended(rd, view)
+
+
+def _ended(rd: RunDir, view: Survey) -> Exit:
+    """The code of a run whose engine is gone; a run whose directory went away meanwhile
+    (`rm -rf`: its engine stops such a run) has what is left of it killed by the stop
+    pipeline, and says so on one line (DirectoryGone)."""
+    if dirfd.gone(rd.path):
+        from runner.control import stop
+        from runner.events import StopKind
+
+        stopper = stop.Stop(rd, StopKind.NOW, view=view)
+        stopper.facts.vanished = str(rd.path)
+        stopper.kill()
+        result = stopper.finish()
+        raise DirectoryGone(result.message, Exit.STOPPED if result.code == Exit.OK else result.code)
     return run_outcome(rd)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from runner.control import lifecycle, stop
 from runner.errors import IdentityError, RunnerError, printable
-from runner.events import Origin
+from runner.events import Origin, StopKind
 from runner.exitcodes import Exit
 from runner.files import identity_file, stop_request
 from runner.files.rundir import RunDir, refuse_copy
@@ -29,19 +29,14 @@ Action = Callable[[RunDir], tuple[Exit, str]]
 MESSAGE_CHARS = 400
 
 
-def _stop(rd: RunDir) -> tuple[Exit, str]:
-    result = stop.stop_hard(rd, origin=Origin.DASHBOARD)
-    return result.code, " / ".join(result.lines())
+def _stopping(kind: StopKind) -> Action:
+    """A stop button: the CLI's own pipeline (control/stop.py), with the dashboard's origin."""
 
+    def act(rd: RunDir) -> tuple[Exit, str]:
+        result = stop.stop(rd, kind, origin=Origin.DASHBOARD)
+        return result.code, " / ".join(result.lines())
 
-def _stop_now(rd: RunDir) -> tuple[Exit, str]:
-    result = stop.stop_now(rd, origin=Origin.DASHBOARD)
-    return result.code, " / ".join(result.lines())
-
-
-def _stop_graceful(rd: RunDir) -> tuple[Exit, str]:
-    result = stop.stop_graceful(rd, origin=Origin.DASHBOARD)
-    return result.code, result.message
+    return act
 
 
 def _pause(rd: RunDir) -> tuple[Exit, str]:
@@ -85,9 +80,9 @@ def _reap_engine_later(rd: RunDir) -> None:
 
 
 ACTIONS: dict[str, Action] = {
-    "stop": _stop,
-    "stop-now": _stop_now,
-    "stop-graceful": _stop_graceful,
+    "stop": _stopping(StopKind.HARD),
+    "stop-now": _stopping(StopKind.NOW),
+    "stop-graceful": _stopping(StopKind.GRACEFUL),
     "pause": _pause,
     "unpause": _unpause,
     "resume": _resume,

@@ -20,7 +20,7 @@ from runner import defaults
 from runner import log as _log
 from runner.engine.registry import Registry
 from runner.files import dirfd
-from runner.proc import reaper
+from runner.proc import identity, oom, reaper
 from runner.proc.reaper import ReapReport
 from runner.values import Value
 
@@ -41,7 +41,17 @@ _CHUNK = 65536
 
 
 class Result(Value):
-    __slots__ = ("argv", "returncode", "timed_out", "stopped", "duration", "output_path", "reap", "output_error")
+    __slots__ = (
+        "argv",
+        "returncode",
+        "timed_out",
+        "stopped",
+        "duration",
+        "output_path",
+        "reap",
+        "output_error",
+        "killed_by",
+    )
 
     def __init__(
         self,
@@ -53,6 +63,7 @@ class Result(Value):
         output_path: Path,
         reap: ReapReport | None,
         output_error: str | None = None,
+        killed_by: str | None = None,
     ) -> None:
         self.argv = argv
         self.returncode = returncode
@@ -62,6 +73,7 @@ class Result(Value):
         self.output_path = output_path
         self.reap = reap
         self.output_error = output_error  # why the output could not be kept (a full disk)
+        self.killed_by = killed_by  # how a leader that died of a signal died: its name, or oom.OOM
 
 
 class _Capture:
@@ -154,6 +166,9 @@ def run_child(
     str_argv = [str(a) for a in argv]
     spawn_argv = registry.cgroup.wrap_argv(str_argv) if registry.cgroup is not None else str_argv
     capture = _Capture(output_path, cap_bytes, output_unwritten)
+    # The OOM killer's count before the call: a SIGKILL while it rose was for memory.
+    memory = registry.cgroup.path / "work" if registry.cgroup is not None else None
+    oom_before = oom.kills(memory)
     t0 = time.monotonic()
     popen: subprocess.Popen[bytes] | None = None
     entry: Entry | None = None
@@ -219,6 +234,12 @@ def run_child(
         # call (it snapshotted or contained it), so the call waits for that report
         # instead of scanning /proc again while the engine tears down.
         # (The stop journals its own refusals: the call reports none of them again.)
+        if timed_out is None and not registry.killed_by_stop(entry) and not _exited_cleanly(popen.pid):
+            # The leader died of a signal or a failure: a hard stop already asked for (its
+            # request lodged before any signal, or a stop signal the engine got) is what
+            # killed it, whichever of its signals landed first (a `--now` reaches the
+            # call and the engine at once). Decided on what is recorded, not on timing.
+            registry.claim_stop()
         if registry.killed_by_stop(entry):  # ablate: stopped-call-waits-for-the-stop
             registry.stop_report()
         else:
@@ -244,6 +265,8 @@ def run_child(
             registry.unregister(entry)
         capture.close()
     stopped = registry.killed_by_stop(entry)
+    died = returncode < 0 and not stopped and timed_out is None
+    killed_by = oom.killed_by(returncode, oom_before, oom.kills(memory)) if died else None
     return Result(
         argv=str_argv,
         returncode=returncode,
@@ -253,15 +276,26 @@ def run_child(
         output_path=Path(output_path),
         reap=reap,
         output_error=capture.error,
+        killed_by=killed_by,
     )
+
+
+def _exited_cleanly(pid: int) -> bool:
+    """Our unreaped child exited 0 (its wait status, read from its zombie)."""
+    st = identity.stat(pid)
+    return st is not None and st.zombie and st.wait_status == 0
 
 
 def _kill_tree(registry: Registry, entry: Entry) -> ReapReport:
     """The call's group, then descendants seen now or in earlier snapshots (those that
-    left the group). No tag sweep and no cgroup kill here: other calls of the run carry
-    the same tag and share the cgroup; the tag and cgroup only prove membership."""
+    left the group), and what the engine adopted (Registry.adopted). No tag sweep and no
+    cgroup kill here: other calls of the run carry the same tag and share the cgroup;
+    the tag and cgroup only prove membership."""
     registry.snapshot(entry)
-    escaped = [i for i in entry.snapshots.values() if i.pid != entry.pid]
+    # What the leader's exit orphaned is the engine's now (a subreaper): its children,
+    # adopted, and theirs, wherever they went (setsid, env -i): the call's leftovers.
+    adopted = registry.adopted()
+    escaped = [i for i in entry.snapshots.values() if i.pid != entry.pid] + adopted
     return reaper.kill_everything(
         groups=[(entry.pgid, entry.members())],
         pids=escaped,
@@ -269,6 +303,6 @@ def _kill_tree(registry: Registry, entry: Entry) -> ReapReport:
         tag_sweep=False,
         cgroup=registry.cgroup,
         cgroup_scope=None,
-        known=entry.members(),
+        known=entry.members() + adopted,
         kill_grace=registry.kill_grace,
     )

@@ -14,7 +14,7 @@ import os
 import sys
 
 from runner import defaults
-from runner.engine.phases import Engine, say
+from runner.engine.phases import Phases, say
 from runner.engine.registry import Registry
 from runner.engine.stop_controller import StopController
 from runner.errors import RunLocked, RunnerError, disk_fault
@@ -147,7 +147,7 @@ def _run_locked(rd: RunDir) -> Exit:
             stop=stop,
             pidns=pidns.of(),
         )
-        engine = Engine(
+        engine = Phases(
             rd, spec, store=store, state=state, journal=journal, registry=registry, controller=controller, cgroup=cgroup
         )
         return engine.run()

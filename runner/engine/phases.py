@@ -30,7 +30,8 @@ from runner.exitcodes import Exit
 from runner.files import captured, stop_request
 from runner.files.atomic import atomic_write_text
 from runner.files.spec import substitute
-from runner.proc import membership, reaper, sweep
+from runner.files.stopped import record_stop
+from runner.proc import membership, oom, reaper
 
 TYPE_CHECKING = False
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from runner.files.spec import CommandSpec, Spec
     from runner.files.state import State, StateStore
     from runner.proc.cgroup import RunCgroup
+    from runner.proc.reaper import ReapReport
 
 # Outcomes of one command.
 PASSED, FAILED, TIMEOUT, STOPPED = Outcome.PASSED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.STOPPED
@@ -60,6 +62,11 @@ def outcome(result: Result) -> Outcome:
     return PASSED if result.returncode == 0 else FAILED
 
 
+def _how(result: Result) -> str:
+    """How a failed command died, when a signal ended it (": killed by ..."), else ""."""
+    return f": {oom.describe(result.killed_by)}" if result.killed_by else ""
+
+
 def say(line: str) -> None:
     """One line in engine.log (the engine's stderr), if the disk still takes it."""
     try:
@@ -73,7 +80,7 @@ def cause(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
-class Engine:
+class Phases:
     def __init__(
         self,
         rundir: RunDir,
@@ -165,12 +172,9 @@ class Engine:
         the one run-stop of the attempt."""
         try:
             self.journal.append(Event.TEARDOWN_COMPLETE, origin=stop.origin, mode=stop.mode.label)
-            self.state.stopped = True
-            self.state.status = "stopped"
-            self.state.stop_origin = stop.origin.value
-            self.state.exit_code = int(Exit.STOPPED)
-            self._save()
-            self.journal.append(Event.RUN_STOP, origin=stop.origin, mode=stop.mode.label, fallback=False, forced=False)
+            record_stop(
+                self.state, lambda _: self._save(), self.journal, origin=stop.origin, mode=stop.mode, forced=False
+            )
             self.ctl.say_disk_fault()  # the reserve these records needed, if they did
         except Exception as exc:
             if not disk_fault(exc):
@@ -198,7 +202,7 @@ class Engine:
             self._phase("session", item)
             result = self._call_provider(item, "session")
             if outcome(result) != PASSED:
-                return self._item_failed(item, "session " + outcome(result))
+                return self._item_failed(item, "session " + outcome(result) + _how(result))
             st.session_done = True
             self._save()
             self._between_phases()
@@ -215,7 +219,7 @@ class Engine:
                 self.journal.append(Event.ITEM_DONE, item=item)
                 return
             if failing is None or not failing[0].fixable or st.repairs >= self.spec.repair_max_attempts:
-                return self._item_failed(item, f"verify {verdict}")
+                return self._item_failed(item, f"verify {verdict}" + (_how(failing[1]) if failing else ""))
             self._between_phases()
             self._backoff(self.spec.retry_backoff)
             self._repair(item, feedback=failing[1])
@@ -246,6 +250,7 @@ class Engine:
             kind=kind,
             outcome=verdict,
             rc=result.returncode,
+            killed_by=result.killed_by,
             duration=round(result.duration, 4),
         )
         if verdict == STOPPED:
@@ -260,7 +265,13 @@ class Engine:
             result = self._run(argv, f"{which}{index}", item, hook.timeout)
             verdict = outcome(result)
             self.journal.append(
-                Event.HOOK_RESULT, hook=which, index=index, item=item, outcome=verdict, rc=result.returncode
+                Event.HOOK_RESULT,
+                hook=which,
+                index=index,
+                item=item,
+                outcome=verdict,
+                rc=result.returncode,
+                killed_by=result.killed_by,
             )
             if verdict == STOPPED:
                 for skipped in range(index + 1, len(hooks)):
@@ -281,6 +292,7 @@ class Engine:
                     index=index,
                     outcome=verdict,
                     rc=result.returncode,
+                    killed_by=result.killed_by,
                     fixable=check.fixable,
                 )
                 if verdict == STOPPED:
@@ -353,19 +365,21 @@ class Engine:
         self.journal.append(Event.RUN_COMPLETE, status=self.state.status, failed=failed)
         return code
 
-    def _name_unproven_children(self) -> None:
-        """What the stop's kills left among the engine's own children (a subreaper, it
-        adopts what its calls double-forked): a process the engine saw as its child but
-        could not prove the run's (it left the cgroup and dropped the tag). Never
-        signalled; named in the journal, and by `runner stop` from there."""
-        live = {e.pid for e in self.registry.live()}
-        kids = [st for st in sweep.living_children(os.getpid()) if st.pid not in live]
-        if kids:  # ablate: name-unproven-children
-            self.journal.append(
-                Event.UNPROVEN_CHILDREN,
-                pids=[st.pid for st in kids],
-                names=[sweep.comm(st.pid) for st in kids],
-            )
+    def _kill_adopted(self) -> ReapReport | None:
+        """What the engine adopted and the kills above left (a subreaper, it adopts what
+        its calls double-forked, or orphaned as they exited): the run's by the kernel's
+        word (Registry.adopted), whatever their tag or cgroup, so never left behind."""
+        adopted = self.registry.adopted()
+        if not adopted:
+            return None
+        return reaper.kill_everything(
+            groups=[],
+            pids=adopted,
+            run_id=self.registry.run_id,
+            tag_sweep=False,
+            kill_grace=self.spec.stop.kill_grace,
+            known=adopted,
+        )
 
     def _cleanup(self) -> None:
         """The engine's own bounded clean-up: whatever the run started and left behind
@@ -382,11 +396,11 @@ class Engine:
                 # busy process's environment is a slow read (48 took 11 ms, measured).
                 untagged=self.registry.untagged,  # ablate: cleanup-reuses-untagged
             ),
+            self._kill_adopted,
             self.registry.reap_orphans,
         ]
         if self.ctl.stopping:
             steps.insert(0, lambda: self.registry.stop_all(self.ctl.origin))
-        steps.append(self._name_unproven_children)
         cgroup = self.cgroup
         if cgroup is not None:
             # cgroup.kill is a SIGKILL: only its confirmation needs a bound.

@@ -20,6 +20,8 @@ from runner.proc.reaper import ReapReport
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from runner.files.reserve import Reserve
     from runner.proc.cgroup import RunCgroup
 
@@ -78,6 +80,10 @@ class Registry:
         self._killed: set[int] = set()  # id(entry) of entries the stop killed
         self._stop_done = threading.Event()
         self._stop_report: ReapReport | None = None
+        self.claims: Callable[[], bool] | None = None
+        """The stop controller's answer to "is a hard stop already asked for?": it starts
+        that stop when one is (StopController.claims), so that a call killed by it is
+        the stop's (claim_stop)."""
         self.untagged: set[tuple[int, int]] = set()
         """(pid, start ticks) the stop's tag sweep read without the run's tag: the
         engine's clean-up sweep after it does not read their environments again."""
@@ -120,9 +126,27 @@ class Registry:
         with self._lock:
             return list(self._entries.values())
 
+    def adopted(self) -> list[Identity]:
+        """The engine's own children that are not its calls, and what descends from
+        them, read live. The engine is a child subreaper: the kernel re-parents to it only
+        what descended from it (a double fork's daemon, a leader's children when it
+        exits), and it starts nothing but calls, so each is the run's by the kernel's
+        word, whatever its environment or cgroup (membership.Proof.KNOWN: the engine's own
+        children). Usually none: then no pass over /proc."""
+        calls = {e.pid for e in self.live()}
+        kids = [st for st in sweep.living_children(os.getpid()) if st.pid not in calls]  # ablate: adopted-are-known
+        if not kids:
+            return []
+        return [identity.from_stat(st) for st in kids] + sweep.lineage([st.pid for st in kids])
+
     def killed_by_stop(self, entry: Entry) -> bool:
         with self._lock:
             return id(entry) in self._killed
+
+    def claim_stop(self) -> bool:
+        """A call died on its own: if a hard stop is already asked for, it starts now and
+        marks every live call (that one included) killed by the stop. True if it did."""
+        return self.claims is not None and self.claims()
 
     def stop_all(self, origin: str | None) -> ReapReport:
         """Mark stopping, kill every registered tree. Thread-safe and idempotent: a
@@ -174,16 +198,17 @@ class Registry:
                 except OSError:
                     pass
         # The engine saw each of these become the run's (it spawned the leaders, its
-        # snapshots followed their parent links): `known` proves them even after one
-        # scrubbed its environment, where no cgroup holds it.
+        # snapshots followed their parent links, it adopted the rest): `known` proves them
+        # even after one scrubbed its environment, where no cgroup holds it.
+        adopted = self.adopted()
         return reaper.kill_everything(
             groups=[(e.pgid, e.members()) for e in entries],
-            pids=[i for e in entries for i in e.snapshots.values()],
+            pids=[i for e in entries for i in e.snapshots.values()] + adopted,
             run_id=self.run_id,
             kill_grace=self.kill_grace,
             cgroup=self.cgroup,
             cgroup_scope="work",
-            known=[i for e in entries for i in e.members()],
+            known=[i for e in entries for i in e.members()] + adopted,
             untagged=self.untagged,
         )
 

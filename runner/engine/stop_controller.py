@@ -74,6 +74,7 @@ class StopController:
         self._disk_fault_said = False
         self._disk_lock = threading.Lock()
         self.origin: Origin | None = None
+        registry.claims = self.claims
 
     # -- set-up and tear-down ------------------------------------------------------
 
@@ -229,6 +230,24 @@ class StopController:
             self._stopping.set()
         self._unwatch()
         self._kill()
+
+    def claims(self) -> bool:
+        """A call of the run died of a signal or a failure while nothing had started the
+        stop yet: was a hard stop already asked for? Yes when a stop signal reached the
+        engine or a hard request is lodged (every stopper lodges its request before its
+        first signal, `--now` included): that stop starts now, from this thread, and the
+        call is the stop's (stopped, never failed). Whichever signal landed first, the
+        call's or the engine's, the answer is the same: it reads what was recorded."""
+        if self._stopping.is_set():
+            return True
+        origin = self._signal_origin
+        if origin is None:
+            request = stop_request.peek(self._rundir)
+            if request is None or request.mode != Mode.HARD or request.unreadable:  # ablate: killed-session-is-stopped
+                return False
+            origin = Origin.FILE
+        self.request(origin)
+        return self._stopping.is_set()
 
     def _unwatch(self) -> None:
         """A stop has begun (or the run is finishing): no request is waited for any more

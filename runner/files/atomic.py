@@ -46,29 +46,33 @@ def temp_file(directory: str, prefix: str, *, dir_fd: int | None = None) -> tupl
     raise FileExistsError(f"{directory}: no free temporary name for {prefix!r}")
 
 
-def write_synced(dfd: int, fd: int, data: bytes | Iterable[bytes]) -> int:
+def write_synced(dfd: int, fd: int, data: bytes | Iterable[bytes], *, sync: bool = True) -> int:
     """`data` (bytes, or chunks of them) into the new file `fd` (made in the directory
-    `dfd`), given to the directory's owner, flushed and fsync'ed; closes `fd`. What every
-    durable write of the runner does before it publishes the file (a rename, a link).
-    Returns the bytes written."""
+    `dfd`), given to the directory's owner, flushed and fsync'ed (unless not `sync`);
+    closes `fd`. What every durable write of the runner does before it publishes the file
+    (a rename, a link). Returns the bytes written."""
     dirfd.own(dfd, fd)
     written = 0
     with os.fdopen(fd, "wb") as f:
         for chunk in (data,) if isinstance(data, bytes) else data:
             written += f.write(chunk)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     return written
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
     """Temp file, fsync, replace, fsync the directory: all relative to one descriptor of
     the target's directory (dirfd.parent: below a pinned run directory no component is
-    followed if it is a link), so the temp file and the rename never leave it."""
-    atomic_write_chunks(path, (data,))
+    followed if it is a link), so the temp file and the rename never leave it. Not
+    `durable`: the same, atomic (whole or absent to every reader), without the two fsyncs
+    (for a file that lives only as long as the processes that read it: a crash of the
+    machine ends them too)."""
+    atomic_write_chunks(path, (data,), durable=durable)
 
 
-def atomic_write_chunks(path: str | os.PathLike[str], data: Iterable[bytes]) -> int:
+def atomic_write_chunks(path: str | os.PathLike[str], data: Iterable[bytes], *, durable: bool = True) -> int:
     """atomic_write_bytes of the chunks' concatenation, written as they come (a large
     file is never held whole in memory). Returns its size."""
     path = os.fspath(path)
@@ -77,7 +81,7 @@ def atomic_write_chunks(path: str | os.PathLike[str], data: Iterable[bytes]) -> 
     try:
         fd, tmp = temp_file(where, "." + name + ".", dir_fd=dfd)  # ablate: atomic-write
         try:
-            size = write_synced(dfd, fd, data)
+            size = write_synced(dfd, fd, data, sync=durable)
             if _before_replace is not None:
                 _before_replace(os.path.join(os.path.dirname(path), tmp), path)
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
@@ -88,15 +92,16 @@ def atomic_write_chunks(path: str | os.PathLike[str], data: Iterable[bytes]) -> 
             except FileNotFoundError:
                 pass
             raise
-        os.fsync(dfd)
+        if durable:
+            os.fsync(dfd)
     finally:
         os.close(dfd)
     return size
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, durable: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: object) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+def atomic_write_json(path: str | os.PathLike[str], obj: object, *, durable: bool = True) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", durable=durable)

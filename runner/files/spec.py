@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable
 
 from runner import defaults
 from runner.errors import SpecError
+from runner.events import StopKind
 from runner.values import SealedValue
 
 TYPE_CHECKING = False
@@ -55,11 +56,12 @@ class StopSpec(SealedValue):
 
     @property
     def hard_worst_case(self) -> float:
-        """The hard stop's worst case: `runner stop` waits `grace` for the engine's own
-        teardown, then forces (SIGTERM, `kill_grace`, SIGKILL) and confirms the kill for
-        up to CONFIRM_TIMEOUT. tests/runner/test_stop_races.py's wedged-engine test holds
+        """The hard stop's worst case (events.StopKind.HARD.worst_case, the one sum): the
+        lodge's lock wait, `grace` for the engine's own teardown, then the forced kill
+        (SIGTERM, `kill_grace`, SIGKILL), its confirmation (CONFIRM_TIMEOUT) and the
+        recording lock's wait. tests/runner/test_stop_races.py's wedged-engine test holds
         the forced path to it, against an engine that answers nothing."""
-        return self.grace + self.kill_grace + defaults.CONFIRM_TIMEOUT
+        return StopKind.HARD.worst(self.grace, self.kill_grace)
 
 
 class Spec(SealedValue):

@@ -119,9 +119,40 @@ def _own_cgroup() -> Path | None:
 
 def run_cgroup_path(run_id: str) -> Path | None:
     """The one cgroup a run may have: <cgroup2 root>/runner/<run key>. A path read back
-    from a run directory is used only if it is this one (run_view.py)."""
+    from a run directory is used only if it is this one (survey.py)."""
     root = cgroup2_root()
     return None if root is None else root / "runner" / run_id
+
+
+def leftover(key: str | None, root: Path | None = None) -> Path | None:
+    """The run's cgroup (run_cgroup_path) if it exists: while no engine of the run is
+    live, what an engine killed before it could remove it left on the host (a SIGKILLed
+    container's PID 1 takes its pid namespace down, never the host's cgroup). `root`:
+    the cgroup2 root, when the caller has already found it (`runner list`, once for all
+    its runs)."""
+    if not key:
+        return None
+    root = root if root is not None else cgroup2_root()
+    path = None if root is None else root / "runner" / key
+    return path if path is not None and path.is_dir() and not path.is_symlink() else None
+
+
+def remove_leftover(key: str | None) -> Path | None:
+    """Remove the run's cgroup if it is a leftover: no process in it or below it (the
+    caller has proven the run's engine gone: it holds the run's lock). Every cgroup below
+    it goes too, deepest first (a member may have made its own). Returns the path removed;
+    None when there was none, or when it still holds a process (then nothing is touched)."""
+    path = leftover(key)
+    if path is None or RunCgroup(path).populated("all"):
+        return None
+    for here, _, _ in sorted(os.walk(path), key=lambda w: -len(Path(w[0]).parts)):
+        try:
+            Path(here).rmdir()  # ablate: resume-removes-leftover-cgroup
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None  # a process came in meanwhile: the cgroup is not a leftover
+    return path
 
 
 class RunCgroup:

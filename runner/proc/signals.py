@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 log = _log.get("runner.proc.signals")
 
-HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 # Attempts at pidfd_open while it says ENOENT yet /proc shows the process (see open_pidfd).
 _ENOENT_RETRIES = 20
 
@@ -122,11 +121,6 @@ def signal_process(ident: Identity, sig: int, membership: Membership) -> Deliver
     if ident.pid in protected_pids():
         log.warning("refusing to signal pid %d: it is this process or one of its ancestors", ident.pid)
         return Delivery.PROTECTED
-    if not HAVE_PIDFD:
-        if membership.proof(ident.pid, ident.start_ticks) is None:
-            log.warning("refusing to signal %s", membership.why_not(ident.pid))
-            return Delivery.NOT_MEMBER
-        return _signal_process_psutil(ident, sig)
     fd, outcome = open_pidfd(ident)
     if fd is None:
         return outcome
@@ -140,21 +134,6 @@ def signal_process(ident: Identity, sig: int, membership: Membership) -> Deliver
         return Delivery.GONE
     finally:
         os.close(fd)
-    return Delivery.SENT
-
-
-def _signal_process_psutil(ident: Identity, sig: int) -> Delivery:
-    # Elsewhere (no pidfd): psutil compares the create time before sending; a window
-    # between its check and the kill remains, which pidfd closes on Linux.
-    import psutil
-
-    try:
-        proc = psutil.Process(ident.pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return Delivery.GONE
-        proc.send_signal(sig)
-    except psutil.NoSuchProcess:
-        return Delivery.GONE
     return Delivery.SENT
 
 
@@ -185,14 +164,14 @@ def refusal(pgid: int, protected: Collection[int] | None = None) -> str | None:
 
 
 def wait_gone(engine: Identity, timeout: float) -> bool:
-    """Wait until the engine process is gone (a zombie counts as gone). Event-driven
-    on Linux: a pidfd becomes readable when the process exits, child of ours or not."""
+    """Wait until the engine process is gone (a zombie counts as gone), event-driven: a
+    pidfd becomes readable when the process exits, child of ours or not (every machine
+    the runner runs on has pidfd_open: cli.unsupported asks first)."""
     deadline = time.monotonic() + timeout
-    fd: int | None = None
     try:
         fd = os.pidfd_open(engine.pid)
-    except (AttributeError, OSError):
-        fd = None
+    except OSError:
+        return not identity.is_running(engine)  # gone already (ESRCH), or not ours to open
     try:
         # The pidfd is only ours to trust once the start time still matches.
         if not identity.is_running(engine):
@@ -201,14 +180,8 @@ def wait_gone(engine: Identity, timeout: float) -> bool:
             left = deadline - time.monotonic()
             if left <= 0:
                 return not identity.is_running(engine)
-            if fd is not None:
-                select.select([fd], [], [], left)
-                if not identity.is_running(engine):
-                    return True
-            else:
-                time.sleep(min(0.02, left))
-                if not identity.is_running(engine):
-                    return True
+            select.select([fd], [], [], left)
+            if not identity.is_running(engine):
+                return True
     finally:
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)

@@ -58,21 +58,24 @@ def tagged(
     return out
 
 
-def _children_map() -> dict[int, list[identity.Stat]]:
-    children: dict[int, list[identity.Stat]] = {}
-    for pid in identity.all_pids():
-        st = identity.stat(pid)
-        if st is not None:
-            children.setdefault(st.ppid, []).append(st)
-    return children
-
-
 def descendants(pid: int) -> list[Identity]:
     """Snapshot of a process's living descendants (by parent links, so a child that
-    called setsid is still found while its parent lives)."""
-    children = _children_map()
+    called setsid is still found while its parent lives): lineage of one root."""
+    return lineage((int(pid),))
+
+
+def lineage(roots: Collection[int], scan: identity.Scan | None = None) -> list[Identity]:
+    """The living descendants of `roots` by parent links, read in one pass over /proc:
+    a child that called setsid, or dropped its environment, is found while its parent
+    lives, and a subreaper's adopted grandchildren are its children. The caller has
+    proven the roots the run's; a stopper takes this before its first signal, as the
+    engine snapshots a call before it kills it (a killed parent's children lose the link)."""
+    children: dict[int, list[identity.Stat]] = {}
+    for st in (scan or identity.Scan()).stats.values():
+        children.setdefault(st.ppid, []).append(st)
+    boot = ident.boot_id()
     out: list[Identity] = []
-    stack, seen = [int(pid)], {int(pid)}
+    stack, seen = list(roots), set(roots)
     while stack:
         for st in children.get(stack.pop(), ()):
             if st.pid in seen:
@@ -80,7 +83,7 @@ def descendants(pid: int) -> list[Identity]:
             seen.add(st.pid)
             stack.append(st.pid)
             if not st.zombie:
-                out.append(identity.from_stat(st))
+                out.append(identity.from_stat(st, boot))
     return out
 
 

@@ -26,7 +26,7 @@ from runner.errors import Damaged
 from runner.events import Event, Outcome
 from runner.files.follow import JournalTail
 from runner.files.spec import substitute
-from runner.proc import identity
+from runner.proc import identity, oom
 from runner.views.schema import CONTAINMENT_KEYS, Failure, StopRecord
 
 if TYPE_CHECKING:
@@ -116,13 +116,13 @@ class Fold:
         elif event == Event.SESSION_START and item is not None:
             self.sessions[item] = self.sessions.get(item, 0) + 1
         elif event == Event.SESSION_END:
-            self.result = _outcome_text(rec.get("outcome"), rec.get("rc"))
+            self.result = _outcome_text(rec.get("outcome"), rec.get("rc"), rec.get("killed_by"))
             if item is not None and rec.get("outcome") in (Outcome.FAILED, Outcome.TIMEOUT):
                 self.failures[item] = self._failure(str(rec.get("kind")), rec, None, item)
         elif event == Event.HOOK_RESULT:
             if rec.get("outcome") != Outcome.PASSED and self.result is None:
                 self.result = f"{rec.get('hook')}[{rec.get('index')}] " + _outcome_text(
-                    rec.get("outcome"), rec.get("rc")
+                    rec.get("outcome"), rec.get("rc"), rec.get("killed_by")
                 )
         elif event == Event.VERIFY_RESULT:
             index = rec.get("index")
@@ -185,6 +185,7 @@ class Fold:
 
     def _failure(self, phase: str, rec: dict[str, Any], index: int | None, item: str) -> Failure:
         rc = rec.get("rc")
+        killed_by = rec.get("killed_by")
         command: list[str] | None = None
         if index is not None and self.spec is not None and 0 <= index < len(self.spec.verify):
             command = substitute(self.spec.verify[index].command, item=item)
@@ -194,6 +195,7 @@ class Fold:
             "index": index,
             "command": command,
             "rc": rc if isinstance(rc, int) and not isinstance(rc, bool) else None,
+            "killed_by": killed_by if isinstance(killed_by, str) else None,
         }
 
     def duration(self, item: str, now: float | None = None) -> float:
@@ -224,17 +226,19 @@ def describe(failure: Failure, phase: bool = True) -> str:
         parts.append(f"`{shlex.join(failure['command'])}`")
     elif failure["index"] is not None:
         parts.append(f"[{failure['index']}]")
-    parts.append(_outcome_text(failure["outcome"], failure["rc"]))
+    parts.append(_outcome_text(failure["outcome"], failure["rc"], failure.get("killed_by")))
     return " ".join(parts)
 
 
-def _outcome_text(outcome: object, rc: object) -> str:
+def _outcome_text(outcome: object, rc: object, killed_by: object = None) -> str:
     if outcome == Outcome.PASSED:
         return "passed"
     if outcome == Outcome.TIMEOUT:
         return "timed out"
     if outcome == Outcome.STOPPED:
         return "stopped"
+    if isinstance(killed_by, str):  # the journal is untrusted: only a string is worded
+        return oom.describe(killed_by[:40])
     return f"exited {rc}" if isinstance(rc, int) and not isinstance(rc, bool) and rc >= 0 else f"failed (rc {rc})"
 
 

@@ -140,5 +140,7 @@ def run_list(rows: Sequence[RunRow], now: float) -> list[str]:
         note = "damaged: " + "; ".join(r["damaged"]) if r["damaged"] else ""
         if r["copy_of"] is not None:
             note = "copy" + (f" of {r['copy_of']}" if r["copy_of"] else "") + (f"; {note}" if note else "")
+        if r["orphaned_cgroup"]:
+            note += ("; " if note else "") + f"cgroup left: {r['orphaned_cgroup']} (`runner stop` or resume removes it)"
         body.append([r["run_id"], r["status"], live, r["attempt"] or "-", items, seconds(age(r, now)) + " ago", note])
     return table(["run", "status", "engine", "attempt", "items", "age", ""], body)

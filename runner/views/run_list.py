@@ -1,6 +1,6 @@
 """`runner list`: every run under the base directory, one row each: its id, status,
 attempt, items done of all, age. Each run is read on its own and cheaply (its state, its
-lock, its run-id; no process is looked at): a damaged run is a row that says what is
+lock, its run-id, whether its cgroup is left; no process is looked at): a damaged run is a row that says what is
 damaged, never the end of the list.
 """
 
@@ -13,12 +13,14 @@ from pathlib import Path
 from runner.errors import Damaged
 from runner.files.rundir import RunDir, copy_origin, run_entries
 from runner.files.state import StateStore
-from runner.proc import vanished
+from runner.proc import cgroup, vanished
 from runner.views import status as model
 from runner.views.schema import RunRow
 
 
-def row(rd: RunDir) -> RunRow:
+def row(rd: RunDir, cgroup_root: Path | None = None) -> RunRow:
+    """`cgroup_root`: the cgroup2 root (found once for the whole list), where a run whose
+    engine is dead may have left its cgroup."""
     damaged: list[str] = []
 
     def note(exc: Damaged) -> None:
@@ -63,14 +65,28 @@ def row(rd: RunDir) -> RunRow:
         "updated": state.updated if state is not None and state.updated else None,
         "damaged": damaged,
         "copy_of": copy_of,
+        "orphaned_cgroup": _orphaned_cgroup(rd, run_id, live, copy, cgroup_root),
     }
+
+
+def _orphaned_cgroup(rd: RunDir, run_id: str, live: bool | None, copy: bool, root: Path | None) -> str | None:
+    """The run's cgroup, when it exists while no engine of the run is live (its engine
+    was killed before it could remove it: a SIGKILLed container's PID 1). A copy has
+    none of its own; a live run's is in use."""
+    if live is not False or copy or root is None:
+        return None
+    path = cgroup.leftover(rd.key(run_id), root)
+    return str(path) if path is not None else None
 
 
 def rows(base: str | os.PathLike[str]) -> list[RunRow]:
     """Every run under `base`, oldest first (run ids sort by their start time), then the
     live runs whose directory under `base` is gone (vanished.py: the kernel's word, no
     file is left to read), as status "vanished"."""
-    out = [row(e.rd) if e.rd is not None else _refused(Path(base), e.name, e.error) for e in run_entries(Path(base))]
+    root = cgroup.cgroup2_root()
+    out = [
+        row(e.rd, root) if e.rd is not None else _refused(Path(base), e.name, e.error) for e in run_entries(Path(base))
+    ]
     for v in vanished.engines(base):
         damaged = f"{v.run_dir}: removed while engine pid {v.engine.pid} runs (`runner stop --all` stops it)"
         out.append(_row_without_files(v.run_id, v.run_dir, "vanished", True, damaged))
@@ -99,6 +115,7 @@ def _row_without_files(run_id: str, run_dir: str, status: str, live: bool | None
         "updated": None,
         "damaged": [damaged],
         "copy_of": None,
+        "orphaned_cgroup": None,
     }
 
 

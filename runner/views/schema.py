@@ -25,6 +25,7 @@ class Failure(TypedDict):
     index: int | None  # which verify command ([[verify]] entry), None for a session
     command: list[str] | None  # its argv (item substituted); None when the spec is unreadable
     rc: int | None  # its exit code; None when it was killed on a timeout
+    killed_by: str | None  # the signal that killed it by name, "oom" for the OOM killer; None
 
 
 class ItemRow(TypedDict):
@@ -145,3 +146,4 @@ class RunRow(TypedDict):
     updated: float | None  # the state's last save
     damaged: list[str]
     copy_of: str | None  # a copy of a run: the run's own directory, "" when not found; else None
+    orphaned_cgroup: str | None  # the run's cgroup, left while no engine of it is live

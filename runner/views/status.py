@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from runner.control import run_view
+from runner.control import survey
 from runner.errors import Damaged
 from runner.files import stop_request
 from runner.files.rundir import RunDir, copy_line
@@ -148,14 +148,14 @@ def pending_stop(rd: RunDir) -> PendingStop | None:
 
 def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     """The model of one run (`runner status --json` prints it as it is). Each file is
-    read on its own (run_view.py): a damaged one is listed under "damaged" and the others
+    read on its own (survey.py): a damaged one is listed under "damaged" and the others
     are still shown. `folds`: a cache for a caller that asks again and again (only new
     journal records are read)."""
     # The journal's fold (and the spec parser and dataclasses under it) is imported here:
     # `runner list` reads run_status and resumable only, and spares its start-up that.
     from runner.views import overview
 
-    view = run_view.view(rd, wait_for_engine=False)
+    view = survey.of(rd, wait_for_engine=False)
     state_unreadable = False
     try:
         state = StateStore(rd.state).load_or_none()
@@ -163,7 +163,7 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
         view.note(exc)
         state, state_unreadable = None, True
     now = time.time()
-    spec = run_view.spec_of(view)
+    spec = survey.spec_of(view)
     if folds is not None:
         fold = folds.fold(rd, spec, view.damaged)
     else:

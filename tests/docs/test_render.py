@@ -1,6 +1,8 @@
 """docs/stop-latency.md is rendered from measurements and the code's defaults, never by hand."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -253,6 +255,12 @@ def test_no_bench_run_renders_not_measured(render_mod, tmp_path, bench_json):
     assert "At scale: not measured" in part and "| `runner stop` (one command per run) | 50/50 |" in part
 
 
+BENCH_RUN_LIMIT = 300
+"""A hang guard for a reduced benchmark run inside a test (about 25 s on a quiet 2-core
+machine; over 90 s, the suite's default, beside other work at load 25): not a speed."""
+
+
+@pytest.mark.timeout(BENCH_RUN_LIMIT + 60)
 def test_renders_a_json_the_bench_itself_wrote(render_mod, tmp_path):
     """Path: the benchmark's real writer (`python -m bench.stoppers`, a reduced run: one
     victim under `runner stop --now`, a tree of 2 processes, 2 runs at once) feeds the
@@ -266,7 +274,7 @@ def test_renders_a_json_the_bench_itself_wrote(render_mod, tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=80,
+        timeout=BENCH_RUN_LIMIT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = render_mod.render_files(TEMPLATE, None, None, None, out)
@@ -280,6 +288,7 @@ def test_renders_a_json_the_bench_itself_wrote(render_mod, tmp_path):
     assert "| `runner stop --now` (one command per run) | 2/2 |" in scale_load
 
 
+@pytest.mark.timeout(BENCH_RUN_LIMIT + 60)
 def test_renders_the_size_parts_the_bench_itself_wrote(render_mod, tmp_path):
     """Path: the benchmark's real writer of the items and journal parts (bench/sizes.py
     through `python -m bench.stoppers --parts items,journal`, reduced: 5 items, a 2 MiB
@@ -292,7 +301,7 @@ def test_renders_the_size_parts_the_bench_itself_wrote(render_mod, tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=BENCH_RUN_LIMIT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = render_mod.render_files(TEMPLATE, None, None, None, out)
@@ -303,20 +312,44 @@ def test_renders_the_size_parts_the_bench_itself_wrote(render_mod, tmp_path):
     assert row.count("exit 0") == 2, row
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_renders_the_container_pid1_part_the_bench_itself_wrote(render_mod, tmp_path):
+    """Path: the benchmark's real writer of the pid1 part (bench/pid1_window.py through
+    `python -m bench.stoppers --parts pid1`, one sample each) feeds the renderer: how long
+    `runner` as PID 1 is deaf to SIGTERM, MEASURED, quiet and beside two CPU hogs, and
+    tini's rows where it is installed (else why not)."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.stoppers", "--parts", "pid1", "--pid1-n", "1", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = _section(render_mod.render_files(TEMPLATE, None, None, None, out), "A container's PID 1")
+    assert "MEASURED by `make bench`" in doc and "bench/pid1_window.py" in doc
+    for beside in ("nothing", "two CPU hogs"):
+        assert f"| `runner` (no init) | {beside} | 1 | " in doc
+    tini = "| `tini` (the recipe's) | "
+    assert tini + ("nothing | 1 | " if shutil.which("tini") else "not measured") in doc
+
+
 STOP_MODES = (
     "`runner stop`",
     "`runner stop --now`",
     "`runner stop --graceful`",
     "`runner stop --graceful --wait`",
-    "`runner stop --all [--now]`",
-    "`touch RUNDIR/STOP`",
+    "`runner stop --all`",
+    "`runner stop --all --now`",
+    "the STOP file",
     "`touch RUNDIR/PAUSE`",
     "Ctrl-C once",
     "Ctrl-C twice",
     'dashboard "Stop"',
     'dashboard "Stop now"',
     'dashboard "Stop gracefully"',
-    "SIGTERM to the engine itself",
+    "SIGTERM to the engine",
 )
 
 
@@ -325,18 +358,23 @@ def _mode_row(doc, mode):
 
 
 def test_stop_modes_table_has_every_mode_with_a_derived_worst_case(render_mod, measure_json, monkeypatch):
-    """Path: {{stop_modes}} gives each way to stop a run its worst case added up from
-    runner/defaults.py, the hard stop's as StopSpec.hard_worst_case (grace + kill_grace
-    + CONFIRM_TIMEOUT), moving with the defaults. Ablation: a typed 12 s stays put."""
+    """Path: {{stop_modes}} renders every way to stop a run from runner/events.py's WAYS,
+    each with its StopKind's worst case added up from runner/defaults.py, lock waits
+    named, the hard stop's as StopSpec.hard_worst_case, moving with the defaults.
+    Ablation: a typed 12 s stays put."""
     monkeypatch.setattr(runner.defaults, "STOP_GRACE", 20.0)
     doc = render(render_mod, measure_json)
     for mode in STOP_MODES:
         assert _mode_row(doc, mode)
     hard = _mode_row(doc, "`runner stop`")
-    assert "**22.00 s** = `STOP_GRACE` 20.00 s + `KILL_GRACE` 1.00 s + `CONFIRM_TIMEOUT` 1.00 s" in hard
+    assert (
+        "**23.50 s** = `REQUEST_LOCK_WAIT` 500 ms (lock wait) + `STOP_GRACE` 20.00 s + `KILL_GRACE` 1.00 s"
+        " + `CONFIRM_TIMEOUT` 1.00 s + `LOCK_WAIT` 1.00 s (lock wait)"
+    ) in hard
     assert "`OK` 0" in hard and "`STOP_FORCED` 8" in hard
-    assert "**2.00 s**" in _mode_row(doc, "`runner stop --now`")
-    assert "2 h 32 min" in _mode_row(doc, "`touch RUNDIR/STOP`")
+    assert "**3.50 s**" in _mode_row(doc, "`runner stop --now`")
+    assert "(lock wait)" in _mode_row(doc, 'dashboard "Stop now"')
+    assert "2 h 32 min" in _mode_row(doc, "the STOP file")
     assert "not measured" in _mode_row(doc, "`runner stop --now`")  # absent from this measure.json
 
 
@@ -344,11 +382,10 @@ def test_stop_modes_exit_codes_must_be_documented_for_the_command(render_mod, mo
     """Path: a row's exit codes are checked against the command's row of
     docs/exit-codes.md: a code the command does not return is a RenderError."""
     ctx = render_mod.Context(None, None)
-    modes = list(ctx._MODES)
-    mode = list(modes[1])
-    mode[4] = ("stop --now", ("OK", "STOP_FORCED"))  # --now never falls back
-    modes[1] = tuple(mode)
-    monkeypatch.setattr(render_mod.Context, "_MODES", tuple(modes))
+    ways = dict(ctx._WAYS)
+    what, measured, _, resumable = ways["runner stop --now"]
+    ways["runner stop --now"] = (what, measured, ("stop --now", ("OK", "STOP_FORCED")), resumable)  # never falls back
+    monkeypatch.setattr(render_mod.Context, "_WAYS", ways)
     with pytest.raises(render_mod.RenderError, match="stop --now.*STOP_FORCED"):
         ctx.stop_modes()
 
@@ -365,7 +402,7 @@ def test_one_all_command_is_one_sample(render_mod, bench_json):
     doc = render_mod.render_files(TEMPLATE, None, None, None, bench_json)
     row = next(l for l in doc.splitlines() if l.startswith("| `runner stop --all` (one command)"))
     assert "1.700 s (n=1: one command for 50 runs" in row and "n=50" not in row
-    assert "`stop --all`: 1.700 s for 50 runs (n=1: one command)" in _mode_row(doc, "`runner stop --all [--now]`")
+    assert "`stop --all`: 1.700 s for 50 runs (n=1: one command)" in _mode_row(doc, "`runner stop --all`")
 
 
 def test_a_duration_typed_into_the_template_is_refused(render_mod, tmp_path):
@@ -405,6 +442,7 @@ def test_a_stated_bound_is_the_constant_a_test_asserts(render_mod, tmp_path):
         render_mod.asserted_bound("docs/render_stop_latency.py", "HERE")
 
 
+@pytest.mark.timeout(BENCH_RUN_LIMIT + 60)
 def test_renders_the_goals_section_the_bench_itself_wrote(render_mod, tmp_path):
     """Path: the benchmark's real writer of the SIGTERM-to-the-engine stopper
     (contenders.RunnerEngineSigterm) and of the plugin part (bench/plugin_idle.py),
@@ -420,7 +458,7 @@ def test_renders_the_goals_section_the_bench_itself_wrote(render_mod, tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=BENCH_RUN_LIMIT,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = render_mod.render_files(TEMPLATE, None, None, None, out)

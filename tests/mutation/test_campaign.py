@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from mutation import BaselineFailed, load, run
+from mutation import BaselineFailed, inner, load, run
+from mutation import campaign as campaign_mod
 from mutation.report import render_table
 from mutation.verdict import INVALID, KILLED, STALE, SURVIVED, TIMEOUT
 
@@ -205,13 +206,20 @@ def test_pytest_timeout_in_the_killer_is_timeout_not_killed(fake_tree, campaign,
 
 
 def test_timeout(fake_tree, campaign, tmp_path):
-    """Path: a mutation that hangs the killer -> its own verdict, timeout, within the limit."""
+    """Path: a mutation that hangs the killer -> its own verdict, timeout, within the limit
+    (the mutation's own `timeout`, then inner.INTERRUPT_GRACE for the SIGINTed pytest and
+    inner.LEFTOVER_GRACE for what it left), not the hour. Only the mutation's run has
+    the short limit: the baseline keeps the campaign's, which a loaded machine's pytest
+    start-up alone can outlast."""
     tree = fake_tree()
-    body = ADD_TO_SUB.replace('replace = "return a - b"', "replace = \"__import__('time').sleep(3600)\"")
-    out = campaign(tree, body, timeout=3)
+    limit = 3
+    body = ADD_TO_SUB.replace(
+        'replace = "return a - b"', f"replace = \"__import__('time').sleep(3600)\"\ntimeout = {limit}"
+    )
+    out = campaign(tree, body)
     v = one(out)
     assert v.verdict == TIMEOUT, v
-    assert out.results[0].duration < 3 + 15  # limit + SIGINT grace, not the hour
+    assert out.results[0].duration < limit + inner.INTERRUPT_GRACE + inner.LEFTOVER_GRACE
 
 
 def test_not_the_scratch_copy_is_invalid(fake_tree, campaign, tmp_path):
@@ -263,6 +271,41 @@ def test_baseline_must_be_green(fake_tree, campaign, tmp_path):
     )
     with pytest.raises(BaselineFailed, match="not green: tests/test_calc.py::test_broken"):
         campaign(tree, body)
+
+
+def test_a_baseline_shard_gets_the_limits_of_the_mutations_it_runs_at_once(
+    fake_tree, write_config, tmp_path, monkeypatch
+):
+    """Path: campaign.baseline_limit, as the baseline's inner runs get it. Four mutations,
+    one killer each, each mutation's run within the campaign's limit; the baseline (one
+    job: one shard) runs the four killers at once and gets four limits, not one (with one,
+    a green baseline of 58 tests timed out beside two CPU hogs). Recorded, not timed:
+    the limit each inner run is given."""
+    tree = fake_tree()
+    body = "".join(
+        ADD_TO_SUB.replace('id = "add-sub"', f'id = "add-sub-{n}"')
+        .replace('killers = ["tests/test_calc.py::test_add"]', f'killers = ["{killer}"]')
+        .replace('survivors = ["tests/test_calc.py::test_unrelated"]\n', "")
+        for n, killer in enumerate(
+            [
+                "tests/test_calc.py::test_add",
+                "tests/test_calc.py::test_add_in_subprocess",
+                "tests/test_calc.py::test_unrelated",
+                "tests/test_calc.py::test_double_runs",
+            ]
+        )
+    )
+    limits = []
+    real = campaign_mod.inner.run
+
+    def recorded(scratch, node_ids, pytest_args, probe_dir, log_path, timeout, target):
+        limits.append((target is None, len(node_ids), timeout))
+        return real(scratch, node_ids, pytest_args, probe_dir, log_path, timeout, target)
+
+    monkeypatch.setattr(campaign_mod.inner, "run", recorded)
+    run(load(write_config(tree, body, timeout=60)), tree, jobs=1, artifacts=tmp_path / "artifacts")
+    assert limits[0] == (True, 4, 4 * 60), limits  # the baseline: four mutations' worth
+    assert {limit for baseline, _, limit in limits[1:] if not baseline} == {60}, limits
 
 
 def test_removed_killer_fails_the_baseline(fake_tree, campaign, tmp_path):

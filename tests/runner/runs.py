@@ -97,6 +97,20 @@ def wait_event(rd, name, timeout=30.0, **match):
     raise AssertionError(f"no {name} {match} in {rd.journal} after {timeout}s: {[e.get('event') for e in journal(rd)]}")
 
 
+def wait_in_call(rd, timeout=30.0, **match):
+    """Until the engine is idle in a provider call: its `session-start` journaled, then
+    the call's child file (children/PID.json), which the engine writes last before it
+    waits on the call. From then on the engine writes nothing until the call ends or a
+    stop wakes it. Returns the session-start event."""
+    event = wait_event(rd, "session-start", timeout=timeout, **match)
+    deadline = time.monotonic() + timeout
+    while not (rd.children.is_dir() and any(rd.children.glob("*.json"))):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no child file in {rd.children} after {timeout}s")
+        time.sleep(0.01)
+    return event
+
+
 def wait_engine_exit(rd, timeout=30.0):
     """Until the engine has released its lock and its process is gone."""
     deadline = time.monotonic() + timeout
@@ -196,3 +210,26 @@ def with_traceback(stderr):
 def sh(script, *args):
     """An argv that runs a POSIX shell script with arguments."""
     return ["/bin/sh", "-c", script, "sh", *args]
+
+
+HELD_STOP = {"kill_grace": 60.0, "grace": 120.0}
+"""A [stop] whose kill grace no test sits out: a stop of a run whose provider traps SIGTERM
+stays in flight until the test kills the provider itself (once it has seen what it
+checks during the stop), however slow the machine; the grace outlasts the kill grace, so
+no stopper falls back meanwhile."""
+
+
+def gated(gate):
+    """A provider whose call ends once the file `gate` exists: the test holds a call in
+    flight until it has done what must happen during the call (a click, a request), and
+    every later call ends at once, whatever the machine's speed."""
+    return sh('while [ ! -e "$1" ]; do sleep 0.02; done', str(gate))
+
+
+def wait_file(path, timeout=30.0):
+    """Until `path` exists (a file another process writes)."""
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never appeared in {timeout}s")
+        time.sleep(0.01)

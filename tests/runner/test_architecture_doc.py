@@ -33,3 +33,17 @@ def test_every_runner_module_has_its_row():
         if p.name not in ("__init__.py", "__main__.py") and p.parent.name != "dashboard"
     }
     assert modules - documented == set()
+
+
+def test_every_module_the_doc_names_exists():
+    """Red when the map names a module that is not there (a row left behind by a rename
+    or a removal, `engine.py` for `engine/main.py`): every `name.py` or `dir/name.py` in
+    backticks is the end of a path in the repository."""
+    files = [
+        str(p.relative_to(ROOT))
+        for top in ("runner", "pytest_stoplatency", "tests", "bench", "docs", "mutation", "examples")
+        for p in (ROOT / top).rglob("*.py")
+    ]
+    named = set(re.findall(r"`([\w/]+\.py)`", DOC.read_text()))
+    missing = [n for n in sorted(named) if not any(f == n or f.endswith("/" + n) for f in files)]
+    assert missing == []

@@ -12,16 +12,18 @@ from runner import defaults
 from runner.exitcodes import Exit
 
 
-def test_bound_adds_grace_kill_grace_and_the_confirmation(tmp_path):
-    """Path: cli._bound -> StopSpec.hard_worst_case. Red if either [stop] key or
-    CONFIRM_TIMEOUT is left out of the sum, or the defaults are not the code's."""
+def test_bound_adds_grace_kill_grace_the_confirmation_and_the_lock_waits(tmp_path):
+    """Path: cli._bound -> StopSpec.hard_worst_case -> events.StopKind.HARD's terms. Red
+    if either [stop] key, CONFIRM_TIMEOUT or a lock wait (the request's, the record's) is
+    left out of the sum, or the defaults are not the code's."""
+    locks = defaults.REQUEST_LOCK_WAIT + defaults.LOCK_WAIT
     spec = write_spec(tmp_path / "s.toml", provider=["true"], stop={"grace": 3.5, "kill_grace": 0.25})
     proc = runner("bound", spec)
     assert proc.returncode == Exit.OK, proc.stderr
-    assert float(proc.stdout) == 3.5 + 0.25 + defaults.CONFIRM_TIMEOUT
+    assert float(proc.stdout) == 3.5 + 0.25 + defaults.CONFIRM_TIMEOUT + locks
 
     plain = write_spec(tmp_path / "d.toml", provider=["true"])
-    worst = defaults.STOP_GRACE + defaults.KILL_GRACE + defaults.CONFIRM_TIMEOUT
+    worst = defaults.STOP_GRACE + defaults.KILL_GRACE + defaults.CONFIRM_TIMEOUT + locks
     assert float(runner("bound", plain).stdout) == worst
     container = runner("bound", "--container", plain)
     assert container.stdout.strip() == str(math.ceil(worst + defaults.CONTAINER_GRACE_MARGIN))

@@ -1,5 +1,6 @@
 """runner.proc.cgroup: containment on this machine's cgroup v2 (hybrid layout, unified/)."""
 
+import json
 import logging
 import subprocess
 import sys
@@ -9,8 +10,10 @@ import pytest
 from runs import new_run_id
 
 from runner.errors import BadInput
+from runner.exitcodes import Exit
+from runner.files import identity_file
 from runner.proc import cgroup as cgroup_mod
-from runner.proc import identity, reaper
+from runner.proc import identity, reaper, signals
 from runner.proc.cgroup import RunCgroup
 
 pytestmark = pytest.mark.skipif(not cgroup_mod.available(), reason="no writable cgroup v2 with cgroup.kill")
@@ -175,3 +178,55 @@ def test_the_plugins_copy_answers_as_the_runner_does_on_the_same_cgroups(spawn, 
     finally:
         cg.kill("all", timeout=2)
         nested.rmdir()
+
+
+def _killed_with_its_namespace(runs):
+    """A live run (provider: a long sleep, in its session) whose engine and calls are then
+    all SIGKILLed at once through the run's cgroup: what the kernel does to them when a
+    container's PID 1 is SIGKILLed. The engine had no chance to remove its cgroup."""
+    rd = runs.start(runs.spec(provider=["/bin/sh", "-c", "sleep 600"], stop={"kill_grace": 0.2}), name=new_run_id())
+    runs.wait_event(rd, "phase-start", phase="session")
+    engine = identity_file.read(rd.engine_identity)
+    path = cgroup_mod.run_cgroup_path(rd.key(rd.run_id))
+    assert RunCgroup(path).kill("all", timeout=5)
+    assert signals.wait_gone(engine, 10)
+    assert path.is_dir() and not RunCgroup(path).populated("all")
+    return rd, path
+
+
+def _listed(runs, rd):
+    out = runs.runner("list", "--json", "--runs-dir", runs.tmp_path)
+    assert out.returncode == Exit.OK, out.stderr
+    [row] = [r for r in json.loads(out.stdout) if r["run_dir"] == str(rd.path)]
+    return row
+
+
+def test_a_killed_engines_cgroup_is_listed_and_removed_by_resume(runs):
+    """Path: the cgroup a killed engine left (a SIGKILLed container's PID 1) is named by
+    `runner list` (`orphaned_cgroup`, and on its text row) and removed by the next
+    `runner resume`, which says so, before its engine makes the run's cgroup anew (a new
+    directory: another inode). Ablation: `resume-removes-leftover-cgroup` (the leftover is
+    kept and reused): red."""
+    rd, path = _killed_with_its_namespace(runs)
+    assert _listed(runs, rd)["orphaned_cgroup"] == str(path)
+    assert str(path) in runs.runner("list", "--runs-dir", runs.tmp_path).stdout
+    before = path.stat().st_ino
+    resumed = runs.runner("resume", "--run-dir", rd.path, "--detach")
+    assert resumed.returncode == Exit.OK, resumed.stderr
+    assert f"removed the cgroup the dead attempt left: {path}" in resumed.stderr
+    runs.wait_event(rd, "resume")
+    assert not path.exists() or path.stat().st_ino != before
+    assert _listed(runs, rd)["orphaned_cgroup"] is None  # live: the cgroup is its engine's
+    assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+    assert not path.exists()
+
+
+def test_a_killed_engines_cgroup_is_removed_by_a_plain_stop(runs):
+    """Path: `runner stop` of a run whose engine was killed with everything of it (nothing
+    left to kill) records the stop and removes the cgroup the engine left; `runner list`
+    then names none."""
+    rd, path = _killed_with_its_namespace(runs)
+    stopped = runs.runner("stop", "--run-dir", rd.path)
+    assert stopped.returncode == Exit.OK, stopped.stderr
+    assert not path.exists()
+    assert _listed(runs, rd)["orphaned_cgroup"] is None

@@ -135,7 +135,7 @@ def check_stopped(rd, engine, v, run_id):
 @pytest.mark.parametrize("name", FILES)
 def test_stop_now_stops_a_run_whatever_its_directory_holds(runs, victim, name, kind):
     """Path: `runner status` then `runner stop --now` on a live run with one file
-    damaged (run_view.py reads each file through untrusted.py; the engine is found by
+    damaged (survey.py reads each file through untrusted.py; the engine is found by
     the lock when engine.json says nothing, the rest by the run's tag and cgroup). No
     hang, no exit 70, the run stopped, nothing of it alive."""
     with damaged_run(runs, victim, name, kind) as (rd, engine, v, run_id):

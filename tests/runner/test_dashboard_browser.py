@@ -69,8 +69,8 @@ def open_dashboard(page, dash, name, status="running"):
 @pytest.mark.stop_latency(bound=BOUND)
 @pytest.mark.parametrize("label", ["Stop now", "Stop"])
 def test_stop_buttons_reach_run_stop_within_kill_grace(runs, victim, dashboard, page, stop_latency, label):
-    """Path: the "Stop now" button (actions._stop_now -> stop.stop_now with origin
-    dashboard: lodge, then reaper.kill_everything) and the "Stop" button (stop_hard:
+    """Path: the "Stop now" button (actions -> stop.stop(rd, StopKind.NOW) with origin
+    dashboard: lodge, then kill the run) and the "Stop" button (StopKind.HARD:
     lodge, SIGTERM to the engine, whose registry kills the trapping provider after
     kill_grace), against a provider that traps SIGTERM. Timed from the click to the
     run-stop in the journal (target kill_grace + 200 ms), then to the page showing
@@ -98,12 +98,17 @@ def test_stop_buttons_reach_run_stop_within_kill_grace(runs, victim, dashboard, 
 def test_pause_then_unpause(runs, dashboard, page):
     """Path: the "Pause" button (stop_request.pause: the operator's PAUSE file) holds the
     run at its next check point (journal `paused`, no new session); the button turns
-    into "Unpause", which removes the file (journal `unpaused`); the run completes."""
+    into "Unpause", which removes the file (journal `unpaused`); the run completes.
+    The first call is held until the PAUSE file is there (runs.gated), so the click
+    lands while the run is running however slow the machine is."""
     items = [f"i{n}" for n in range(12)]
-    rd = runs.start(runs.spec(items=items, provider=["sh", "-c", "sleep 0.3"]))
+    gate = runs.tmp_path / "gate"
+    rd = runs.start(runs.spec(items=items, provider=runs.gated(gate)))
     dash = dashboard()
     open_dashboard(page, dash, "run")
     button(page, "run", "Pause").click()
+    runs.wait_file(rd.pause_file)
+    gate.touch()
     runs.wait_event(rd, "paused")
     button(page, "run", "Unpause").wait_for(state="visible")
     assert button(page, "run", "Pause").is_hidden()
@@ -121,15 +126,20 @@ def test_pause_then_unpause(runs, dashboard, page):
 
 
 def test_stop_gracefully_finishes_the_phase_in_flight(runs, dashboard, page):
-    """Path: the "Stop gracefully" button (stop.stop_graceful with origin
-    dashboard): the provider call in flight completes, the next item never starts, and
+    """Path: the "Stop gracefully" button (stop.stop(rd, StopKind.GRACEFUL)
+    with origin dashboard): the provider call in flight completes, the next item never starts, and
     the run-stop is graceful with origin `dashboard` (stop_controller.graceful_stop keeps
-    the request's origin)."""
-    rd = runs.start(runs.spec(items=["a", "b"], provider=["sh", "-c", "sleep 1.5"]))
+    the request's origin). The call is held in flight (runs.gated) until the graceful
+    request is lodged, then ends by itself: the click lands during the call however
+    slow the machine is."""
+    gate = runs.tmp_path / "gate"
+    rd = runs.start(runs.spec(items=["a", "b"], provider=runs.gated(gate)))
     runs.wait_event(rd, "session-start", item="a")
     dash = dashboard()
     open_dashboard(page, dash, "run")
     button(page, "run", "Stop gracefully").click()
+    runs.wait_file(rd.stop_request)
+    gate.touch()
     status_is(page, "run", "stopped", timeout=30)
     stop = runs.wait_event(rd, "run-stop")
     assert stop["origin"] == "dashboard" and stop["mode"] == "graceful", stop

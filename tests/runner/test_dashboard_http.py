@@ -101,33 +101,39 @@ def test_refused_posts_and_gets_leave_a_live_run_running(runs, victim, dashboard
     Origin (token or not) is answered 403 and reaches no stop code; a GET on an action's
     URL changes nothing. The run keeps running: no stop request, no run-stop, its
     provider alive. Then a POST from the page's own origin with the token is accepted,
-    the server keeps answering while that stop runs (a thread of its own, kill_grace
-    long at least), and the stop journals its origin as `dashboard`."""
-    rd, v = runs.live_trap_term(victim, stop=None)  # the default kill_grace: a stop that takes a while
-    dash = dashboard()
-    good = {"X-Runner-Token": dash.token}
-    for action in ("stop", "stop-now", "stop-graceful", "pause"):
-        assert post(dash, "run", action) == 403
-        assert post(dash, "run", action, **{"X-Runner-Token": dash.token[:-1]}) == 403
-        assert post(dash, "run", action, Origin="http://evil.example", **good) == 403
-        assert post(dash, "run", action, Origin="http://localhost.evil.example:80", **good) == 403
-        assert post(dash, "run", action, Origin="null", **good) == 403
-        assert post(dash, "run", action, **{"Sec-Fetch-Site": "cross-site"}, **good) == 403
-        assert request(dash, "GET", f"/api/runs/run/{action}", good)[0] == 404
-    time.sleep(0.5)  # the engine's watchdog polls every 0.1 s: a lodged request would be seen
-    assert v.alive() and rd.is_live()
-    assert not rd.stop_request.exists() and not rd.pause_file.exists()
-    assert not runs.events(rd, "run-stop")
-    assert wait_row(dash, "run", status="running")["buttons"]["stop"] == {"enabled": True, "why": None}
-    assert post(dash, "run", "stop", Origin=dash.origin, **good) == 202
-    assert post(dash, "run", "stop", Origin=dash.origin, **good) == 409  # the same stop is still running
-    assert wait_action(dash, "run", "running")["action"] == "stop"  # answered while the stop runs
-    runs.wait_event(rd, "run-stop", origin="dashboard", mode="hard", forced=False)
-    runs.wait_engine_exit(rd)
-    row = wait_row(dash, "run", status="stopped")
-    assert row["words"] == "stopped from the dashboard" and row["buttons"] == {"resume": {"enabled": True, "why": None}}
-    action = wait_action(dash, "run", "done")
-    assert action["action"] == "stop" and action["code"] == Exit.OK and "origin dashboard" in action["message"]
+    the server keeps answering while that stop runs (a thread of its own: the trapping
+    provider holds it in its kill grace until the test ends the provider), and the stop
+    journals its origin as `dashboard`."""
+    rd, v = runs.live_trap_term(victim, stop=runs.HELD_STOP)
+    try:
+        dash = dashboard()
+        good = {"X-Runner-Token": dash.token}
+        for action in ("stop", "stop-now", "stop-graceful", "pause"):
+            assert post(dash, "run", action) == 403
+            assert post(dash, "run", action, **{"X-Runner-Token": dash.token[:-1]}) == 403
+            assert post(dash, "run", action, Origin="http://evil.example", **good) == 403
+            assert post(dash, "run", action, Origin="http://localhost.evil.example:80", **good) == 403
+            assert post(dash, "run", action, Origin="null", **good) == 403
+            assert post(dash, "run", action, **{"Sec-Fetch-Site": "cross-site"}, **good) == 403
+            assert request(dash, "GET", f"/api/runs/run/{action}", good)[0] == 404
+        time.sleep(0.5)  # the engine's watchdog polls every 0.1 s: a lodged request would be seen
+        assert v.alive() and rd.is_live()
+        assert not rd.stop_request.exists() and not rd.pause_file.exists()
+        assert not runs.events(rd, "run-stop")
+        assert wait_row(dash, "run", status="running")["buttons"]["stop"] == {"enabled": True, "why": None}
+        assert post(dash, "run", "stop", Origin=dash.origin, **good) == 202
+        assert post(dash, "run", "stop", Origin=dash.origin, **good) == 409  # the same stop is still running
+        assert wait_action(dash, "run", "running")["action"] == "stop"  # answered while the stop runs
+        v.kill()  # the stop has been seen in flight: its kill grace need not be sat out
+        runs.wait_event(rd, "run-stop", origin="dashboard", mode="hard", forced=False)
+        runs.wait_engine_exit(rd)
+        row = wait_row(dash, "run", status="stopped")
+        assert row["words"] == "stopped from the dashboard"
+        assert row["buttons"] == {"resume": {"enabled": True, "why": None}}
+        action = wait_action(dash, "run", "done")
+        assert action["action"] == "stop" and action["code"] == Exit.OK and "origin dashboard" in action["message"]
+    finally:
+        v.kill()  # a red test's held stop ends at once (the dashboard's teardown waits for it)
 
 
 def test_run_names_never_leave_the_base_directory(runs, victim, dashboard, tmp_path):
@@ -338,16 +344,18 @@ def test_an_idle_connection_is_closed(runs, dashboard):
     finished_run(runs)
     dash = dashboard()
     host, port = dash.origin.removeprefix("http://").rsplit(":", 1)
+    started = time.monotonic()  # before the connect: the server's idle clock starts later
     silent = socket.create_connection((host, int(port)), timeout=IDLE_TIMEOUT + 10)
     used = http.client.HTTPConnection(host, int(port), timeout=IDLE_TIMEOUT + 10)
     try:
-        started = time.monotonic()
         used.request("GET", "/api/runs", headers={"X-Runner-Token": dash.token})
         assert used.getresponse().read()
         assert silent.recv(1) == b""  # EOF: the server closed it
         waited = time.monotonic() - started
         assert IDLE_TIMEOUT * 0.8 <= waited < IDLE_TIMEOUT + 5, waited
-        time.sleep(0.5)
+        # The used one, idle since its answer, is closed in its turn (its EOF, not a sleep
+        # that a slow answer could outlast).
+        assert used.sock.recv(1) == b""
         with pytest.raises((ConnectionError, http.client.RemoteDisconnected, BrokenPipeError)):
             used.request("GET", "/api/runs", headers={"X-Runner-Token": dash.token})
             used.getresponse().read()

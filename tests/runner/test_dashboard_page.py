@@ -54,15 +54,17 @@ def deduped(seq):
     return [x for i, x in enumerate(seq) if i == 0 or seq[i - 1] != x]
 
 
-def test_stopping_shows_within_300_ms_of_the_click_until_stopped(runs, victim, dashboard, page):
+def test_stopping_shows_within_300_ms_of_the_click_until_stopped(runs, victim, dashboard, page, request):
     """Path: page.js act() puts the run in "stopping" at the click (badge, buttons but
     "Stop now" disabled, a counter), and the server's `stopping` (snapshot._stopping:
     the dashboard's stop still at work) keeps it there until the run has stopped. The
-    provider traps SIGTERM and kill_grace is the default, so the stop takes a while: the
+    provider traps SIGTERM and the stop is held in its kill grace (runs.HELD_STOP) until
+    the test has seen the stopping state everywhere, then the test ends the provider: the
     badge goes running -> stopping -> stopped, never back to running. Ablation
     dashboard-stopping-on-click (only the server's flag, a poll later) turns it red: the
     state must be there at the click itself, before any answer."""
-    rd, _ = runs.live_trap_term(victim, stop=None)
+    rd, v = runs.live_trap_term(victim, stop=runs.HELD_STOP)
+    request.addfinalizer(v.kill)  # first at teardown: a red test's held stop ends at once
     dash = dashboard()
     open_dashboard(page, dash, "run")
     button(page, "run", "Stop").wait_for(state="visible")
@@ -95,6 +97,7 @@ def test_stopping_shows_within_300_ms_of_the_click_until_stopped(runs, victim, d
     time.sleep(0.5)
     assert section.locator(".head .muted").text_content() != first  # the counter ticks
     assert api_runs(dash)["run"]["stopping"] is True  # the server says so too
+    v.kill()  # seen stopping everywhere: the kill grace need not be sat out
     runs.wait_event(rd, "run-stop", timeout=30)
     section.locator('[data-field=status]:text-is("stopped")').wait_for(timeout=30_000)
     seen = deduped(page.evaluate("window.__statuses"))
@@ -106,12 +109,17 @@ def test_stopping_shows_within_300_ms_of_the_click_until_stopped(runs, victim, d
 def test_a_held_pause_shows_paused_on_the_item(runs, dashboard, page):
     """Path: snapshot._run_row passes status_of's `pause_held` on; page.js shows the
     held item's chip as "paused" with no clock, and the badge "paused". Unpaused, the
-    run goes on and completes."""
+    run goes on and completes. The first call is held until the PAUSE file is there
+    (runs.gated), so the click lands while the run is running however slow the machine
+    is."""
     items = [f"i{n}" for n in range(8)]
-    rd = runs.start(runs.spec(items=items, provider=["sh", "-c", "sleep 0.3"]))
+    gate = runs.tmp_path / "gate"
+    rd = runs.start(runs.spec(items=items, provider=runs.gated(gate)))
     dash = dashboard()
     open_dashboard(page, dash, "run")
     button(page, "run", "Pause").click()
+    runs.wait_file(rd.pause_file)
+    gate.touch()
     held = runs.wait_event(rd, "paused")
     item = held["item"]
     section = row(page, "run")
@@ -184,16 +192,23 @@ def test_a_hostile_item_name_neither_widens_the_card_nor_reorders_the_pid(runs, 
     assert "\u202e" not in text and "\\u202e" in text, text
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text), text
     assert "\\x1b" in text and "\\x07" in text and "\\r\\n" in text, text
-    widths = page.evaluate(
-        """() => ({ win: window.innerWidth, doc: document.documentElement.scrollWidth,
-                    card: document.querySelector('section[data-run-id=run]').getBoundingClientRect().width })"""
-    )
-    assert widths["doc"] <= widths["win"] and widths["card"] <= widths["win"], widths
-    chip = section.locator(".items li").nth(1)
-    clipped = chip.locator(".name").evaluate("(n) => [n.scrollWidth, n.clientWidth]")
-    assert clipped[1] < clipped[0] and clipped[1] < widths["win"], clipped  # clipped, with its ellipsis
-    assert chip.locator(".name").evaluate("(n) => getComputedStyle(n).textOverflow") == "ellipsis"
-    assert chip.get_attribute("title") == f"{long_name}: pending"
+    # The long name's chip and the card, read in one go once the list is laid out: a poll
+    # may redraw the list at any moment, and a node read across two calls may be gone.
+    laid_out = page.wait_for_function(
+        """() => {
+          const sec = document.querySelector('section[data-run-id=run]');
+          const li = sec && sec.querySelectorAll('.items li')[1];
+          const n = li && li.querySelector('.name');
+          if (!n || n.clientWidth === 0) return null;
+          return { scroll: n.scrollWidth, client: n.clientWidth, overflow: getComputedStyle(n).textOverflow,
+                   title: li.getAttribute('title'), win: window.innerWidth,
+                   doc: document.documentElement.scrollWidth, card: sec.getBoundingClientRect().width };
+        }"""
+    ).json_value()
+    assert laid_out["doc"] <= laid_out["win"] and laid_out["card"] <= laid_out["win"], laid_out
+    assert laid_out["client"] < laid_out["scroll"] and laid_out["client"] < laid_out["win"], laid_out  # clipped
+    assert laid_out["overflow"] == "ellipsis", laid_out
+    assert laid_out["title"] == f"{long_name}: pending", laid_out["title"][-40:]
     # The pid's digits, as laid out: each one right of the one before it.
     lefts = now.evaluate(
         """(n, pid) => {

@@ -147,7 +147,7 @@ COPY_REFUSED = {
 @pytest.mark.parametrize("command", sorted(COPY_REFUSED))
 def test_a_copy_of_a_live_run_is_refused_and_nothing_is_touched(runs, victim, containment, command):
     """Path: `cp -r` of a live run, then stop (every mode), resume or wait on the copy:
-    rundir.refuse_copy (through run_view's `copy`) refuses it with exit COPY and one line
+    rundir.refuse_copy (through survey's `copy`) refuses it with exit COPY and one line
     naming the run and its own directory, before anything is read further or written.
     A's processes, A's records and the copy's bytes are all unchanged; no second engine.
     Red under ablation `dir-identity-check` (the commands act on the copy: they write
@@ -195,7 +195,7 @@ def test_plain_resume_and_stop_never_pick_a_copy(runs, victim, containment):
 
 @pytest.mark.parametrize("containment", CONTAINMENTS)
 def test_status_and_list_show_a_copy_as_a_copy(runs, victim, containment):
-    """Path: status_of on a copy (run_view.view stops at `copy`): `copy` holds the line,
+    """Path: status_of on a copy (survey.of stops at `copy`): `copy` holds the line,
     live is false, no engine pid, no child (the copied engine.json and children files
     name A's processes); `runner status` says "copy"; `runner list` and `list --json`
     show one row for A and one row with status "copy" naming A's directory. Nothing is

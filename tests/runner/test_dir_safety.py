@@ -31,7 +31,7 @@ import runner
 from runner.exitcodes import Exit
 from runner.files import identity_file
 from runner.files.rundir import RunDir
-from runner.proc import reaper
+from runner.proc import identity, reaper
 from runner.proc.cgroup import run_cgroup_path
 
 pytestmark = pytest.mark.timeout(180)
@@ -186,7 +186,6 @@ PLANTED = [
     "journal.jsonl",
     "lock",
     "stop-request.lock",
-    "stop.lock",
     "engine.json",
     "children/1.json",
     "run-id",
@@ -230,8 +229,7 @@ def test_a_link_planted_in_another_users_directory_never_writes_roots_file(user,
     _track(ids, bait)
     said = told.stderr
     if told.returncode == 0:
-        R.wait_event(RunDir(bait), "session-start", timeout=10) if planted != "output/1-0001-0-session.log" else None
-        time.sleep(0.3)
+        _first_call_settled(RunDir(bait))
         said += R.runner("stop", "--run-dir", bait).stderr
         said += R.runner("stop", "--now", "--run-dir", bait).stderr
     try:
@@ -309,9 +307,12 @@ def test_root_stops_a_users_run_and_the_user_keeps_using_it(user, area, mode):
     (stop-request.json, stop-request.lock, stop.lock, archive/) is given to the
     directory's owner (dirfd.own), so the user's own engine reads the request and the
     user's later resume and stop work; no phantom request is left. Ablation: none (the
-    chown is the path; without it the user's stop after root's exits 10)."""
+    chown is the path; without it the user's stop after root's exits 10). The graceful
+    mode's calls are held (R.gated) until root's request is lodged, and again for the
+    resumed attempt, so that each stop finds the run live however slow the machine."""
     _, home, _, ids = area
-    provider = SHORT if mode == "graceful" else TRAP
+    gate = home / "gate"
+    provider = R.gated(gate) if mode == "graceful" else TRAP
     spec = _spec(home / "spec.toml", provider, owner=user, items=("a", "b", "c"))
     run_dir = home / "run"
     started = user.runner("run", spec, "--run-dir", run_dir, "--detach")
@@ -322,11 +323,13 @@ def test_root_stops_a_users_run_and_the_user_keeps_using_it(user, area, mode):
     flag = {"hard": [], "now": ["--now"], "graceful": ["--graceful"]}[mode]
     stopped = R.runner("stop", *flag, "--run-dir", run_dir)
     assert stopped.returncode == Exit.OK, stopped.stderr
+    gate.touch()  # lodged: the call in flight may end now (graceful)
     assert _wait(lambda: not RunDir(run_dir).is_live(), 15), "the run did not end after root's stop"
     assert _not_owned_by(run_dir, user.uid) == [], "root left files the user does not own"
     status = _status(user, run_dir)
     assert status["stopped"] and status["pending_stop"] is None, status
 
+    gate.unlink()  # the resumed attempt's call is held until the user's stop
     resumed = user.runner("resume", "--run-dir", run_dir, "--detach")
     assert resumed.returncode == Exit.OK, resumed.stderr
     own = user.runner("stop", "--now", "--run-dir", run_dir)
@@ -375,6 +378,19 @@ def _kill_and_remove(run_id):
                 pass
 
 
+def _first_call_settled(rd):
+    """The engine's first call got as far as it will: its session-start journaled, then its
+    child file written (the call runs: its output file was opened before the spawn) or the
+    engine gone (it refused a planted file). Stopped any sooner, an engine that would
+    write through a planted link may not have come to that write yet."""
+    R.wait_event(rd, "session-start")
+    engine = identity_file.read(rd.engine_identity)
+    deadline = time.monotonic() + 30
+    while identity.is_running(engine) and not any(rd.children.glob("*.json")):
+        assert time.monotonic() < deadline, "the engine's first call neither started nor ended"
+        time.sleep(0.01)
+
+
 def _tagged_or_cgroup(run_id):
     path = run_cgroup_path(run_id)
     return R.tagged(run_id) or (path is not None and path.exists())
@@ -398,10 +414,13 @@ def test_rm_rf_of_a_live_run_stops_it(runs):
     """Path: the engine's watchdog sees its pinned run directory gone (dirfd.gone: link
     count 0; inotify IN_DELETE_SELF wakes it) and stops the run hard: nothing of the run
     (no tagged process, no cgroup) is left within kill_grace + 2 s of `rm -rf`.
-    Ablation: vanished-dir-stop (the engine and its children live on)."""
+    The directory is removed only once the engine is idle in its provider call (its
+    child file written, runs.wait_in_call): it writes nothing more by itself, so no
+    failed write of its own can end the run; only the watchdog can. Ablation:
+    vanished-dir-stop (the engine and its children live on)."""
     spec = runs.spec(provider=TRAP, stop=STOP)
     rd = runs.start(spec)
-    R.wait_event(rd, "session-start", timeout=10)
+    R.wait_in_call(rd)
     run_id = rd.run_id
     try:
         _rm_rf(rd.path)

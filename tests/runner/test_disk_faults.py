@@ -196,7 +196,7 @@ def test_full_disk_engine_gives_up_its_reserve_and_stops_the_run(tmpfs, runs, tm
 def test_full_disk_at_the_stop_is_recorded_then_resumes(tmpfs, runs, victim, how):
     """Path: a disk filled from outside while the provider (trapping SIGTERM) runs, then
     `runner stop` (or `--now`): the request file cannot be written (said on its own line,
-    not DAMAGED: run_view.note sorts a refused write apart), the engine records its stop
+    not DAMAGED: survey.note sorts a refused write apart), the engine records its stop
     (in the page its call's identity file frees, or its reserve): exit 0, one `run-stop`,
     nothing left. Space freed, `runner resume` continues the run with a new reserve.
     Ablation unwritable-is-not-damage (the refusal counts as damage: exit DAMAGED) turns
@@ -305,7 +305,7 @@ def test_stop_all_reports_the_unrecorded_stop(ext4, runs):
 
 
 def test_engine_crash_names_its_cause(runs, tmp_path):
-    """Path: the engine's crash branch (phases.Engine.run): the cause on one line in
+    """Path: the engine's crash branch (phases.Phases.run): the cause on one line in
     engine.log, in `engine-crash`'s `cause`, in `runner status` and in the foreground's
     last line (render.summary with the fold's cause). A crash is a bug, so one is
     injected: a sitecustomize on the engine's PYTHONPATH makes captured.file_name raise."""
@@ -340,7 +340,7 @@ def test_engine_crash_names_its_cause(runs, tmp_path):
 
 
 def test_read_only_disk_under_a_live_run_the_engine_stops_it_and_says_not_recorded(ext4, runs, tmp_path):
-    """Path: phases.Engine.run's disk-fault branch: the file system turns read-only while
+    """Path: phases.Phases.run's disk-fault branch: the file system turns read-only while
     a call runs; the call ends, the engine's next record fails (EROFS), and the engine
     ends everything the run started (an escapee in its own session included: the
     clean-up's tag sweep and cgroup kill) instead of crashing; it cannot record the stop

@@ -12,7 +12,7 @@ import sys
 import pytest
 import runs as R
 
-from runner.engine.phases import Engine
+from runner.engine.phases import Phases
 from runner.engine.registry import Registry
 from runner.engine.stop_controller import StopController
 from runner.events import Mode
@@ -83,7 +83,7 @@ class InProcessEngine:
         self.journal = Journal(self.rd.journal)
         registry = Registry(self.rd.children, run_id=self.rd.run_id, kill_grace=KILL_GRACE)
         self.ctl = StopController(self.rd, registry, self.journal)
-        self.engine = Engine(
+        self.engine = Phases(
             self.rd, spec, store=self.store, state=state, journal=self.journal, registry=registry, controller=self.ctl
         )
 

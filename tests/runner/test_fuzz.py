@@ -2,7 +2,7 @@
 
 The properties, for every generated input:
 - the spec loader raises SpecError (one line) or returns a Spec, nothing else;
-- reading a run directory (run_view, status) never raises anything but a RunnerError;
+- reading a run directory (survey, status) never raises anything but a RunnerError;
 - a real `runner` command exits with a documented code, never INTERNAL (70), prints at
   most one line on stderr, and finishes within its bound.
 
@@ -21,7 +21,7 @@ import runs as R
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from runner.control import run_view
+from runner.control import survey
 from runner.errors import RunnerError, SpecError
 from runner.events import Event
 from runner.exitcodes import Exit
@@ -171,12 +171,12 @@ CONTENTS = st.one_of(
 @settings(max_examples=40)
 @given(name=st.sampled_from(RUN_FILES), content=CONTENTS)
 def test_reading_a_run_directory_never_crashes(tmp_path_factory, runs, name, content):
-    """Property: with any bytes in any file of a run directory, run_view.view and the
+    """Property: with any bytes in any file of a run directory, survey.of and the
     status reader answer; only RunnerErrors (one line) may escape."""
     work = tmp_path_factory.mktemp("rundir")
     rd = RunDir.create(work / "run", runs.spec(name=f"{work.name}.toml", provider=["true"]))
     (rd.path / name).write_bytes(content)
-    view = run_view.view(rd, wait_for_engine=False)
+    view = survey.of(rd, wait_for_engine=False)
     assert all("\n" not in d for d in view.damaged)
     try:
         info = status.status_of(rd)

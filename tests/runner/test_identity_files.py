@@ -95,9 +95,10 @@ def test_stop_now_names_a_process_it_cannot_kill(runs, victim, frozen_cgroup):
     assert v.wait_gone(5.0)
     runs.wait_engine_exit(rd)
     # Once the kernel call returned, the operator's second `--now` finds nothing left
-    # and removes the run's cgroup, which the first could not (it was populated).
+    # (no live run: its end is recorded) and removes the run's cgroup, which the first
+    # could not (it was populated).
     cgroup_path = Path(rd.cgroup_file.read_text().strip()) if rd.cgroup_file.exists() else None
     again = runs.runner("stop", "--now", "--run-dir", rd.path)
-    assert again.returncode == Exit.OK, again.stderr
+    assert again.returncode == Exit.NO_LIVE_RUN, again.stderr
     assert cgroup_path is None or not cgroup_path.exists()
     assert len(runs.events(rd, "run-stop")) == 1

@@ -2,7 +2,9 @@
 --mount-proc` records pids of its own namespace; a stop from the host translates them
 (pidns.py) and is truthful, and a stop that cannot see the run says so in one line."""
 
+import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -58,7 +60,7 @@ def _finish(proc):
 
 @pytest.mark.parametrize("how", ["stop", "now"])
 def test_host_side_stop_of_a_run_inside_a_pid_namespace_is_truthful(runs, tmp_path, how):
-    """Path: run_view._engine_elsewhere and _seen_here: engine.json carries the engine's
+    """Path: survey._engine_elsewhere and _seen_here: engine.json carries the engine's
     pid namespace; a host-side `runner stop` (or `--now`) finds the engine as the lock
     holder that the namespace calls by the recorded pid, and each call likewise, so it
     signals, waits and reports truthfully: exit 0, no "damaged" line, no pid called
@@ -85,7 +87,7 @@ def test_host_side_stop_of_a_run_inside_a_pid_namespace_is_truthful(runs, tmp_pa
 
 
 def test_stop_from_inside_another_namespace_says_so_and_signals_nothing(runs, tmp_path):
-    """Path: run_view._engine_elsewhere without a holder in sight: a `runner stop` run
+    """Path: survey._engine_elsewhere without a holder in sight: a `runner stop` run
     inside a fresh pid namespace cannot see the host's run; it exits OTHER_PID_NAMESPACE
     with one line naming both namespaces, and the run goes on untouched (then a host-side
     stop ends it, exit 0)."""
@@ -110,3 +112,38 @@ def test_stop_from_inside_another_namespace_says_so_and_signals_nothing(runs, tm
     assert host.returncode == Exit.OK, host.stderr
     runs.wait_engine_exit(rd)
     assert not runs.tagged(rd.run_id)
+
+
+def test_wait_says_crashed_when_the_namespace_of_its_engine_died(runs, tmp_path):
+    """Path: waiting.wait_run of a run whose engine is dead (its lock free) and recorded
+    in another pid namespace, gone with its init: the run ended without recording how,
+    so `runner wait` exits CRASHED with one line, as it does for a dead engine outside a
+    namespace (it said "no engine identity", NO_LIVE_RUN); `runner resume` continues it.
+    Ablation: `wait-dead-engine-is-crashed` (NO_LIVE_RUN: red)."""
+    proc, rd = _start_inside(runs, tmp_path, TRAPPING)
+    try:
+        (init,) = [int(p) for t in _tasks(proc.pid) for p in _children(proc.pid, t)]
+        os.kill(init, signal.SIGKILL)  # the namespace's init: the kernel kills every process in it
+        _finish(proc)
+        deadline = time.monotonic() + 10
+        while rd.is_live() or runs.tagged(rd.run_id):
+            assert time.monotonic() < deadline, "the namespace's processes outlived its init"
+            time.sleep(0.02)
+        waited = runs.runner("wait", "--run-dir", rd.path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert waited.returncode == Exit.CRASHED, (waited.returncode, waited.stderr)
+    assert len(waited.stderr.strip().splitlines()) == 1 and "resume" in waited.stderr, waited.stderr
+    # A plain stop of the dead engine records the stop and removes the cgroup it left.
+    assert runs.runner("stop", "--run-dir", rd.path).returncode == Exit.OK
+
+
+def _tasks(pid):
+    return os.listdir(f"/proc/{pid}/task")
+
+
+def _children(pid, tid):
+    with open(f"/proc/{pid}/task/{tid}/children") as f:
+        return f.read().split()

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import runs as R
 from test_dashboard_http import details_json, runs_json, wait_row
@@ -152,27 +153,26 @@ def test_dashboard_list_and_stop_all_see_the_same_runs_with_a_symlinked_run_dir(
 
 
 def test_stopping_from_the_request_until_the_run_has_ended(runs, victim):
-    """Path: a live run whose provider traps SIGTERM (kill_grace 3 s), stopped by `runner
-    stop` in the background: `status --json` says stopping while the request waits and
-    after the engine took it (the request consumed into archive/, the provider not yet
-    killed), and no longer once the run has stopped. Ablation: `stopping-taken` (only a
-    pending request counts) turns it red: the samples of the kill grace say not stopping."""
-    rd, v = runs.live_trap_term(victim, stop={"kill_grace": 3.0, "grace": 10.0})
+    """Path: a live run whose provider traps SIGTERM, stopped by `runner stop` in the
+    background: `status --json` says stopping once the engine took the request (consumed
+    into archive/: the event waited for) while the provider still traps in its kill
+    grace (held there, R.HELD_STOP, until the test ends it), and no longer once the run
+    has stopped. Ablation: `stopping-taken` (only a pending request counts) turns it
+    red: the sample in the kill grace says not stopping."""
+    rd, v = runs.live_trap_term(victim, stop=R.HELD_STOP)
     assert status_json(rd)["stopping"] is False
     stopper = subprocess.Popen([*R.RUNNER, "stop", "--run-dir", str(rd.path)], stdin=subprocess.DEVNULL)
     try:
-        seen = []
-        while stopper.poll() is None and v.alive():
-            info = status_json(rd)
-            if info["live"] and info["status"] == "running":
-                # The provider still alive after the read: the sample is from the kill
-                # grace, not from the instant the engine records its stop (which says
-                # stopping by the journal alone).
-                seen.append((info["stopping"], info["pending_stop"] is None, v.alive()))
-        assert (True, True, True) in seen, seen  # taken by the engine, its provider not yet dead
-        first = next(i for i, (stopping, _, _) in enumerate(seen) if stopping)
-        assert all(stopping for stopping, _, _ in seen[first:]), seen  # until the run ended
+        deadline = time.monotonic() + R.HELD_STOP["kill_grace"] / 2
+        while not (rd.archive.is_dir() and any(rd.archive.glob("*stop-request.json"))):
+            assert time.monotonic() < deadline and stopper.poll() is None, "the engine never took the request"
+            time.sleep(0.01)
+        info = status_json(rd)
+        assert v.alive(), "the provider died before the sample: it proves nothing"
+        assert info["live"] and info["status"] == "running" and info["pending_stop"] is None, info
+        assert info["stopping"] is True, info  # taken by the engine, its provider not yet dead
     finally:
+        v.kill()  # the stop has been seen in flight: its kill grace need not be sat out
         assert stopper.wait(timeout=60) == Exit.OK
     R.wait_engine_exit(rd)
     info = status_json(rd)

@@ -113,7 +113,14 @@ def test_finished_run_names_the_failing_verify(runs):
     row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("b "))
     assert row.split()[:3] == ["b", "failed", "1"] and row.endswith(f"verify `{shlex.join(command)}` exited 9"), row
     items = {r["item"]: r for r in status_json(rd)["items"]}
-    assert items["b"]["failure"] == {"phase": "verify", "outcome": "failed", "index": 0, "command": command, "rc": 9}
+    assert items["b"]["failure"] == {
+        "phase": "verify",
+        "outcome": "failed",
+        "index": 0,
+        "command": command,
+        "rc": 9,
+        "killed_by": None,
+    }
     assert items["b"]["reason"] == f"verify `{shlex.join(command)}` exited 9"
     assert [items[i]["status"] for i in "ac"] == ["done", "done"] and items["a"]["reason"] is None
     assert items["a"]["duration"] > 0

@@ -4,6 +4,7 @@ downgraded, written by the wrong writer, or replayed twice on resume."""
 import subprocess
 import time
 
+import pytest
 import runs as R
 
 from runner.exitcodes import Exit
@@ -31,13 +32,17 @@ def test_two_stop_now_at_once_record_one_run_stop(runs, victim):
     assert runs.state(rd).stopped
 
 
-def test_stop_now_on_a_finished_run_records_nothing(runs):
-    """Path: `_record_forced_stop` refuses to rewrite a completed run as stopped (which
-    would make `wait` exit STOPPED and let `resume` run finalization twice)."""
+@pytest.mark.parametrize("flags", [["--now"], []], ids=["now", "hard"])
+def test_stop_of_a_finished_run_records_nothing(runs, flags):
+    """Path: the stop pipeline's record step (stop_record.record_forced_stop) refuses to
+    rewrite a completed run as stopped (which would make `wait` exit STOPPED and let
+    `resume` run finalization twice); `--now` and the hard stop answer alike (one path):
+    no live engine, nothing alive, its end recorded: NO_LIVE_RUN."""
     rd = runs.start(runs.spec(provider=["true"]))
     assert R.runner("wait", "--run-dir", rd.path).returncode == Exit.OK
-    proc = R.runner("stop", "--now", "--run-dir", rd.path)
-    assert proc.returncode == Exit.OK and "already finished" in proc.stdout + proc.stderr
+    proc = R.runner("stop", *flags, "--run-dir", rd.path)
+    assert proc.returncode == Exit.NO_LIVE_RUN, proc.stderr
+    assert "end already recorded" in proc.stderr, proc.stderr
     assert not runs.events(rd, "run-stop")
     assert runs.state(rd).status == "completed" and not runs.state(rd).stopped
     assert R.runner("wait", "--run-dir", rd.path).returncode == Exit.OK

@@ -4,10 +4,12 @@ way from a SIGTERM to its exit, each shown on real processes. Speed is the bench
 
 import json
 import os
+import select
 import signal
 import subprocess
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -145,10 +147,12 @@ def _run_cgroup(engine_pid: int) -> str:
 def test_the_engine_leaves_its_cgroup_while_its_trapping_call_still_lives(runs, victim):
     """Path: Registry.stop_all, contained: the engine's way out of its cgroup (an RCU
     grace period the kernel makes the migration wait for) starts as the stop begins, not
-    after the clean-up: while the call still traps its SIGTERM (kill grace 1 s), the
-    engine is already out of the run's cgroup, and the run still stops whole. Ablation:
-    `stop-leaves-cgroup-early` (the engine stays in until its clean-up ends: red)."""
-    rd, v = runs.live_trap_term(victim, stop={"kill_grace": 1.0})
+    after the clean-up: while the call still traps its SIGTERM (held in its kill grace,
+    R.HELD_STOP, until the test ends it), the engine leaves the run's cgroup, and the run
+    still stops whole. The wait for the engine to leave is half that kill grace: with the
+    ablation it leaves only after the call's death. Ablation: `stop-leaves-cgroup-early`
+    (the engine stays in until its clean-up ends: red)."""
+    rd, v = runs.live_trap_term(victim, stop=R.HELD_STOP)
     engine = json.loads(rd.engine_identity.read_text())
     pid = engine["pid"]
     run_cgroup = Path(rd.cgroup_file.read_text().strip())
@@ -159,7 +163,7 @@ def test_the_engine_leaves_its_cgroup_while_its_trapping_call_still_lives(runs, 
     try:
         assert identity.start_ticks(pid) == engine["start_ticks"]
         signal.pidfd_send_signal(fd, signal.SIGTERM)
-        deadline = time.monotonic() + 0.5  # well inside the 1 s the call traps for
+        deadline = time.monotonic() + R.HELD_STOP["kill_grace"] / 2  # well inside the call's kill grace
         while _run_cgroup(pid) == inside and time.monotonic() < deadline:
             time.sleep(0.005)
         left = _run_cgroup(pid)
@@ -167,6 +171,7 @@ def test_the_engine_leaves_its_cgroup_while_its_trapping_call_still_lives(runs, 
         assert left != inside and not left.startswith(inside), f"the engine is still in {left} mid-stop"
     finally:
         os.close(fd)
+        v.kill()  # seen out mid-stop: the kill grace need not be sat out
     R.wait_engine_exit(rd)
     assert v.wait_gone(2)
     assert R.state(rd).stopped
@@ -260,21 +265,36 @@ def test_waiting_for_an_empty_cgroup_reads_its_events_again_within_milliseconds(
     """Path: RunCgroup.wait_empty polls cgroup.events from 1 ms up (doubling to 50 ms)
     instead of waiting up to 50 ms for the kernel's POLLPRI, which comes through a work
     queue and at most once per 20 ms per file: a member that leaves while the wait runs
-    is seen by a read soon after. Counted: the reads of cgroup.events while a member
-    lives for 0.1 s (1, 2, 4, ... ms apart: six or more; 50 ms apart: three at most).
-    Ablation: `cgroup-wait-polls-fast` (the first poll waits 50 ms: red)."""
-    member = subprocess.Popen(cg.wrap_argv(["sleep", "0.1"]), stdin=subprocess.DEVNULL)
+    is seen by a read soon after. Recorded, not timed: the timeout of each poll between
+    two reads, while a member lives until the wait has polled four times (then the test
+    kills it, and the wait sees the cgroup empty): 1, 2, 4, 8 ms. Ablation:
+    `cgroup-wait-polls-fast` (every poll waits 50 ms: red)."""
+    member = subprocess.Popen(cg.wrap_argv(["sleep", "600"]), stdin=subprocess.DEVNULL)
+    timeouts = []
+
+    class RecordedPoll:
+        def __init__(self):
+            self._poll = select.poll()
+
+        def register(self, fd, mask):
+            self._poll.register(fd, mask)
+
+        def poll(self, timeout):
+            timeouts.append(timeout)
+            if len(timeouts) == 4:
+                member.kill()  # the last member leaves while the wait runs
+            return self._poll.poll(timeout)
+
     try:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while not cg.populated("work") and time.monotonic() < deadline:
             time.sleep(0.001)
         assert cg.populated("work")
-        reads = []
-        real = os.read
-        monkeypatch.setattr(cgroup_mod.os, "read", lambda fd, n: reads.append(fd) or real(fd, n))
-        assert cg.wait_empty("work", timeout=5)
+        fake = types.SimpleNamespace(poll=RecordedPoll, POLLPRI=select.POLLPRI, POLLERR=select.POLLERR)
+        monkeypatch.setattr(cgroup_mod, "select", fake)
+        assert cg.wait_empty("work", timeout=30)
         monkeypatch.undo()
-        assert len(reads) >= 5, f"cgroup.events read {len(reads)} times while its last member lived 0.1 s"
+        assert timeouts[:4] == [1, 2, 4, 8], timeouts
     finally:
         member.kill()
         member.wait()

@@ -17,7 +17,7 @@ import time
 from runner import defaults
 from runner.errors import CopyOfRun, Damaged, NoLiveRun, OtherPidNamespace, RunnerError, disk_fault
 from runner.exitcodes import Exit
-from runner.files import identity_file, state, untrusted
+from runner.files import dirfd, identity_file, state, untrusted
 from runner.files.rundir import RUN_ID_SHAPE, RunDir, copy_line
 from runner.ident import Identity
 from runner.proc import identity, membership, pidns, sweep
@@ -53,7 +53,7 @@ class StopSettings(Value):
         self.channel = channel
 
 
-class RunView(Value):
+class Survey(Value):
     __slots__ = (
         "rd",
         "run_id",
@@ -164,7 +164,7 @@ def _environ_run_id(pid: int, here: str | None) -> str | None:
     return run_id if ok else None
 
 
-def _run_id(view: RunView) -> str | None:
+def _run_id(view: Survey) -> str | None:
     """run-id, else state.json's run_id, else the lock holder's tag."""
     rd = view.rd
     try:
@@ -186,7 +186,7 @@ def _run_id(view: RunView) -> str | None:
     return None
 
 
-def _engine(view: RunView, wait: bool) -> None:
+def _engine(view: Survey, wait: bool) -> None:
     rd = view.rd
     deadline = time.monotonic() + (defaults.IDENTITY_WAIT if wait else 0.0)
     holders: list[int] | None = None  # looked up only when engine.json is not the holder
@@ -235,7 +235,7 @@ def _engine(view: RunView, wait: bool) -> None:
             return
 
 
-def _engine_elsewhere(view: RunView, recorded: Identity, extra: dict[str, Any], holders: list[int]) -> None:
+def _engine_elsewhere(view: Survey, recorded: Identity, extra: dict[str, Any], holders: list[int]) -> None:
     """engine.json was written in another pid namespace: its pid is that namespace's.
     The engine is the holder of the run's lock that the namespace calls by that pid,
     with the recorded start ticks; not seen from here, the run is elsewhere."""
@@ -254,7 +254,7 @@ def _engine_elsewhere(view: RunView, recorded: Identity, extra: dict[str, Any], 
         )
 
 
-def _children(view: RunView) -> None:
+def _children(view: Survey) -> None:
     """Identities of the live calls. The engine removes a call's file when the call
     ends, so a file may vanish between the listing and the read: it is skipped."""
     rd = view.rd
@@ -285,7 +285,7 @@ def _children(view: RunView) -> None:
         view.child_names[ident.pid] = extra["name"] if isinstance(extra.get("name"), str) else None
 
 
-def _seen_here(view: RunView, recorded: Identity, candidates: list[int]) -> Identity | None:
+def _seen_here(view: Survey, recorded: Identity, candidates: list[int]) -> Identity | None:
     """A call's identity, recorded in the engine's pid namespace, as this process sees
     it: among the run's tagged processes, the one that namespace calls by that pid."""
     assert view.pidns is not None
@@ -294,7 +294,7 @@ def _seen_here(view: RunView, recorded: Identity, candidates: list[int]) -> Iden
     return ident if ident is not None and ident.start_ticks == recorded.start_ticks else None
 
 
-def _cgroup(view: RunView) -> None:
+def _cgroup(view: Survey) -> None:
     """The run's cgroup: only ever the path the runner creates for this run's id. The
     `cgroup` file must name that path; anything else is refused and never touched."""
     rd = view.rd
@@ -329,7 +329,7 @@ def _duration(value: object) -> float | None:
     return float(value) if 0 < value <= defaults.MAX_DURATION else None
 
 
-def _stop_settings(view: RunView) -> None:
+def _stop_settings(view: Survey) -> None:
     """The [stop] values: from engine.json when it is the engine's and they hold (the
     engine copies them there from the spec it loaded), else from the spec itself. The
     spec parser is imported only then: most stops never pay for it."""
@@ -350,10 +350,14 @@ def _stop_settings(view: RunView) -> None:
     except RunnerError as exc:
         view.note(exc)
         return
+    except FileNotFoundError:
+        if not dirfd.gone(view.rd.path):  # else the run directory went away meanwhile (rm -rf)
+            view.note(Damaged(view.rd.spec, "missing"))
+        return
     view.stop = StopSettings(grace=s.grace, kill_grace=s.kill_grace, channel=s.channel)
 
 
-def spec_of(view: RunView) -> Spec | None:
+def spec_of(view: Survey) -> Spec | None:
     """The run's frozen spec for a reader that needs all of it (status), or None with
     the damage noted. Stoppers never call this: they take their [stop] values from
     engine.json (see _stop_settings)."""
@@ -361,12 +365,16 @@ def spec_of(view: RunView) -> Spec | None:
 
     try:
         return load_frozen(view.rd.spec)
+    except FileNotFoundError:
+        if not dirfd.gone(view.rd.path):  # else the run directory went away meanwhile (rm -rf)
+            view.note(Damaged(view.rd.spec, "missing"))
+        return None
     except RunnerError as exc:
         view.note(exc)
         return None
 
 
-def _dir_identity(v: RunView) -> None:
+def _dir_identity(v: Survey) -> None:
     """Whether `rd` is the directory its run was created in. A copy (`cp -r`, `cp -al`, a
     restored backup, a planted directory holding another run's record) is noted in
     `copy`; a missing or damaged record is damage (nothing is signalled on its word: the
@@ -389,11 +397,11 @@ def _dir_identity(v: RunView) -> None:
         v.copy = copy_line(rd)  # reads the record again, for a copy only: says where the run lives
 
 
-def view(rd: RunDir, *, wait_for_engine: bool = True) -> RunView:
+def of(rd: RunDir, *, wait_for_engine: bool = True) -> Survey:
     """Everything a stopper can learn of `rd`; never raises for a damaged file. For a
     copy of a run (`copy` set), only its id: nothing in a copy is live, and its engine
     and child files name another directory's processes."""
-    v = RunView(rd)
+    v = Survey(rd)
     _dir_identity(v)
     if v.copy is not None:
         try:
@@ -428,7 +436,7 @@ def view(rd: RunDir, *, wait_for_engine: bool = True) -> RunView:
     return v
 
 
-def require_engine(v: RunView) -> Identity:
+def require_engine(v: Survey) -> Identity:
     if v.engine is None:
         raise NoLiveRun(
             f"{v.rd.engine_identity}: no engine identity and no holder of the run's lock "
@@ -437,7 +445,7 @@ def require_engine(v: RunView) -> Identity:
     return v.engine
 
 
-def not_a_copy(view: RunView) -> RunView:
+def not_a_copy(view: Survey) -> Survey:
     """The view, unless its directory is a copy of a run: then CopyOfRun, before anything
     is signalled or written (the copy's files name another directory's processes)."""
     if view.copy is not None:
@@ -445,7 +453,7 @@ def not_a_copy(view: RunView) -> RunView:
     return view
 
 
-def acting_on(view: RunView) -> RunView:
+def acting_on(view: Survey) -> Survey:
     """The view a signalling stop acts on: not a copy's, and not of a run in a pid
     namespace this process cannot see into (OtherPidNamespace, nothing signalled)."""
     view = not_a_copy(view)
@@ -454,6 +462,6 @@ def acting_on(view: RunView) -> RunView:
     return view
 
 
-def members(view: RunView) -> Membership:
+def members(view: Survey) -> Membership:
     """What proves a process this run's: its tag (the run's key) or its cgroup."""
     return Membership(view.key, view.cgroup.relative if view.cgroup else None)
