@@ -163,7 +163,7 @@ $(BENCH_STAMP): $(STAMP)
 # Benchmarks: exact speeds, never asserted by the suite. The membership cost goes to
 # $(ARTIFACTS)/bench-membership.json; the stop benchmark (python -m bench.stoppers: the
 # stoppers compared, at scale, under load; items scaling against a bare spawning loop,
-# journal size, 10 and 500 runs under one directory, the dashboard's CPU with a page open,
+# journal size, 10, 100 and 500 runs under one directory, the dashboard's CPU with a page open,
 # the unused plugin's cost, and how long a container's PID 1 is deaf to SIGTERM) writes
 # docs/bench.json, which `make docs`
 # renders into docs/stop-latency.md (also when --check finds a runner cell that left an

@@ -16,7 +16,7 @@ Each on two sides, one after the other: **before**, the runner of REFERENCE_COMM
 made (the same spec, the same number). Each command's own CPU time is kept beside its
 wall time: a loaded machine stretches the second much more than the first.
 
-    python -m bench.many_runs [--counts 10,500] [--polls 1000] [--json out.json]
+    python -m bench.many_runs [--counts 10,100,500] [--polls 1000] [--json out.json]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from . import runs
 from .dashboard import _cpu_seconds, _reference_tree
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN_COUNTS = (10, 500)
+RUN_COUNTS = (10, 100, 500)
 POLLS = 1000
 REPEATS = 3
 LIVE = 2

@@ -21,7 +21,7 @@ printed as a table and written to the JSON with every raw sample (machine, date,
   large, beside a fresh run.
 - **runs** (bench/many_runs.py): `runner list`, `runner stop --all` with nothing live,
   the dashboard's first `/api/runs` and its server's memory over a thousand polls, with
-  10 and 500 runs under one directory, beside the runner before issue 32.
+  10, 100 and 500 runs under one directory, beside the runner before issue 32.
 - **dashboard** (bench/dashboard.py): the dashboard server's CPU with 60 runs and one
   page polling, beside the previous commit's dashboard and unconditional polls.
 - **plugin** (bench/plugin_idle.py): a one-test pytest session with the plugin installed

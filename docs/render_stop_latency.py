@@ -34,7 +34,7 @@ stated through {{bound:...}}, which resolves to a constant a test asserts, or
     {{bench_dashboard}}       the dashboard server's CPU with a page open, beside its reference
                               (docs/bench.json), MEASURED
     {{bench_runs}}            list, stop --all, the dashboard's first answer and its memory over
-                              polls, with 10 and 500 runs under one directory, before and now,
+                              polls, with 10, 100 and 500 runs under one directory, before and now,
                               MEASURED
     {{bench_stopper_cost}}    `runner stop --now` on a cooperative run beside `python -c pass`
                               (docs/bench.json, part `cost`), MEASURED
