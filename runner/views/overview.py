@@ -209,12 +209,13 @@ class Fold:
 def stop_record(rec: dict[str, Any]) -> StopRecord:
     """A run-stop record's say on who asked and how (the journal is untrusted: a field
     of another type reads as absent)."""
-    origin, mode = rec.get("origin"), rec.get("mode")
+    origin, mode, kind = rec.get("origin"), rec.get("mode"), rec.get("kind")
     return {
         "origin": origin if isinstance(origin, str) else None,
         "mode": mode if isinstance(mode, str) else None,
         "forced": rec.get("forced") is True,
         "fallback": rec.get("fallback") is True,
+        "kind": kind if isinstance(kind, str) else None,
     }
 
 

@@ -66,6 +66,7 @@ class StopRecord(TypedDict):
     mode: str | None  # hard or graceful
     forced: bool  # a stopper recorded it (the engine was killed, not asked)
     fallback: bool  # the hard stop's fallback: the engine did not end within the grace
+    kind: str | None  # the stopper's StopKind (hard, now, graceful), when a stopper recorded it
 
 
 class Control(TypedDict):

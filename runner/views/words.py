@@ -51,10 +51,12 @@ def stopped(record: StopRecord | None, recorded_origin: str | None = None) -> st
     fallback); without one, from the origin state.json recorded."""
     origin: str | None
     mode: str | None
+    kind: str | None = None
     if record is None:
         origin, mode, forced, fallback = recorded_origin, "hard", recorded_origin == "forced", False
     else:
         origin, mode, forced, fallback = record["origin"], record["mode"], record["forced"], record["fallback"]
+        kind = record.get("kind")
     killed = "its engine did not end within the grace and was killed"
     if origin == "dashboard":
         if mode == "graceful":
@@ -68,7 +70,12 @@ def stopped(record: StopRecord | None, recorded_origin: str | None = None) -> st
         if fallback:
             return f"stopped with `runner stop`: {killed}"
         # A stopper recorded it without a fallback: `--now`, or a plain stop that found
-        # the engine already dead (the record does not tell them apart).
+        # the engine already dead; the record's kind tells them apart (a record of an
+        # older runner has none).
+        if kind == "now":
+            return "stopped with `runner stop --now`"
+        if kind == "hard":
+            return "stopped with `runner stop`, after its engine had died"
         return "stopped by `runner stop --now`, or by a `runner stop` after its engine had died"
     if origin == "signal":
         return "stopped by a signal to its engine (`runner stop`, `runner stop --now`, or SIGTERM)"

@@ -232,10 +232,9 @@ def _stop_dead(runs, rd, gate):
     assert runs.runner("stop", "--run-dir", rd.path).returncode == Exit.OK
 
 
-FORCED = "stopped by `runner stop --now`, or by a `runner stop` after its engine had died"
 WAYS = {
-    "runner stop --now": (_frozen_now, FORCED),
-    "runner stop of a dead engine": (_stop_dead, FORCED),
+    "runner stop --now": (_frozen_now, "stopped with `runner stop --now`"),
+    "runner stop of a dead engine": (_stop_dead, "stopped with `runner stop`, after its engine had died"),
     "runner stop --graceful": (_graceful, "stopped gracefully with `runner stop --graceful` or the STOP file"),
     "dashboard Stop gracefully": ("Stop gracefully", "stopped gracefully from the dashboard (Stop gracefully)"),
     "engine killed": (_killed, "crashed: its engine died without recording an end (`runner resume` continues it)"),
@@ -245,9 +244,11 @@ WAYS = {
 @pytest.mark.parametrize("way", list(WAYS))
 def test_each_way_of_stopping_is_said_in_words_on_the_page_and_in_status(way, runs, dashboard, page, tmp_path):
     """Path: views/words.status/stopped, from the run-stop record (origin, mode, forced,
-    fallback): the page's row (from the journal's last record, snapshot._finished_row)
+    fallback, and the stopper's kind: `--now` and a plain stop of a dead engine are both
+    `forced`): the page's row (from the journal's last record, snapshot._finished_row)
     and `runner status` (the fold's record, status_of) say the same sentence, never the
-    journal's own word ("stopped by forced"). The run's provider holds its first item's
+    journal's own word ("stopped by forced"). Ablation stop-record-kind (no kind
+    journaled) turns the two forced ways red. The run's provider holds its first item's
     session until its gate file is removed."""
     how, sentence = WAYS[way]
     gate = tmp_path / "gate"

@@ -279,7 +279,7 @@ function update(row, r) {
   const since = status === "stopping" ? stoppingSince(row, r) : null;
   renderButtons(row, r);
   if (r.error) {
-    setText(row.words, escaped(r.words || r.error));
+    setText(row.words, escaped(r.words || r.error)); // # ablate: dashboard-error-row-words
     for (const part of [row.count, row.doing, row.age, row.paused, row.pending]) show(part, false);
     setText(row.problem, escaped(r.error));
     show(row.problem, true);
@@ -446,7 +446,7 @@ function applyFilter(row) {
 function renderSummary(total) {
   const counts = new Map();
   for (const row of rows.values()) {
-    const s = row.root.dataset.status || "unknown";
+    const s = row.root.dataset.status || "unknown"; // # ablate: dashboard-counts-every-card
     counts.set(s, (counts.get(s) || 0) + 1);
   }
   const states = [...STATE_ORDER.filter((s) => counts.has(s)), ...[...counts.keys()].filter((s) => !STATE_ORDER.includes(s)).sort()];
@@ -488,7 +488,7 @@ function render(data) {
   const main = document.getElementById("runs");
   setText(document.getElementById("base"), escaped(data.base) + (data.base_exists ? "" : " (no such directory yet)"));
   const runs = (data.runs || []).slice().reverse(); // newest first: run ids sort by start time
-  compact = runs.length > COMPACT_AFTER;
+  compact = runs.length > COMPACT_AFTER; // # ablate: dashboard-compact
   main.classList.toggle("compact", compact);
   const names = new Set(runs.map((r) => r.name));
   for (const [name, row] of rows) {
