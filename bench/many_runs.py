@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_stoplatency.kit import runs
 from runner.files.rundir import RunDir
 
-from pytest_stoplatency.kit import runs
 from .dashboard import _cpu_seconds, _reference_tree
 
 ROOT = Path(__file__).resolve().parent.parent
