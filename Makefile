@@ -180,12 +180,12 @@ $(BENCH_STAMP): $(STAMP)
 # Benchmarks: exact speeds, never asserted by the suite. The membership cost goes to
 # $(ARTIFACTS)/bench-membership.json; the stop benchmark (python -m bench.stoppers: the
 # stoppers compared through the stop-conformance kit's adapters and measurement,
-# pytest_stoplatency/kit/, at scale, under load; items scaling, journal size, the dashboard's
-# CPU with a page open, the unused plugin's cost, and how long a container's PID 1 is deaf
-# to SIGTERM) writes
+# pytest_stoplatency/kit/, at scale, under load; items scaling against a bare spawning loop,
+# journal size, 10, 100 and 500 runs under one directory, the dashboard's CPU with a page
+# open, the unused plugin's cost, and how long a container's PID 1 is deaf to SIGTERM) writes
 # docs/bench.json, which `make docs`
 # renders into docs/stop-latency.md (also when --check finds a runner cell that left an
-# orphan: the document shows it, then make fails). Under 10 minutes on 2 cores.
+# orphan: the document shows it, then make fails).
 # BENCH_ARGS passes options through (e.g. BENCH_ARGS='--n 3'; python -m bench.stoppers --help).
 # The document is rendered in the same shell line (not through $(MAKE), which `make -n`
 # would run), so that it is rendered even when --check fails.
@@ -195,7 +195,7 @@ bench: $(BENCH_STAMP) bytecode init
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
 	$(PY) bench/process_leaks_cost.py --n 400 --rounds 3 --live 500 --hogs 2 --json docs/process-leaks-bench.json
-	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,dashboard,plugin,pid1,cost --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
+	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,runs,dashboard,plugin,pid1,cost --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
 		$(PY) docgen/render_stop_latency.py && $(PY) docgen/render_plugin.py && exit $$status
 
 # CI's reduced stop benchmark (n=1, `timeout -k` and the two runner stops, small scale

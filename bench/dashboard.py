@@ -93,17 +93,15 @@ def make_runs(base: Path, n: int, work: Path) -> list[Path]:
     return live
 
 
-def _reference_tree(work: Path) -> Path | None:
-    """REFERENCE_COMMIT's runner/ package, extracted from git; None where git lacks it."""
+def _reference_tree(work: Path, commit: str = REFERENCE_COMMIT) -> Path | None:
+    """`commit`'s runner/ package, extracted from git; None where git lacks it."""
     try:
-        tar = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", REFERENCE_COMMIT, "runner"], capture_output=True, timeout=60
-        )
+        tar = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "runner"], capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if tar.returncode != 0:
         return None
-    out = work / "reference"
+    out = work / f"reference-{commit[:12]}"
     out.mkdir()
     with tarfile.open(fileobj=BytesIO(tar.stdout)) as t:
         t.extractall(out, filter="data")

@@ -1,10 +1,10 @@
 """`make bench`: the runner's stop beside the other stoppers, at scale and under load.
 
     python -m bench.stoppers [--n 5] [--sizes 1,10,100,1000] [--scale-n 3] [--load-runs 50]
-                             [--parts stoppers,scale,load,items,journal,dashboard,plugin,pid1] [--merge]
+                             [--parts stoppers,scale,load,items,journal,runs,dashboard,plugin,pid1,cost] [--merge]
                              [--json docs/bench.json] [--check] [--ci]
 
-Eight parts (the first three by default; `make bench` runs all eight), in one run, each
+Ten parts (the first three by default; `make bench` runs all ten), in one run, each
 printed as a table and written to the JSON with every raw sample (machine, date, commit, n):
 
 - **stoppers** (the stop-conformance kit, pytest_stoplatency/kit/: its measure.py): the
@@ -20,6 +20,9 @@ printed as a table and written to the JSON with every raw sample (machine, date,
 - **items** and **journal** (bench/sizes.py): items per second and the engine's memory
   as the number of items grows; stop, status, list and logs on a run whose journal is
   large, beside a fresh run.
+- **runs** (bench/many_runs.py): `runner list`, `runner stop --all` with nothing live,
+  the dashboard's first `/api/runs` and its server's memory over a thousand polls, with
+  10, 100 and 500 runs under one directory, beside the runner before issue 32.
 - **dashboard** (bench/dashboard.py): the dashboard server's CPU with 60 runs and one
   page polling, beside the previous commit's dashboard and unconditional polls.
 - **plugin** (bench/plugin_idle.py): a one-test pytest session with the plugin installed
@@ -54,7 +57,7 @@ from typing import Any
 from pytest_stoplatency.kit import adapters, measure, runs, zoo
 from runner import defaults
 
-from . import dashboard, goals, load, pid1_window, plugin_idle, scale, sizes, stopper_cost
+from . import dashboard, goals, load, many_runs, pid1_window, plugin_idle, scale, sizes, stopper_cost
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_GRACE = defaults.KILL_GRACE
@@ -62,7 +65,7 @@ KILL_GRACE = defaults.KILL_GRACE
 (`[stop] kill_grace`) and given to every other stopper as its grace."""
 
 
-PARTS = ("stoppers", "scale", "load", "items", "journal", "dashboard", "plugin", "pid1", "cost")
+PARTS = ("stoppers", "scale", "load", "items", "journal", "runs", "dashboard", "plugin", "pid1", "cost")
 
 
 def _ids(text: str) -> list[str]:
@@ -81,11 +84,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--parts", type=_ids, default=list(PARTS[:3]), help=f"{','.join(PARTS)} (default {','.join(PARTS[:3])})"
     )
     ap.add_argument(
-        "--item-counts", type=lambda s: [int(x) for x in _ids(s)], help="items part (default 100,2000,20000)"
+        "--item-counts", type=lambda s: [int(x) for x in _ids(s)], help="items part (default 100,5000,20000,50000)"
     )
     ap.add_argument("--items-window", type=float, help=f"most seconds per items run (default {sizes.WINDOW:g})")
     ap.add_argument("--journal-mib", type=lambda s: [int(x) for x in _ids(s)], help="journal part (default 250,1024)")
     ap.add_argument("--plugin-rounds", type=int, help=f"plugin part: sessions per side (default {plugin_idle.ROUNDS})")
+    ap.add_argument(
+        "--run-counts",
+        type=lambda s: [int(x) for x in _ids(s)],
+        help=f"runs part: runs under one directory (default {','.join(map(str, many_runs.RUN_COUNTS))})",
+    )
+    ap.add_argument("--polls", type=int, help=f"runs part: polls of the dashboard (default {many_runs.POLLS})")
     ap.add_argument("--pid1-n", type=int, default=pid1_window.SAMPLES, help="pid1 part: samples per PID 1 and load")
     ap.add_argument("--cost-n", type=int, default=stopper_cost.N, help="cost part: samples per side")
     ap.add_argument("--merge", action="store_true", help="keep the parts of the existing --json that are not run now")
@@ -96,7 +105,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     # Defaults, then what --ci reduces; a number given on the command line wins over both.
     defaults = (
-        (1, [1, 10], 1, 5, [100, 1000], 5.0, [32], 3)
+        (1, [1, 10], 1, 5, [100, 1000], 5.0, [32], 3, [10, 50], 100)
         if args.ci
         else (
             5,
@@ -107,9 +116,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             sizes.WINDOW,
             [s >> 20 for s in sizes.JOURNAL_SIZES],
             plugin_idle.ROUNDS,
+            list(many_runs.RUN_COUNTS),
+            many_runs.POLLS,
         )
     )
-    names = ("n", "sizes", "scale_n", "load_runs", "item_counts", "items_window", "journal_mib", "plugin_rounds")
+    names = (
+        *("n", "sizes", "scale_n", "load_runs", "item_counts", "items_window", "journal_mib", "plugin_rounds"),
+        *("run_counts", "polls"),
+    )
     for name, value in zip(names, defaults, strict=True):
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -253,6 +267,15 @@ def main(argv: list[str] | None = None) -> int:
                 print("\nItems:\n" + sizes.items_table(doc["items"]) + "\n")
             if "journal" in doc:
                 print("\nJournal size:\n" + sizes.journal_table(doc["journal"]) + "\n")
+        if "runs" in args.parts:
+            t = time.monotonic()
+            stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}
+            doc["runs"] = {
+                **many_runs.run(tuple(args.run_counts), args.polls),
+                **stamp,
+                "seconds": round(time.monotonic() - t, 1),
+            }
+            print("\nMany runs under one directory:\n" + many_runs.table(doc["runs"]) + "\n")
         if "dashboard" in args.parts:
             t = time.monotonic()
             stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}

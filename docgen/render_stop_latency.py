@@ -33,6 +33,9 @@ stated through {{bound:...}}, which resolves to a constant a test asserts, or
     {{bench_scale_load}}      the stop at 1 to 1,000 processes and with many runs at once
     {{bench_dashboard}}       the dashboard server's CPU with a page open, beside its reference
                               (docs/bench.json), MEASURED
+    {{bench_runs}}            list, stop --all, the dashboard's first answer and its memory over
+                              polls, with 10, 100 and 500 runs under one directory, before and now,
+                              MEASURED
     {{bench_stopper_cost}}    `runner stop --now` on a cooperative run beside `python -c pass`
                               (docs/bench.json, part `cost`), MEASURED
 """
@@ -645,22 +648,33 @@ class Context:
             out.append(self._bench_absent("Items"))
         else:
             rows = [
-                "| items | done in the window | items per second | engine CPU per item | engine peak memory |",
-                "|---|---|---|---|---|",
+                "| items | done in the window | items per second | of the bare loop's spawns per second "
+                "| engine CPU per item | engine peak memory |",
+                "|---|---|---|---|---|---|",
             ]
             for r in items["rows"]:
                 rate = f"{r['items_per_second']:g}" if r.get("items_per_second") else "-"
+                share = f"{r['of_bare_loop']:.0%}" if r.get("of_bare_loop") else "-"
                 cpu = f"{r['engine_cpu_ms_per_item']:g} ms" if r.get("engine_cpu_ms_per_item") else "-"
                 peak = f"{r['engine_peak_mb']:g} MB" if r.get("engine_peak_mb") else "-"
                 done = f"{r['done']:,}" + (" (all)" if r.get("completed") else "")
-                rows.append(f"| {r['items']:,} | {done} | {rate} | {cpu} | {peak} |")
+                rows.append(f"| {r['items']:,} | {done} | {rate} | {share} | {cpu} | {peak} |")
+            bare = items.get("bare_loop_per_second")
+            bare_text = (
+                f" The physical limit beside it: a bare loop that spawns the same `true` the same way (its own "
+                f"session, its output to a file, waited for) and nothing else spawned {bare:g} a second "
+                "(the best of three runs of it, before, between and after the items); the share is the items' "
+                "rate over it."
+                if bare
+                else " (No bare loop in this run.)"
+            )
             out.append(
                 f"**Items.** {self._part_tag(items)}. A spec of N items whose provider is `true`, run "
                 f"detached for at most {_seconds(items['window'])}, each count twice in alternating order "
                 "(the row: the sample of the higher rate); items per second from the journal (items done "
                 "after the first, over the time from the first `item-done` to the last); the engine's own CPU "
                 "time per item over the same span (what a loaded machine changes least); the engine's peak "
-                "memory is its VmHWM.\n\n" + "\n".join(rows)
+                "memory is its VmHWM." + bare_text + "\n\n" + "\n".join(rows)
             )
         if not journal:
             out.append(self._bench_absent("Journal size"))
@@ -718,6 +732,47 @@ class Context:
             f"whatever the number of connections; a connection idle for {_seconds(connections.IDLE_TIMEOUT)}, or "
             f"whose request has not arrived whole within {_seconds(connections.REQUEST_TIMEOUT)}, is closed; at most "
             f"{connections.MAX_CONNECTIONS} connections.\n\n" + "\n".join(rows)
+        )
+
+    def bench_runs(self) -> str:
+        part = self._bench_part("runs")
+        if not part:
+            return self._bench_absent("Many runs under one directory")
+        ms = _measured
+
+        def cell(x: dict) -> str:
+            return f"{ms(x['seconds'])} ({ms(x['cpu_s'])} CPU)"
+
+        def memory(m: dict) -> str:
+            return f"{m['rss_first_mb']:g} → {m['rss_last_mb']:g} MB (range {m['rss_max_mb'] - m['rss_min_mb']:.1f} MB)"
+
+        rows = [
+            "| runs | runner | `runner list` | `runner stop --all` (nothing live) | first `/api/runs` "
+            "| server memory over the polls, as the page polls | the same, without `If-None-Match` |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        names = {"before": f"before (commit `{str(part.get('reference_commit'))[:10]}`)", "now": "now"}
+        for r in part["rows"]:
+            for side in ("before", "now"):
+                s = r["sides"].get(side)
+                if s:
+                    rows.append(
+                        f"| {r['runs']:,} | {names[side]} | {cell(s['list'])} | {cell(s['stop_all'])} "
+                        f"| {cell(s['first_poll'])} | {memory(s['memory_page'])} | "
+                        f"{memory(s['memory_unconditional'])} |"
+                    )
+        missing = (
+            f" ({part['reference_missing']}: the before side is missing.)" if part.get("reference_missing") else ""
+        )
+        return (
+            f"{self._part_tag(part)}. Real finished runs (three items each) under one directory, each side's made by "
+            "its own runner; both sides run as `python -m runner` from their own tree, one after the other. "
+            f"`runner list` and `stop --all`: the median of {part['repeats']} (wall time, and the command's own CPU "
+            "time, which a loaded machine stretches much less); `stop --all` exits 6 (NO_LIVE_RUN) with nothing live. "
+            f"First `/api/runs`: a server just started, request to last byte, the median of {part['repeats']} "
+            "servers (and the server's CPU for it). Server memory: its VmRSS after the first poll → after the "
+            f"last, and its range over {part['polls']:,} polls back to back on one connection, "
+            f"{part['live_while_polled']} runs live beside the finished ones." + missing + "\n\n" + "\n".join(rows)
         )
 
     def bench_container_init(self) -> str:
@@ -901,6 +956,37 @@ class Context:
                         f"| 20,000 items: engine peak memory | under {goals['items_peak_mb_at_20000']:g} MB "
                         f"| {peak if peak else '-'} MB · {self._verdict(peak, goals['items_peak_mb_at_20000'])} |"
                     )
+            if 50000 in by and "items_peak_mb_at_50000" in goals:
+                peak = by[50000].get("engine_peak_mb")
+                want = goals["items_peak_mb_at_50000"]
+                rows.append(
+                    f"| 50,000 items: engine peak memory | under {want:g} MB "
+                    f"| {peak if peak else '-'} MB · {self._verdict(peak, want)} |"
+                )
+        many = self._bench_part("runs")
+        if many and "list_s_at_500_runs" in goals:
+            at = next((r for r in many["rows"] if r["runs"] == 500), None)
+            now = (at or {}).get("sides", {}).get("now")
+            if now:
+                for key, what, goal in (
+                    ("list", "`runner list`", "list_s_at_500_runs"),
+                    ("first_poll", "the dashboard's first `/api/runs`", "first_poll_s_at_500_runs"),
+                    ("stop_all", "`runner stop --all` (nothing live)", "stop_all_s_at_500_runs"),
+                ):
+                    value, cpu = now[key]["seconds"], now[key]["cpu_s"]
+                    rows.append(
+                        f"| 500 runs: {what} | within {_measured(goals[goal])} "
+                        f"| {_measured(value)} ({_measured(cpu)} of CPU) · {self._verdict(value, goals[goal])} |"
+                    )
+                for key, how in (("memory_page", "as the page polls"), ("memory_unconditional", "without an ETag")):
+                    m = now[key]
+                    # The farthest the server's memory went from where the first poll left it.
+                    off = round(max(m["rss_max_mb"] - m["rss_first_mb"], m["rss_first_mb"] - m["rss_min_mb"]), 1)
+                    rows.append(
+                        f"| 500 runs: the dashboard server's memory over {m['polls']:,} polls, {how} "
+                        f"| within ±{goals['poll_memory_mb']:g} MB of the first poll's | at most {off:g} MB off · "
+                        f"{self._verdict(off, goals['poll_memory_mb'])} |"
+                    )
         journal = self._bench_part("journal")
         if journal and journal.get("large"):
             fresh, big = journal["fresh"], max(journal["large"], key=lambda s: s["journal_bytes"])
@@ -928,7 +1014,7 @@ class Context:
                 f"(noise ±{_measured(noise)}) · {met} |"
             )
         out = [
-            f"{self._bench_tag()}. Each figure from the same run as its reference; the goals are issue 20's "
+            f"{self._bench_tag()}. Each figure from the same run as its reference; the goals are issues 20's and 32's "
             "(`bench/goals.py`, written into the JSON with the run). The machine's load varies during a run: "
             "the medians are what to read.",
             "\n".join(rows),
@@ -1302,6 +1388,7 @@ def render(template: str, ctx: Context) -> str:
             "directory_gone",
             "bench_dashboard",
             "bench_goals",
+            "bench_runs",
             "bench_container_init",
             "bench_stopper_cost",
         ):

@@ -98,9 +98,12 @@ def baseline_limit(campaign: Campaign, mutations, n_tests: int) -> float:
     several mutations run one by one, each within its own limit (the campaign's, for at
     most the largest mutation's number of tests): it gets one such limit per largest
     mutation's worth of its tests. One limit for the whole shard, as before, timed out
-    a green baseline on a loaded machine (58 tests beside two CPU hogs: over 240 s)."""
+    a green baseline on a loaded machine (58 tests beside two CPU hogs: over 240 s). The
+    limit is the largest a mutation of the campaign has: a mutation given more time of its
+    own (a killer of 300 real runs) gets it in the baseline too."""
     per_run = max((len(m.node_ids) for m in mutations), default=1)
-    return campaign.timeout * max(1, math.ceil(n_tests / per_run))
+    limit = max((m.timeout for m in mutations), default=campaign.timeout)
+    return limit * max(1, math.ceil(n_tests / per_run))
 
 
 def _baseline(campaign: Campaign, mutations, root: Path, jobs: int, artifacts: Path, progress) -> float:

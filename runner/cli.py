@@ -45,6 +45,10 @@ ALLOW_FOREIGN_HELP = (
     " others can write in (also RUNNER_ALLOW_FOREIGN_DIR=1)"
 )
 PORT_HELP = "the port to listen on (default 0: any free port; the first line printed names it)"
+ALLOWED_HOST_HELP = (
+    "a host name (or address) the page may be opened by, besides the --host address and loopback: requests "
+    "naming any other host in their Host header are refused (repeatable; needed with --host 0.0.0.0)"
+)
 
 
 def _add_run(p: argparse.ArgumentParser) -> None:
@@ -94,6 +98,7 @@ def _add_dashboard(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs-dir", help=DASHBOARD_RUNS_DIR_HELP)
     p.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
     p.add_argument("--port", type=int, default=0, help=PORT_HELP)
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME", help=ALLOWED_HOST_HELP)
 
 
 def _add_bound(p: argparse.ArgumentParser) -> None:
@@ -371,7 +376,13 @@ def _dispatch(args: Args) -> int:
         from runner.files.rundir import default_base
 
         runs_dir = args.runs_dir if args.runs_dir is not None else str(default_base())
-        return serve(runs_dir, args.host, args.port, explicit_dir=args.runs_dir is not None)
+        return serve(
+            runs_dir,
+            args.host,
+            args.port,
+            explicit_dir=args.runs_dir is not None,
+            allowed_hosts=tuple(args.allowed_host),
+        )
     if args.command == "bound":
         return _bound(args)
     raise BadInput(f"runner: unknown command {args.command}")

@@ -295,7 +295,7 @@ class Stop:
     def _record(self) -> None:
         f = self.facts
         try:
-            f.recorded_by, state = record_forced_stop(self.rd, f.report, f.fallback, self.origin)
+            f.recorded_by, state = record_forced_stop(self.rd, f.report, f.fallback, self.origin, self.kind.name)
         except Unwritable as exc:  # ablate: unrecorded-stop-reported
             f.recorded_by, f.unrecorded = RecordedBy.NOBODY, exc
             return

@@ -56,13 +56,15 @@ def _recording_lock(rd: RunDir) -> EngineLock:
 
 
 def record_forced_stop(
-    rd: RunDir, report: ReapReport | None, fallback: bool, origin: Origin | None = None
+    rd: RunDir, report: ReapReport | None, fallback: bool, origin: Origin | None = None, kind: str | None = None
 ) -> tuple[RecordedBy, State | None]:
     """Record a stop the engine did not record, once. Returns who recorded it, with the
     attempt's state as read under the lock: ENGINE (it did, itself), OTHER (another
     stopper first), FINISHED (the run had completed: nothing to record) or STOPPER (this
     call). Unwritable when the file system refuses; RunLocked when another holder keeps
-    the run's lock past LOCK_WAIT."""
+    the run's lock past LOCK_WAIT. `kind`: the StopKind's name, journaled so that a
+    person is told which command stopped the run (`--now`, or a plain stop that found
+    the engine dead: both are `forced`)."""
     # A record is never taken back: one seen without the lock is the attempt's, and this
     # stopper need not take the run's lock (which makes the run look live to every reader
     # while it is held) only to read it again.
@@ -78,7 +80,7 @@ def record_forced_stop(
     # the journal without run-stop, which the next stopper completes, below).
     held = _hold_interrupts()  # ablate: record-uninterrupted
     try:
-        return _record_locked(rd, report, fallback, origin)
+        return _record_locked(rd, report, fallback, origin, kind)
     except OSError as exc:
         if exc.errno not in DISK_ERRNOS:
             raise
@@ -116,7 +118,7 @@ def _release_interrupts(held: tuple[list[int], dict[int, Any]] | None) -> None:
 
 
 def _record_locked(
-    rd: RunDir, report: ReapReport | None, fallback: bool, origin: Origin | None
+    rd: RunDir, report: ReapReport | None, fallback: bool, origin: Origin | None, kind: str | None = None
 ) -> tuple[RecordedBy, State | None]:
     from runner.files.reserve import Reserve
     from runner.files.stopped import record_stop
@@ -135,6 +137,7 @@ def _record_locked(
         # Not stopped, or stopped by an engine that died before journaling it: this
         # stopper records the stop (and the one run-stop of the attempt).
         r = report if report is not None else ReapReport()
+        said_kind = kind  # ablate: stop-record-kind
         with Journal(rd.journal, spare) as journal:
             record_stop(
                 state,
@@ -147,6 +150,7 @@ def _record_locked(
                 needed_kill=sorted(r.needed_kill),
                 unkillable=sorted(r.unkillable),
                 left_running=sorted(r.left_running),
+                kind=said_kind,
             )
         return RecordedBy.STOPPER, state
 

@@ -4,13 +4,15 @@ its own (actions.py), so a poll is never queued behind a stop that takes seconds
 
     GET  /                      the page (no data; it fetches it with the token)
     GET  /static/<file>         its script and style sheet
-    GET  /api/runs              every run as JSON (X-Runner-Token required); with the
-                                ETag of the last answer in If-None-Match, 304 and no body
-                                while nothing shown has changed
+    GET  /api/runs[?open=a,b]   every run's row as JSON, and the details of the runs
+                                named (the page's open cards); X-Runner-Token required;
+                                with the ETag of the last answer in If-None-Match, 304
+                                and no body while nothing shown has changed
     POST /api/runs/<run>/<act>  a button (X-Runner-Token, own Origin): 202, or 403 / 404 / 409
 
-GET never changes anything. A request's failure is its own (a 4xx or 500 answer); the
-server and the other requests go on.
+GET never changes anything. A request whose Host header names no host the dashboard
+answers to is refused whatever it asks (security.py). A request's failure is its own (a
+4xx or 500 answer); the server and the other requests go on.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import re
 import signal
 import socket
 import sys
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from importlib import resources
@@ -30,7 +33,7 @@ from urllib.parse import unquote, urlsplit
 from runner.dashboard import connections, security
 from runner.dashboard.actions import ACTIONS, Actions
 from runner.dashboard.runs import Base, NotARun
-from runner.dashboard.snapshot import Snapshots
+from runner.dashboard.snapshot import Snapshots, opened_names
 from runner.errors import BadInput, printable
 from runner.exitcodes import Exit
 
@@ -59,7 +62,7 @@ _HEADERS = {
 class DashboardServer(HTTPServer):
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], base: Base, token: str) -> None:
+    def __init__(self, address: tuple[str, int], base: Base, token: str, allowed_hosts: tuple[str, ...] = ()) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         # The loop (not socketserver's) makes each Handler: this class is never used.
@@ -68,7 +71,7 @@ class DashboardServer(HTTPServer):
         self.base = base
         self.actions = Actions()
         self.snapshots = Snapshots(base, self.actions)
-        self.guard = security.Guard(token, address[0], self.server_address[1])
+        self.guard = security.Guard(token, address[0], self.server_address[1], allowed_hosts)
         self.assets = {path: (_asset(name), ctype) for path, (name, ctype) in _STATIC.items()}
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -121,9 +124,21 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- GET: reads only -------------------------------------------------------------
 
+    def _host_refused(self) -> bool:
+        """Answered 403 and closed when its Host names no host the dashboard answers to."""
+        refused = self.server.guard.refuse_host(self.headers.get)
+        if refused is None:
+            return False
+        self.close_connection = True
+        self._json(HTTPStatus.FORBIDDEN, {"error": refused})
+        return True
+
     def do_GET(self) -> None:
-        path = urlsplit(self.path).path
+        url = urlsplit(self.path)
+        path = url.path
         try:
+            if self._host_refused():
+                return
             if path in self.server.assets:
                 body, ctype = self.server.assets[path]
                 self._send(HTTPStatus.OK, body, ctype)
@@ -133,9 +148,12 @@ class Handler(BaseHTTPRequestHandler):
                 if not self.server.guard.token_ok(self.headers.get):
                     self._json(HTTPStatus.FORBIDDEN, {"error": f"missing or wrong {security.TOKEN_HEADER}"})
                 else:
-                    etag, data = self.server.snapshots.answer(self.headers.get("If-None-Match"))
+                    opened = opened_names(url.query)
+                    etag, data = self.server.snapshots.answer(self.headers.get("If-None-Match"), opened)
                     status = HTTPStatus.OK if data is not None else HTTPStatus.NOT_MODIFIED
-                    self._send(status, data, "application/json", etag)
+                    # The server's clock, for the page's ticking clocks: in a header, so
+                    # that a body is built once per ETag, and a 304 carries it too.
+                    self._send(status, data, "application/json", etag, {"X-Runner-Now": f"{time.time():.3f}"})
             else:
                 self._json(HTTPStatus.NOT_FOUND, {"error": "no such page"})
         except (BrokenPipeError, ConnectionResetError):
@@ -154,6 +172,8 @@ class Handler(BaseHTTPRequestHandler):
             self._internal(exc)
 
     def _post(self) -> None:
+        if self._host_refused():
+            return
         refused = self.server.guard.refuse_change(self.headers.get)
         if refused is not None:
             self.close_connection = True
@@ -197,7 +217,14 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, status: HTTPStatus, data: dict[str, Any]) -> None:
         self._send(status, json.dumps(data).encode(), "application/json")
 
-    def _send(self, status: HTTPStatus, body: bytes | None, ctype: str, etag: str | None = None) -> None:
+    def _send(
+        self,
+        status: HTTPStatus,
+        body: bytes | None,
+        ctype: str,
+        etag: str | None = None,
+        extra: dict[str, str] | None = None,
+    ) -> None:
         """`body` None: a 304, which has none (not even a length)."""
         self.send_response(status)
         self.send_header("Content-Type", ctype)
@@ -205,6 +232,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
         if etag is not None:
             self.send_header("ETag", etag)
+        for key, value in (extra or {}).items():
+            self.send_header(key, value)
         for key, value in _HEADERS.items():
             self.send_header(key, value)
         self.end_headers()
@@ -218,20 +247,26 @@ def serve(
     port: int,
     *,
     explicit_dir: bool,
+    allowed_hosts: tuple[str, ...] = (),
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> Exit:
     """Serve until interrupted (Ctrl-C, SIGTERM, SIGHUP); the first line on `out` is the
-    page's URL with its token. Refuses bad flags and an unusable address with BAD_INPUT."""
+    page's URL with its token. `allowed_hosts`: the names (besides the bound address and
+    loopback) a request's Host may give. Refuses bad flags and an unusable address with
+    BAD_INPUT."""
     out, err = out or sys.stdout, err or sys.stderr
     if not 0 <= port <= 65535:
         raise BadInput(f"runner dashboard: --port: expected 0..65535, got {port}")
     base = Base(runs_dir)
     if explicit_dir and not base.path.is_dir():
         raise BadInput(f"runner dashboard: --runs-dir: not a directory: {printable(base.path, 300)}")
+    for given in allowed_hosts:
+        if security.split_host(given) is None:
+            raise BadInput(f"runner dashboard: --allowed-host: not a host name or address: {printable(given, 100)}")
     token = security.new_token()
     try:
-        server = DashboardServer((host, port), base, token)
+        server = DashboardServer((host, port), base, token, allowed_hosts)
     except OSError as exc:
         raise BadInput(
             f"runner dashboard: cannot listen on {printable(host, 100)}:{port} ({exc.strerror or exc})"
@@ -239,9 +274,11 @@ def serve(
     bound = server.server_address[1]
     print(f"dashboard: http://{security.url_host(host)}:{bound}/?token={token}", file=out, flush=True)
     if not security.is_loopback(host):
+        names = ", ".join(sorted(server.guard.hosts))
         print(
             f"runner: warning: the dashboard listens on {printable(host, 100)}, not on loopback: anyone who can "
-            "reach it and learns the token can stop and resume runs",
+            f"reach it and learns the token can stop and resume runs; it answers only requests whose Host is "
+            f"one of: {printable(names, 1000)} (add one with --allowed-host NAME)",
             file=err,
             flush=True,
         )

@@ -1,13 +1,26 @@
-"""What the page shows of every run, looked at for each poll (at most every defaults.DASHBOARD_MIN_AGE) and
-read again only where something changed.
+"""What the page shows of every run, looked at for each poll (at most every
+defaults.DASHBOARD_MIN_AGE) and read again only where something changed.
 
-Each run is read with the status model (`views/status.py`: `status_of`, the code
-`runner status --json` prints), plus the tail of its journal. Reading one run never fails the page: whatever it
-raises becomes that run's error row, and a run that disappears while shown stays on the
-page as an error row. A run whose files have not changed is not read again (a live one
-at least every defaults.DASHBOARD_LIVE_MAX_AGE): `status_of` of a dead run scans every process for the
-run's tag, which fifty runs on a page must not pay four times a second, and a poll that
-finds nothing changed is answered 304 (Snapshots.answer).
+Two levels, so that the cost of a poll stays flat in the number of runs and the size of
+each (issue 32: the first poll of 500 runs took 3.4 s when every run was read whole):
+
+- a **row** per run, what the compact table shows (status and its sentence, items done
+  of all, the current item and phase, age, the buttons). A finished run's row is read
+  cheaply, the way `runner list` reads it (views/run_list.row: its state, its lock, its
+  run-id; no process, no spec, no fold of its journal), plus its journal's last record
+  for how it was stopped; a live run's from the status model (`status.status_of`, what
+  `runner status --json` prints), with a fold cache so only new journal records are read;
+- the **details** of the runs whose card is open on the page (`?open=` names them): the
+  item rows, the children, the containment, the damage and the journal's tail, from the
+  status model, read only while the card is open.
+
+Reading one run never fails the page: whatever it raises becomes that run's error row,
+and a run that disappears while shown stays on the page as a `gone` row. A row whose
+files have not changed is not read again (a live one at least every
+defaults.DASHBOARD_LIVE_MAX_AGE). Each answer carries an ETag over what it shows, so a
+poll that finds nothing changed is answered 304; and an answer's body is built once per
+ETag and kept, so that polling allocates nothing per poll (the server's memory rose
+with every poll at 500 runs).
 """
 
 from __future__ import annotations
@@ -25,76 +38,148 @@ from runner.dashboard.actions import Actions
 from runner.dashboard.runs import Base, Entry
 from runner.errors import printable
 from runner.files import journal, untrusted
-from runner.files.rundir import RunDir
-from runner.views import render, status
+from runner.files.rundir import RUN_ID_SHAPE, RunDir
+from runner.files.state import StateStore
+from runner.views import controls, overview, render, run_list, status, words
 from runner.views.schema import ChildStatus, ItemRow, RunStatus
 
+_DEAD_WATCHED = ("", "state.json", "journal.jsonl", "lock")
+"""What changes when a finished run changes: the directory itself (a file created,
+removed or replaced by rename: a resume's, a stop request, PAUSE, STOP), its state and
+journal (written in place) and its lock (an engine that starts writes its pid there)."""
 _WATCHED = (
-    *("state.json", "journal.jsonl", "engine.json", "children", "lock", "run-id", "cgroup", "spec.toml"),
-    *("stop-request.json", "PAUSE", "STOP"),
+    *("engine.json", "children", "run-id", "cgroup", "spec.toml"),
+    *("stop-request.json", "PAUSE", "STOP", "dir-identity"),
 )
-_BUTTONS = ("stop", "pause", "unpause", "resume")
+"""And what a live run's row also shows."""
+OPEN_MAX = 100
+"""At most this many runs' details in one answer (the cards a page has open)."""
+COMPACT_AFTER = 6
+"""The page shows one compact row per run (cards opened on demand) past this many runs."""
 
 
 class Snapshots:
     """The page's data, computed only where something changed: each run's row is kept
     with the fingerprint of its files and read again only when it changes (a live run
-    also when its engine's lock changes hands, and at least every defaults.DASHBOARD_LIVE_MAX_AGE); each
-    answer carries an ETag over the rows' digests, so that a poll that finds nothing
-    changed is answered 304 without building or sending the body. A live run's clocks
-    (a child's runtime, the running item's duration) tick on the page between reads
-    (from the row's `at` and the answer's `now`): the digest leaves them out."""
+    also when its engine's lock changes hands, and at least every
+    defaults.DASHBOARD_LIVE_MAX_AGE); each answer carries an ETag over the rows' digests,
+    so that a poll that finds nothing changed is answered 304 without building or sending
+    the body. A live run's clocks (the phase's, a child's runtime, the running item's
+    duration) tick on the page between reads (from the row's `at` and the answer's
+    X-Runner-Now header): the digest leaves them out."""
 
     def __init__(self, base: Base, actions: Actions) -> None:
         self.base, self.actions = base, actions
         self._lock = threading.Lock()
         self._cache: dict[str, _Cached] = {}
+        self._details: dict[str, tuple[int, bytes, bytes]] = {}  # name -> (row version, digest, JSON)
         self._fragments: dict[str, tuple[tuple[Any, ...], bytes]] = {}
+        self._folds = overview.FoldCache()
         self._seen: set[str] = set()
         self._gone: dict[str, float] = {}  # name -> when it was first missed
-        self._last: tuple[float, str, list[tuple[_Cached, Any]], bool] | None = None
+        # (when, the rows with their actions, base exists, their digest, rows by name)
+        self._rows: tuple[float, list[tuple[_Cached, Any]], bool, Any, dict[str, _Cached]] | None = None
+        self._body: tuple[str, bytes] | None = None  # the last answer's ETag and body
 
-    def json(self) -> bytes:
-        """The page's data as JSON bytes, shared by polls less than defaults.DASHBOARD_MIN_AGE apart."""
-        body = self.answer(None)[1]
+    def json(self, opened: tuple[str, ...] = ()) -> bytes:
+        """The page's data as JSON bytes (what a poll without If-None-Match gets)."""
+        body = self.answer(None, opened)[1]
         assert body is not None
         return body
 
-    def answer(self, if_none_match: str | None) -> tuple[str, bytes | None]:
-        """(ETag, body); the body is None when `if_none_match` is the current ETag."""
+    def answer(self, if_none_match: str | None, opened: tuple[str, ...] = ()) -> tuple[str, bytes | None]:
+        """(ETag, body) for a page that has the cards of `opened` open; the body is None
+        when `if_none_match` is the current ETag."""
         with self._lock:
-            if self._last is None or time.monotonic() - self._last[0] >= defaults.DASHBOARD_MIN_AGE:
+            now = time.monotonic()
+            if self._rows is None or now - self._rows[0] >= defaults.DASHBOARD_MIN_AGE:
                 rows, exists = self._compute()
+                # The rows and their actions, and their digest, once per look (not per poll:
+                # a poll then costs what its open cards cost, whatever the number of runs).
                 shown = [(c, self.actions.last(c.name)) for c in rows]
-                digest = hashlib.blake2b(str(exists).encode(), digest_size=12)
+                rows_digest = hashlib.blake2b(str(exists).encode(), digest_size=12)
                 for cached, action in shown:
-                    digest.update(cached.digest)
-                    digest.update(json.dumps(action, sort_keys=True, default=str).encode())
-                self._last = (time.monotonic(), f'"{digest.hexdigest()}"', shown, exists)
-            _, etag, shown, exists = self._last
+                    rows_digest.update(cached.digest)
+                    rows_digest.update(_action_key(action).encode())
+                self._rows = (now, shown, exists, rows_digest, {c.name: c for c in rows})
+            _, shown, exists, rows_digest, by_name = self._rows
+            want = [n for n in dict.fromkeys(opened) if n in by_name][:OPEN_MAX]
+            digest = rows_digest.copy()
+            details = [(name, self._detail(by_name[name])) for name in want]
+            for name, (detail_digest, _) in details:
+                digest.update(name.encode() + b"\0" + detail_digest)
+            etag = f'"{digest.hexdigest()}"'
             if if_none_match is not None and if_none_match == etag:  # ablate: dashboard-304
                 return etag, None
+            if self._body is not None and self._body[0] == etag:
+                return etag, self._body[1]
             head = {
                 "base": str(self.base.path),
                 "base_exists": exists,
                 "poll_ms": round(defaults.DASHBOARD_POLL * 1000),
-                "now": round(time.time(), 3),
+                "compact_after": COMPACT_AFTER,
+                "escalations": controls.ESCALATIONS,
+                "labels": controls.LABELS,
             }
             runs = b",".join(self._fragment(c, action) for c, action in shown)
-            return etag, json.dumps(head, separators=(",", ":")).encode()[:-1] + b',"runs":[' + runs + b"]}"
+            opened_json = b",".join(json.dumps(name).encode() + b":" + body for name, (_, body) in details)
+            body = (
+                json.dumps(head, separators=(",", ":")).encode()[:-1]
+                + b',"runs":['
+                + runs
+                + b'],"details":{'
+                + opened_json
+                + b"}}"
+            )
+            self._body = (etag, body)  # ablate: dashboard-body-kept
+            return etag, body
 
     def _fragment(self, cached: _Cached, action: dict[str, Any] | None) -> bytes:
-        """The row's JSON with its action and `stopping`, kept while neither changed."""
-        key = (cached.version, json.dumps(action, sort_keys=True, default=str))
+        """The row's JSON with its action, and the stop and buttons the dashboard's own
+        action in flight adds; kept while neither changed."""
+        key = (cached.version, _action_key(action))
         kept = self._fragments.get(cached.name)
         if kept is not None and kept[0] == key:
             return kept[1]
         out = dict(cached.row, action=action)
         if not cached.row.get("error"):
-            out["stopping"] = _stopping(cached.row, action)
+            kind = _stopping_kind(cached.row, action)
+            out["stopping"], out["stopping_kind"] = kind is not None, kind
+            if kind is not None and cached.row.get("status") == "running":
+                out["words"] = words.stopping(kind)
+            out["buttons"] = _buttons(
+                controls.controls(
+                    live=cached.row["live"],
+                    copy=cached.row["copy"],
+                    paused=cached.row["paused"],
+                    resumable=cached.row["resumable"],
+                    stopping_kind=kind,
+                )
+            )
         fragment = json.dumps(out, default=str, separators=(",", ":")).encode()
         self._fragments[cached.name] = (key, fragment)
         return fragment
+
+    def _detail(self, cached: _Cached) -> tuple[bytes, bytes]:
+        """(digest, JSON) of an open card's details, read again only when its row was."""
+        kept = self._details.get(cached.name)
+        if kept is not None and kept[0] == cached.version:
+            return kept[1], kept[2]
+        if cached.rd is None:
+            detail: dict[str, Any] = {"items": [], "journal": [], "children": [], "damaged": []}
+        else:
+            try:
+                # A finished run's card is read whole once (no fold kept for it).
+                info = cached.info if cached.info is not None else status.status_of(cached.rd)
+                detail = _details(cached.rd, info)
+            except Exception as exc:  # one unreadable run is one message, never a broken page
+                detail = {"items": [], "journal": [], "children": [], "damaged": [_exc_line(exc)]}
+        digest = hashlib.blake2b(
+            json.dumps(_without_clocks(detail), sort_keys=True, default=str).encode(), digest_size=12
+        ).digest()
+        body = json.dumps(detail, default=str, separators=(",", ":")).encode()
+        self._details[cached.name] = (cached.version, digest, body)
+        return digest, body
 
     def _compute(self) -> tuple[list[_Cached], bool]:
         entries = self.base.entries()
@@ -106,17 +191,22 @@ class Snapshots:
             kept = self._cache.get(name)
             if now - self._gone.setdefault(name, now) < defaults.DASHBOARD_GONE_SHOWN:
                 if kept is None or kept.stamp != ("gone",):
-                    kept = self._cache[name] = _Cached(name, ("gone",), None, _gone_row(name))
+                    kept = self._cache[name] = _Cached(name, None, ("gone",), None, _gone_row(name))
                 rows.append(kept)
             else:
-                self._seen.discard(name)
-                self._cache.pop(name, None)
-                self._fragments.pop(name, None)
+                self._forget(name)
                 del self._gone[name]
         for name in names:
             self._gone.pop(name, None)
         self._seen |= names
         return rows, self.base.path.is_dir()
+
+    def _forget(self, name: str) -> None:
+        self._folds.forget(RunDir(self.base.path / name))
+        self._seen.discard(name)
+        self._cache.pop(name, None)
+        self._fragments.pop(name, None)
+        self._details.pop(name, None)
 
     def _row(self, entry: Entry) -> _Cached:
         kept = self._cache.get(entry.name)
@@ -124,38 +214,64 @@ class Snapshots:
             stamp: tuple[Any, ...] = ("error", entry.error)
             if kept is None or kept.stamp != stamp:
                 kept = self._cache[entry.name] = _Cached(
-                    entry.name, stamp, None, _error_row(entry.name, entry.error or "not a run")
+                    entry.name, None, stamp, None, _error_row(entry.name, entry.error or "not a run")
                 )
             return kept
+        rd = entry.rd
         try:
-            stamp = _fingerprint(entry.rd.path)
+            stamp = _fingerprint(rd.path, _DEAD_WATCHED)
+            if kept is not None and kept.live is False and kept.stamp[: len(stamp)] == stamp:
+                return kept  # a dead run whose files are unchanged: nothing to read
+            stamp += _fingerprint(rd.path, _WATCHED)
             if kept is not None and kept.stamp == stamp:
-                if kept.live is False and kept.row.get("live") is False:
-                    return kept  # a dead run whose files are unchanged: nothing to read
-                if (
-                    time.monotonic() - kept.read_at < defaults.DASHBOARD_LIVE_MAX_AGE
-                    and _is_live(entry.rd) == kept.live
-                ):
+                if time.monotonic() - kept.read_at < defaults.DASHBOARD_LIVE_MAX_AGE and _is_live(rd) == kept.live:
                     return kept
-            live = _is_live(entry.rd)
-            kept = self._cache[entry.name] = _Cached(entry.name, stamp, live, _run_row(entry))
+            cheap = run_list.row(rd)
+            if cheap["live"] is False:  # ablate: dashboard-cheap-rows
+                self._folds.forget(rd)  # a fold is kept for live runs only
+                row, info = _finished_row(entry.name, rd, cheap), None
+            else:
+                info = status.status_of(rd, self._folds)
+                row = _live_row(entry.name, info)
+            kept = self._cache[entry.name] = _Cached(entry.name, rd, stamp, row["live"], row, info)
             return kept
         except Exception as exc:  # one unreadable run is one error row, never a broken page
             self._cache.pop(entry.name, None)
-            error = _error_row(entry.name, f"cannot be read: {type(exc).__name__}: {exc}")
-            return _Cached(entry.name, ("raised",), None, error)
+            self._folds.forget(rd)
+            return _Cached(entry.name, rd, ("raised",), None, _error_row(entry.name, _exc_line(exc)))
+
+
+def opened_names(query: str) -> tuple[str, ...]:
+    """The run names of `?open=a,b` (each of a run id's shape; at most OPEN_MAX)."""
+    names: list[str] = []
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        if key == "open":
+            from urllib.parse import unquote
+
+            names += [n for n in unquote(value).split(",") if RUN_ID_SHAPE.fullmatch(n)]
+    return tuple(names[:OPEN_MAX])
 
 
 _versions = itertools.count()
 
 
 class _Cached:
-    """A row as read, with what it was read from and its digest (without its clocks)."""
+    """A row as read, with what it was read from and its digest (without its clocks);
+    for a live run, the status model it came from (its details, should its card open)."""
 
-    __slots__ = ("name", "stamp", "live", "row", "read_at", "version", "digest")
+    __slots__ = ("name", "rd", "stamp", "live", "row", "info", "read_at", "version", "digest")
 
-    def __init__(self, name: str, stamp: tuple[Any, ...], live: bool | None, row: dict[str, Any]) -> None:
-        self.name, self.stamp, self.live, self.row = name, stamp, live, row
+    def __init__(
+        self,
+        name: str,
+        rd: RunDir | None,
+        stamp: tuple[Any, ...],
+        live: bool | None,
+        row: dict[str, Any],
+        info: RunStatus | None = None,
+    ) -> None:
+        self.name, self.rd, self.stamp, self.live, self.row, self.info = name, rd, stamp, live, row, info
         self.read_at = time.monotonic()
         self.version = next(_versions)
         if row.get("live"):
@@ -165,16 +281,25 @@ class _Cached:
         ).digest()
 
 
+def _action_key(action: dict[str, Any] | None) -> str:
+    return json.dumps(action, sort_keys=True, default=str)
+
+
+def _exc_line(exc: Exception) -> str:
+    return f"cannot be read: {type(exc).__name__}: {exc}"
+
+
 def _without_clocks(row: dict[str, Any]) -> dict[str, Any]:
     """The row without its ticking clocks (a child's runtime, the running item's
-    duration): equal for two reads of a run in which nothing but time has passed.
-    Whatever else ends or starts a clock (a phase, an item, a child) changes the row."""
-    if not isinstance(row.get("at"), (int, float)):
-        return row
+    duration, the time it was read): equal for two reads of a run in which nothing but
+    time has passed. Whatever else ends or starts a clock (a phase, an item, a child)
+    changes the row."""
     out = dict(row)
-    out.pop("at")
-    out["children"] = [dict(c, runtime=None) for c in row.get("children") or [] if isinstance(c, dict)]
-    out["items"] = [dict(i, duration=None) if i.get("status") == "running" else i for i in row.get("items") or []]
+    out.pop("at", None)
+    if "children" in row:
+        out["children"] = [dict(c, runtime=None) for c in row.get("children") or [] if isinstance(c, dict)]
+    if "items" in row:
+        out["items"] = [dict(i, duration=None) if i.get("status") == "running" else i for i in row.get("items") or []]
     return out
 
 
@@ -185,35 +310,52 @@ def _is_live(rd: RunDir) -> bool | None:
         return None
 
 
-def _stopping(row: dict[str, Any], action: dict[str, Any] | None) -> bool:
-    """A stop was asked for and the run has not stopped yet: the dashboard's own stop
-    button still at work, a request or the STOP file waiting, or the engine's own say."""
+_STOPS = {"stop": "hard", "stop-now": "now", "stop-graceful": "graceful"}
+
+
+def _stopping_kind(row: dict[str, Any], action: dict[str, Any] | None) -> str | None:
+    """The stop under way, the strongest of the run's own (a request or the STOP file
+    waiting, the engine's say) and the dashboard's stop still at work; None once the
+    run is no longer running."""
     if row.get("live") is False or row.get("status") != "running":
-        return False
-    if action is not None and action.get("state") == "running" and str(action.get("action")).startswith("stop"):
-        return True
-    return bool(row.get("pending_stop")) or bool(row.get("engine_stopping"))
+        return None
+    kinds = [row.get("stopping_kind")]
+    if action is not None and action.get("state") == "running":
+        kinds.append(_STOPS.get(str(action.get("action"))))
+    known = [k for k in kinds if k in words.STOP_STRENGTH]
+    return max(known, key=words.STOP_STRENGTH.__getitem__) if known else None
+
+
+def _buttons(of: dict[str, Any]) -> dict[str, Any]:
+    """The buttons the page shows (controls.py), each with whether it may be used now and
+    why not: only those offered in the run's state (a finished run's row stays short)."""
+    return {action: {"enabled": c["enabled"], "why": c["why"]} for action, c in of.items() if c["shown"]}
 
 
 def _gone_row(name: str) -> dict[str, Any]:
-    return _error_row(name, "the run directory is gone (removed while shown)")
+    row = _error_row(name, "the run directory is gone (removed while shown)")
+    row["status"], row["words"] = "gone", words.status("gone")
+    return row
 
 
 def _error_row(name: str, error: str) -> dict[str, Any]:
     return {
         "name": name,
         "error": printable(error, defaults.DASHBOARD_LINE_CHARS),
-        "buttons": dict.fromkeys(_BUTTONS, False),
+        "status": "error",
+        "words": printable(error, defaults.DASHBOARD_LINE_CHARS),
+        "live": None,
+        "buttons": {},
     }
 
 
-def _fingerprint(path: os.PathLike[str] | str) -> tuple[Any, ...]:
+def _fingerprint(path: os.PathLike[str] | str, names: tuple[str, ...]) -> tuple[Any, ...]:
     """What changes when anything a run shows changes, but time and its engine's lock:
     each watched file's (inode, size, mtime, mode); the journal and state.json only
     grow, so their size is the offset reached."""
     marks: list[Any] = []
     prefix = f"{os.fspath(path)}/"
-    for name in _WATCHED:
+    for name in names:
         try:
             st = os.lstat(prefix + name)
             marks.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode))  # ablate: dashboard-fingerprint
@@ -222,51 +364,115 @@ def _fingerprint(path: os.PathLike[str] | str) -> tuple[Any, ...]:
     return tuple(marks)
 
 
-def _run_row(entry: Entry) -> dict[str, Any]:
-    """One run's row: the status model (views/status.py) as `runner status --json` has
-    it, its text made safe for the page, and the buttons it offers."""
-    rd = entry.rd
-    assert rd is not None
-    info: RunStatus = status.status_of(rd)
-    tail = _journal_tail(rd.journal)
-    stops = [r for r in tail if r["event"] == "run-stop"]
-    live, copy, pending = info["live"], info["copy"], info["pending_stop"]
+def _finished_row(name: str, rd: RunDir, cheap: Any) -> dict[str, Any]:
+    """The row of a run with no live engine, read as `runner list` reads it, and the
+    journal's last record for how it was stopped: no process, spec or fold."""
+    stop = None
+    if cheap["status"] == "stopped":
+        try:
+            record = journal.attempt_stop(rd.journal, defaults.DASHBOARD_JOURNAL_TAIL_BYTES)
+        except Exception:
+            record = None
+        stop = overview.stop_record(record) if record is not None else None
+    origin = None
+    if stop is None and cheap["status"] == "stopped":
+        try:
+            origin = StateStore(rd.state).load().stop_origin
+        except Exception:
+            origin = None
+    copy = cheap["copy_of"] is not None
+    recorded = None
+    if copy:  # what the copied state says, as `runner status` says it of a copy
+        try:
+            copied = StateStore(rd.state).load_or_none()
+            recorded = copied.status if copied is not None else None
+        except Exception:
+            recorded = None
+    said = words.status(
+        cheap["status"],
+        stop=stop,
+        stop_origin=origin,
+        done=cheap["done"],
+        failed=cheap["failed"],
+        total=cheap["items"],
+        recorded=recorded,
+    )
     return {
-        "name": entry.name,
+        "name": name,
         "error": None,
-        "run_id": info["run_id"],
+        "run_id": printable(cheap["run_id"], defaults.DASHBOARD_FIELD_CHARS),
+        "status": cheap["status"],
+        "words": printable(said, defaults.DASHBOARD_LINE_CHARS),
+        "live": cheap["live"],
+        "engine_pid": None,
+        "attempt": cheap["attempt"],
+        "done": cheap["done"] or 0,
+        "failed": cheap["failed"] or 0,
+        "total": cheap["items"] or 0,
+        "current_item": None,
+        "phase": None,
+        "phase_started": None,
+        "paused": False,
+        "pause_held": False,
+        "paused_since": None,
+        "waiting_before": None,
+        "stopping_kind": None,
+        "pending_stop": None,
+        "created": cheap["created"],
+        "copy": copy,
+        "resumable": cheap["resumable"],
+        "damaged": len(cheap["damaged"]),
+    }
+
+
+def _live_row(name: str, info: RunStatus) -> dict[str, Any]:
+    """The row of a live run (or one whose lock is damaged), from the status model."""
+    live = info["live"]
+    pending = info["pending_stop"]
+    return {
+        "name": name,
+        "error": None,
+        "run_id": _text(info["run_id"]),
         "status": info["status"],
-        "stopping": info["stopping"],
-        "attempt": info["attempt"],
+        "words": printable(info["words"], defaults.DASHBOARD_LINE_CHARS),
         "live": live,
-        "engine_pid": info["engine_pid"],
-        "current_item": printable(info["current_item"], defaults.DASHBOARD_ITEM_CHARS)
-        if info["current_item"]
-        else None,
-        "phase": info["phase"],
-        # The journal's run-stop names who asked (a stopper's own record says `forced`
-        # in state.json, and `dashboard` in the journal when the dashboard asked).
-        "stop_origin": _text(stops[-1].get("origin")) if stops else info["stop_origin"],
-        "children": [_child(c) for c in info["children"]],
-        "items": [_item(i) for i in info["items"]],
+        "engine_pid": info["engine_pid"] if live else None,
+        "attempt": info["attempt"],
         "done": info["done"],
         "failed": info["failed"],
         "total": len(info["items"]),
+        "current_item": printable(info["current_item"], defaults.DASHBOARD_ITEM_CHARS)
+        if info["current_item"] and live
+        else None,
+        "phase": _text(info["phase"]) if info["phase"] and live and not info["pause_held"] else None,
+        "phase_started": info["phase_started"],
         "paused": info["paused"],
         "pause_held": info["pause_held"],
-        # The status model's own "a stop is under way" (_stopping adds the dashboard's click).
-        "engine_stopping": info["stopping"],
+        "paused_since": info["paused_since"],
+        "waiting_before": printable(info["waiting_before"], defaults.DASHBOARD_ITEM_CHARS)
+        if info["waiting_before"]
+        else None,
+        "stopping_kind": info["stopping_kind"],
         "pending_stop": _text(render.pending_stop_phrase(pending)) if pending else None,
+        "created": info["started"],
+        "copy": info["copy"] is not None,
+        "resumable": info["resumable"],
+        "damaged": len(info["damaged"]),
+    }
+
+
+def _details(rd: RunDir, info: RunStatus) -> dict[str, Any]:
+    """An open card: the status model's items, children, containment and damage, made
+    safe for the page, and the journal's tail."""
+    copy = info["copy"]
+    return {
+        "items": [_item(i) for i in info["items"]],
+        "children": [_child(c) for c in info["children"]],
         "containment": _text(info["containment"]["mode"]) if info["containment"] else None,
         "damaged": [printable(d, defaults.DASHBOARD_LINE_CHARS) for d in info["damaged"]],
         "copy": printable(copy, defaults.DASHBOARD_LINE_CHARS) if copy is not None else None,
-        "journal": [_record_line(r) for r in tail],
-        "buttons": {
-            "stop": live is not False and copy is None,  # a run whose lock is damaged is still stoppable
-            "pause": live is True and not info["paused"],
-            "unpause": live is True and info["paused"],
-            "resume": info["resumable"],
-        },
+        "cause": printable(info["cause"], defaults.DASHBOARD_LINE_CHARS) if info["cause"] else None,
+        "journal": [_record_line(r) for r in _journal_tail(rd.journal)],
     }
 
 
@@ -310,10 +516,7 @@ def _journal_tail(path: os.PathLike[str] | str) -> list[dict[str, Any]]:
 
 def _record_line(record: dict[str, Any]) -> str:
     t = record.get("t")
-    try:
-        when = time.strftime("%H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) else "--:--:--"
-    except (OverflowError, OSError, ValueError):
-        when = "--:--:--"
+    when = words.clock(t) if isinstance(t, (int, float)) else "--:--:--"
     fields = " ".join(
         f"{k}={_text(v)}" for k, v in record.items() if k not in ("event", "t") and v not in (None, [], {})
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from runner.files import dirfd
 
@@ -46,16 +46,20 @@ def temp_file(directory: str, prefix: str, *, dir_fd: int | None = None) -> tupl
     raise FileExistsError(f"{directory}: no free temporary name for {prefix!r}")
 
 
-def write_synced(dfd: int, fd: int, data: bytes, *, sync: bool = True) -> None:
-    """`data` into the new file `fd` (made in the directory `dfd`), given to the
-    directory's owner, flushed and fsync'ed (unless not `sync`); closes `fd`. What every
-    durable write of the runner does before it publishes the file (a rename, a link)."""
+def write_synced(dfd: int, fd: int, data: bytes | Iterable[bytes], *, sync: bool = True) -> int:
+    """`data` (bytes, or chunks of them) into the new file `fd` (made in the directory
+    `dfd`), given to the directory's owner, flushed and fsync'ed (unless not `sync`);
+    closes `fd`. What every durable write of the runner does before it publishes the file
+    (a rename, a link). Returns the bytes written."""
     dirfd.own(dfd, fd)
+    written = 0
     with os.fdopen(fd, "wb") as f:
-        f.write(data)
+        for chunk in (data,) if isinstance(data, bytes) else data:
+            written += f.write(chunk)
         f.flush()
         if sync:
             os.fsync(f.fileno())
+    return written
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
@@ -65,13 +69,19 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bo
     `durable`: the same, atomic (whole or absent to every reader), without the two fsyncs
     (for a file that lives only as long as the processes that read it: a crash of the
     machine ends them too)."""
+    atomic_write_chunks(path, (data,), durable=durable)
+
+
+def atomic_write_chunks(path: str | os.PathLike[str], data: Iterable[bytes], *, durable: bool = True) -> int:
+    """atomic_write_bytes of the chunks' concatenation, written as they come (a large
+    file is never held whole in memory). Returns its size."""
     path = os.fspath(path)
     dfd, name = dirfd.parent(path, create=True)
     where = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = temp_file(where, "." + name + ".", dir_fd=dfd)  # ablate: atomic-write
         try:
-            write_synced(dfd, fd, data, sync=durable)
+            size = write_synced(dfd, fd, data, sync=durable)
             if _before_replace is not None:
                 _before_replace(os.path.join(os.path.dirname(path), tmp), path)
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
@@ -86,6 +96,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bo
             os.fsync(dfd)
     finally:
         os.close(dfd)
+    return size
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, durable: bool = True) -> None:

@@ -79,6 +79,8 @@ def gone(path: str | os.PathLike[str]) -> bool:
 
 def _anchor(path: str) -> tuple[int, list[str]] | None:
     """The pinned directory `path` lies under, and the components below it."""
+    if not _pins:
+        return None  # a reading command pins nothing: no walk up the path (list, status)
     rest: list[str] = []
     head = path
     while True:

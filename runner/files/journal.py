@@ -184,6 +184,18 @@ def stop_recorded(path: str | os.PathLike[str], budget: int = defaults.STOP_JOUR
     return False
 
 
+def attempt_stop(path: str | os.PathLike[str], budget: int) -> dict[str, Any] | None:
+    """The current attempt's `run-stop` record, read back from the journal's end (at
+    most `budget` bytes), or None: what the dashboard says a finished run's stop was
+    without folding its journal (its last record, most often)."""
+    for record in _backwards(path, budget):
+        if record["event"] == Event.RUN_STOP:
+            return record
+        if record["event"] in ATTEMPT_STARTS:
+            return None
+    return None
+
+
 def _backwards(path: str | os.PathLike[str], budget: int | None) -> Iterator[dict[str, Any]]:
     """The records from the end of the journal backwards; at most `budget` bytes read
     from its end (None: all of it, under its cap)."""

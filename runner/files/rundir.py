@@ -63,26 +63,58 @@ class EngineLock:
         self.release()
 
 
+_FILES = {
+    "spec": "spec.toml",
+    "state": "state.json",
+    "journal": "journal.jsonl",
+    "engine_identity": "engine.json",
+    "lock": "lock",
+    "children": "children",
+    "cgroup_file": "cgroup",
+    "output": "output",
+    "stop_request": "stop-request.json",
+    "stop_request_lock": "stop-request.lock",
+    "stop_file": "STOP",
+    "pause_file": "PAUSE",
+    "archive": "archive",
+    "engine_log": "engine.log",
+    "run_id_file": "run-id",
+    "dir_identity_file": "dir-identity",
+}
+"""Attribute -> the file's name in the run directory."""
+
+
 class RunDir:
+    # Each file's path is made on first use (__getattr__), not in __init__: `runner list`
+    # and the dashboard make a RunDir per run and read three or four of its files, and
+    # sixteen pathlib joins per run were a fifth of a 500-run list.
+    spec: Path
+    state: Path
+    journal: Path
+    engine_identity: Path
+    lock: Path
+    children: Path
+    cgroup_file: Path
+    output: Path
+    stop_request: Path
+    stop_request_lock: Path
+    stop_file: Path
+    pause_file: Path
+    archive: Path
+    engine_log: Path
+    run_id_file: Path
+    dir_identity_file: Path
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(os.path.abspath(path))
-        p = self.path
-        self.spec = p / "spec.toml"
-        self.state = p / "state.json"
-        self.journal = p / "journal.jsonl"
-        self.engine_identity = p / "engine.json"
-        self.lock = p / "lock"
-        self.children = p / "children"
-        self.cgroup_file = p / "cgroup"
-        self.output = p / "output"
-        self.stop_request = p / "stop-request.json"
-        self.stop_request_lock = p / "stop-request.lock"
-        self.stop_file = p / "STOP"
-        self.pause_file = p / "PAUSE"
-        self.archive = p / "archive"
-        self.engine_log = p / "engine.log"
-        self.run_id_file = p / "run-id"
-        self.dir_identity_file = p / "dir-identity"
+
+    def __getattr__(self, name: str) -> Path:
+        file = _FILES.get(name)
+        if file is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = self.path / file
+        setattr(self, name, value)
+        return value
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -335,14 +367,18 @@ _DIR_IDENTITY_SHAPE = re.compile(r"(\d{1,20}-\d{1,20})(?: ([0-9a-f-]{36}))?")
 
 
 def _copied(rd: RunDir) -> str | None:
-    """The recorded identity when `rd` is a copy (readable, and not the measured one)."""
+    """The recorded identity when `rd` is a copy (readable, and not the measured one).
+    `dir-identity` is read once (a 500-run `list` reads it for every run)."""
     try:
-        recorded = rd.recorded_identity()
+        record = rd._identity_record()
     except Damaged:
         return None
     here = rd.measured_identity()
-    if recorded is None or here is None or rd.recorded_elsewhere():
+    if record is None or here is None:
         return None
+    recorded, boot = record
+    if boot is not None and recorded != here and boot != ident.boot_id():
+        return None  # recorded in another boot: the run's own directory (recorded_elsewhere)
     return None if recorded == here else recorded  # ablate: dir-identity-check
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import stat
 
 from runner.errors import DISK_ERRNOS, Damaged, Unwritable
@@ -27,6 +26,7 @@ from runner.files import dirfd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 SMALL_CAP = 64 * 1024
@@ -41,9 +41,6 @@ a stopper its end for the run-stop, a status its last MiB (journal.stop_recorded
 overview.fold_journal)."""
 MAX_DEPTH = 32
 """The runner's own JSON nests at most 3 deep; 32 leaves room and refuses bombs."""
-
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
-_BRACKET = re.compile(rb"[\[\]{}]")
 
 
 def _kind(mode: int) -> str:
@@ -167,27 +164,61 @@ def read_text(path: str | os.PathLike[str], cap: int = SMALL_CAP, *, dir_fd: int
         raise Damaged(path, f"not UTF-8 text (byte {exc.start})") from None
 
 
+_decoders: dict[Any, json.JSONDecoder] = {}
+"""A decoder per object hook, made once (json.loads makes one at every call)."""
+_KEEP = b'"[]{}'
+_DROP = bytes(b for b in range(256) if b not in _KEEP)
+_DEPTH_WINDOW = 256 * 1024
+
+
 def depth(raw: bytes) -> int:
-    """How deep the brackets of a JSON text nest (strings skipped). Runs in the regex
-    engine, so a 16 MiB file costs milliseconds, not a Python loop over every byte."""
+    """How deep the brackets of a JSON text nest (strings skipped). A window at a time,
+    each reduced in C to its quotes and brackets (escaped backslashes and quotes taken
+    out first), so that a 6 MB state of 50,000 items costs a few milliseconds and a few
+    hundred KB, not the 80 MB a whole-text regex substitution held."""
     level = deepest = 0
-    for match in _BRACKET.finditer(_STRING.sub(b'""', raw)):
-        if match.group() in (b"[", b"{"):
-            level += 1
-            deepest = max(deepest, level)
-        else:
-            level -= 1
+    inside = False
+    start, size = 0, len(raw)
+    while start < size:
+        end = min(size, start + _DEPTH_WINDOW)
+        while end < size and raw[end - 1] == 0x5C:
+            end += 1  # never cut an escape in two: a window ends on a byte that is not a backslash
+        part = raw[start:end].replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _DROP)
+        for i, piece in enumerate(part.split(b'"')):
+            if i:
+                inside = not inside
+            if inside:
+                continue
+            for byte in piece:
+                if byte in (0x5B, 0x7B):
+                    level += 1
+                    deepest = max(deepest, level)
+                else:
+                    level -= 1
+        start = end
     return deepest
 
 
-def parse_json(raw: bytes, source: str | os.PathLike[str], max_depth: int = MAX_DEPTH) -> Any:
-    """JSON from bytes read off disk: depth-checked, strict UTF-8, one-line errors."""
+def parse_json(
+    raw: bytes,
+    source: str | os.PathLike[str],
+    max_depth: int = MAX_DEPTH,
+    object_hook: Callable[[dict[str, Any]], Any] | None = None,
+) -> Any:
+    """JSON from bytes read off disk: depth-checked, strict UTF-8, one-line errors.
+    `object_hook`: json.loads's, each object as the parser completes it."""
     # No text nests deeper than it has opening brackets: counting them (in C) spares
     # the regex for every journal line a status folds, where it was most of the cost.
     if raw.count(b"[") + raw.count(b"{") > max_depth and depth(raw) > max_depth:
         raise Damaged(source, f"JSON nested deeper than {max_depth} levels")
     try:
-        return json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        if object_hook is None:
+            return json.loads(text)
+        decoder = _decoders.get(object_hook)
+        if decoder is None:
+            decoder = _decoders[object_hook] = json.JSONDecoder(object_hook=object_hook)
+        return decoder.decode(text)
     except UnicodeDecodeError as exc:
         raise Damaged(source, f"not UTF-8 text (byte {exc.start})") from None
     except (ValueError, RecursionError) as exc:

@@ -27,7 +27,7 @@ from runner.events import Event, Outcome
 from runner.files.follow import JournalTail
 from runner.files.spec import substitute
 from runner.proc import identity, oom
-from runner.views.schema import CONTAINMENT_KEYS, Failure
+from runner.views.schema import CONTAINMENT_KEYS, Failure, StopRecord
 
 if TYPE_CHECKING:
     from runner.files.rundir import RunDir
@@ -69,7 +69,10 @@ class Fold:
     outcomes: dict[str, str] = field(default_factory=dict)  # done / failed, by the journal
     containment: dict[str, Any] | None = None
     pause_held: bool = False
+    paused_since: float | None = None  # when the engine began to hold at the PAUSE
+    paused_item: str | None = None  # the item it held in (its current item then)
     graceful_stop: bool = False
+    stop: StopRecord | None = None  # the attempt's run-stop: who asked, how
     ended: str | None = None  # completed, failed, stopped, crashed
     cause: str | None = None  # why the engine ended the run itself: a crash, a disk fault
     skipped: int = 0  # bytes of the journal's start not folded (fold_journal's budget)
@@ -84,6 +87,11 @@ class Fold:
             return None
         return self.items.index(item) + 1, len(self.items)
 
+    def waiting(self) -> str | None:
+        """The item a held run goes on with: the first of the queue the journal has not
+        seen done or failed."""
+        return next((name for name in self.items if name not in self.outcomes), None)
+
     def add(self, rec: dict[str, Any]) -> list[Phase]:
         event, t = rec.get("event"), _number(rec.get("t"), time.time())
         item = rec.get("item") if isinstance(rec.get("item"), str) else None
@@ -96,7 +104,7 @@ class Fold:
             attempt = rec.get("attempt")
             self.attempt = attempt if isinstance(attempt, int) else self.attempt
             self.run_t0, self.ended, self.pause_held, self.graceful_stop = t, None, False, False
-            self.cause = None
+            self.cause, self.paused_since, self.stop = None, None, None
         elif event == Event.CONTAINMENT:
             self.containment = {k: rec.get(k) for k in CONTAINMENT_KEYS}
         elif event == Event.PHASE_START:
@@ -138,9 +146,12 @@ class Fold:
             known = self.failures.get(item)
             self.reasons[item] = describe(known) if known else str(rec.get("reason") or "failed")
         elif event == Event.PAUSED:
-            self.pause_held = True
+            # The engine holds between phases: the phase before it has ended, and no
+            # phase clock counts while it holds (the next phase-start starts one).
+            self._close(t, None, out)  # ablate: pause-ends-phase
+            self.pause_held, self.paused_since, self.paused_item = True, t, item
         elif event == Event.UNPAUSED:
-            self.pause_held = False
+            self.pause_held, self.paused_since = False, None
         elif event == Event.GRACEFUL_STOP:
             self.graceful_stop = True
         elif event == Event.RUN_COMPLETE:
@@ -148,7 +159,9 @@ class Fold:
             self.ended = str(rec.get("status"))
         elif event in (Event.TEARDOWN_COMPLETE, Event.RUN_STOP):
             self._close(t, "stopped", out)
-            self.ended, self.pause_held = "stopped", False
+            self.ended, self.pause_held, self.paused_since = "stopped", False, None
+            if event == Event.RUN_STOP:
+                self.stop = stop_record(rec)
         elif event == Event.ENGINE_CRASH:
             self._close(t, "crashed", out)
             self.ended = "crashed"
@@ -191,6 +204,19 @@ class Fold:
         if now is not None and self.current is not None and self.current.item == item:
             spent += max(0.0, now - self.current.t)
         return spent if math.isfinite(spent) else 0.0
+
+
+def stop_record(rec: dict[str, Any]) -> StopRecord:
+    """A run-stop record's say on who asked and how (the journal is untrusted: a field
+    of another type reads as absent)."""
+    origin, mode, kind = rec.get("origin"), rec.get("mode"), rec.get("kind")
+    return {
+        "origin": origin if isinstance(origin, str) else None,
+        "mode": mode if isinstance(mode, str) else None,
+        "forced": rec.get("forced") is True,
+        "fallback": rec.get("fallback") is True,
+        "kind": kind if isinstance(kind, str) else None,
+    }
 
 
 def describe(failure: Failure, phase: bool = True) -> str:

@@ -24,7 +24,7 @@ from runner.exitcodes import Exit
 from runner.files import captured
 from runner.files.follow import JournalTail
 from runner.files.state import StateStore
-from runner.views import overview, render
+from runner.views import overview, render, words
 from runner.views import status as status_model
 
 if TYPE_CHECKING:
@@ -175,6 +175,13 @@ class Progress:
             return f"stop requested ({stop['mode']}, {stop['origin']}), waiting for the engine…"
         phase = self.fold.current
         wall = time.time()
+        if self.fold.pause_held:
+            # Held between phases: no phase clock counts (the status model says the same).
+            waiting = self.fold.waiting()
+            within = waiting == self.fold.paused_item
+            held = words.paused(self.fold.paused_since, waiting, self.fold.position(waiting), within=within)
+            held += f" ({render.seconds(max(0.0, wall - self.fold.paused_since))})" if self.fold.paused_since else ""
+            return f"{held} · remove the PAUSE file to go on"
         if phase is None:
             if self.fold.ended is not None:
                 return self.fold.ended
@@ -187,8 +194,6 @@ class Progress:
         repairs = self.fold.repair_attempt.get(phase.item or "")
         if repairs and self.fold.spec is not None:
             parts.append(f"repair {repairs}/{self.fold.spec.repair_max_attempts}")
-        if self.fold.pause_held:
-            parts.append("paused (PAUSE file)")
         last = self._last_output(phase)
         if last:
             parts.append("> " + render.clean(last, 1000))

@@ -5,36 +5,15 @@ a file or a clock, so what a command prints is tested from what it was given.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from runner.errors import printable
+from runner.views.words import clean, seconds
+
+__all__ = ["clean", "seconds"]  # said in words.py, used through here by every renderer
 
 if TYPE_CHECKING:
     from runner.views.schema import Containment, ItemRow, PendingStop, RunRow, RunStatus
-
-
-def seconds(value: float | None) -> str:
-    """1.2 s, 42 s, 3 min 05 s, 2 h 03 min."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    if value < 10:
-        return f"{value:.1f} s"
-    whole = int(value)
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60:02d} s"
-    if whole < 86400:
-        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
-    return f"{whole // 86400} d {whole % 86400 // 3600:02d} h"
-
-
-def clean(value: object, limit: int = 200) -> str:
-    """One printable line of at most `limit` characters (names and output lines come
-    from the run directory and the run's commands: untrusted)."""
-    return printable(value, limit)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
@@ -73,15 +52,15 @@ def summary(run_id: str | None, status: str, code: int, rows: Sequence[ItemRow],
 
 
 def status_view(info: RunStatus) -> list[str]:
-    """`runner status` without --json."""
+    """`runner status` without --json: the status as a sentence (words.py), what the
+    engine does now (or, held at a PAUSE, since when and before which item), the
+    controls that apply (controls.py), then the items."""
+    from runner.views import controls
+
     engine = f"engine pid {info['engine_pid']}" if info["live"] else "engine not running"
-    status = clean(info["status"])
+    status = clean(info["words"], 400)
     if info["copy"] is not None:
-        status, engine = f"copy of a run {clean(info['recorded_status'])} when copied", "read-only"
-    elif info["status"] == "crashed" and info["recorded_status"] == "running":
-        status += " (its engine died without recording an end: `runner resume` continues it)"
-    elif info["stopping"]:
-        status += " (stopping)"
+        engine = "read-only"
     if info["cause"]:
         status += f": {clean(info['cause'], 400)}"
     lines = [
@@ -95,7 +74,9 @@ def status_view(info: RunStatus) -> list[str]:
         lines.append(
             f"  journal: its first {info['journal_skipped']:,} bytes not read (only the phase times they held)"
         )
-    if info["live"] and info["current_item"] is not None:
+    if info["live"] and info["pause_held"]:
+        lines.append("  now: no phase runs while the PAUSE holds (remove the PAUSE file to go on)")
+    elif info["live"] and info["current_item"] is not None:
         names = [r["item"] for r in info["items"]]
         where = f" ({names.index(info['current_item']) + 1}/{len(names)})" if info["current_item"] in names else ""
         phase = f"phase {clean(info['phase'])}"
@@ -107,9 +88,10 @@ def status_view(info: RunStatus) -> list[str]:
     stop = info["pending_stop"]
     if stop is not None:
         lines.append("  " + pending_stop(stop))
-    if info["paused"]:
-        held = "the engine holds between phases" if info["pause_held"] else "takes effect between phases"
-        lines.append(f"  PAUSE file present: {held} (remove it to go on)")
+    if info["paused"] and not info["pause_held"]:
+        lines.append("  PAUSE file present: takes effect between phases (remove it to go on)")
+    if info["actions"]:
+        lines.append("  actions: " + ", ".join(f"`{controls.COMMANDS[a]}`" for a in info["actions"]))
     if info["items"]:
         lines.append("")
         lines.extend(item_table(info["items"]))

@@ -32,7 +32,7 @@ class ItemRow(TypedDict):
     """One item, as `runner status --json`, the summary table and the dashboard show it."""
 
     item: str
-    status: str  # pending, running, done, failed, stopped
+    status: str  # pending, running, paused (held at a PAUSE, before its next phase), done, failed, stopped
     attempts: int  # provider calls: the session and each repair session
     repairs: int
     duration: float | None  # seconds in the item's phases, over every attempt; None: never started
@@ -59,6 +59,26 @@ class PendingStop(TypedDict):
     stop_file: bool
 
 
+class StopRecord(TypedDict):
+    """The attempt's run-stop record, as journaled: who asked and how."""
+
+    origin: str | None  # events.Origin, as journaled
+    mode: str | None  # hard or graceful
+    forced: bool  # a stopper recorded it (the engine was killed, not asked)
+    fallback: bool  # the hard stop's fallback: the engine did not end within the grace
+    kind: str | None  # the stopper's StopKind (hard, now, graceful), when a stopper recorded it
+
+
+class Control(TypedDict):
+    """One control of a run (a dashboard button, a command): whether it is offered in
+    the run's state (`shown`), whether it may be used now (`enabled`), and, when it is
+    offered but not now, why (views/controls.py)."""
+
+    shown: bool
+    enabled: bool
+    why: str | None
+
+
 class Containment(TypedDict):
     """The containment the engine set up, as it journaled it (CONTAINMENT_KEYS)."""
 
@@ -80,11 +100,15 @@ class RunStatus(TypedDict):
     recorded_status: str | None
     resumable: bool
     stopping: bool
+    stopping_kind: str | None  # the stop under way: graceful, hard or now (words.STOP_STRENGTH)
+    words: str  # the status as a sentence for people (views/words.py)
+    actions: list[str]  # the controls that apply now (views/controls.py)
     attempt: int | None
     current_item: str | None
     phase: str | None
     stopped: bool
     stop_origin: str | None
+    stop: StopRecord | None
     items: list[ItemRow]
     done: int
     failed: int
@@ -98,6 +122,8 @@ class RunStatus(TypedDict):
     pending_stop: PendingStop | None
     paused: bool
     pause_held: bool
+    paused_since: float | None  # when the engine began to hold at the PAUSE (epoch seconds)
+    waiting_before: str | None  # the item the engine goes on with once the PAUSE is gone
     containment: Containment | None
     copy: str | None
     cause: str | None

@@ -26,8 +26,12 @@ from runner.files.rundir import RunDir, copy_line
 from runner.files.state import State, StateStore
 from runner.proc import identity
 from runner.proc.membership import Membership
-from runner.views import overview
+from runner.views import controls, words
 from runner.views.schema import STATUS_VERSION, ChildStatus, Containment, ItemRow, PendingStop, RunStatus
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from runner.views import overview
 
 RESUMABLE_STATUSES = ("stopped", "crashed", "running")
 """Recorded statuses `runner resume` continues (with no live engine, and not a copy):
@@ -73,6 +77,22 @@ def stopping(running: bool, pending: PendingStop | None, fold: overview.Fold, ta
     return running and (pending is not None or taken or fold.graceful_stop)
 
 
+def stopping_kind(stopping: bool, pending: PendingStop | None, fold: overview.Fold) -> str | None:
+    """The kind of the stop under way (words.STOP_STRENGTH), None when there is none: the
+    pending request's mode, else graceful once the engine journaled a graceful stop, else
+    hard (a request taken, or the run-stop already journaled)."""
+    if not stopping:
+        return None
+    if pending is not None:
+        return pending["mode"] if pending["mode"] in words.STOP_STRENGTH else "hard"
+    return "graceful" if fold.graceful_stop else "hard"
+
+
+def waiting_before(items: list[ItemRow]) -> str | None:
+    """The item a held run goes on with: the first, in queue order, not yet ended."""
+    return next((r["item"] for r in items if r["status"] in ("paused", "running", "pending")), None)
+
+
 def item_rows(fold: overview.Fold, state: State | None, live: bool, now: float) -> list[ItemRow]:
     """Every item of the queue, in queue order (the spec's, as the run-start record or
     the frozen spec gives it): its status and attempts from the state (the engine's own
@@ -89,7 +109,7 @@ def item_rows(fold: overview.Fold, state: State | None, live: bool, now: float) 
         status = st.status if st is not None else fold.outcomes.get(name, "pending")
         if state is not None and state.current_item == name and status == "pending":
             if live and state.status == "running":
-                status = "running"
+                status = "paused" if fold.pause_held else "running"
             elif state.stopped:
                 status = "stopped"  # the item the stop cut short (resume runs it again)
         spent = fold.duration(name, now if live else None)
@@ -131,6 +151,10 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     read on its own (survey.py): a damaged one is listed under "damaged" and the others
     are still shown. `folds`: a cache for a caller that asks again and again (only new
     journal records are read)."""
+    # The journal's fold (and the spec parser and dataclasses under it) is imported here:
+    # `runner list` reads run_status and resumable only, and spares its start-up that.
+    from runner.views import overview
+
     view = survey.of(rd, wait_for_engine=False)
     state_unreadable = False
     try:
@@ -184,24 +208,51 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     ending = bool(live) and not copy and fold.ended == "stopped" and state is not None and state.status == "running"
     taken = running and fold.run_t0 is not None and stop_request.taken_since(rd, fold.run_t0)  # ablate: stopping-taken
     items = item_rows(fold, state, running, now)
+    is_stopping = ending or stopping(running, pending, fold, taken)
+    kind = stopping_kind(is_stopping, pending, fold)
+    word = run_status(state, live, copy=copy, state_unreadable=state_unreadable)
+    done = sum(1 for r in items if r["status"] == "done")
+    failed = sum(1 for r in items if r["status"] == "failed")
+    held = running and fold.pause_held
+    paused = stop_request.pause_file(rd)
+    resumable_now = resumable(state, live, copy=copy)
+    said = words.status(
+        word,
+        stop=fold.stop,
+        stop_origin=state.stop_origin if state else None,
+        done=done,
+        failed=failed,
+        total=len(items),
+        stopping_kind=kind,
+        recorded=state.status if state else None,
+    )
+    if held and kind is None:
+        waiting = waiting_before(items)
+        position = fold.position(waiting) if waiting is not None else None
+        said = words.paused(fold.paused_since, waiting, position, within=waiting == fold.paused_item)
+    can = controls.controls(live=live, copy=copy, paused=paused, resumable=resumable_now, stopping_kind=kind)
     return {
         "version": STATUS_VERSION,
         "run_id": view.run_id,
         "run_dir": str(rd.path),
         "live": live,
         "engine_pid": engine.pid if engine else None,
-        "status": run_status(state, live, copy=copy, state_unreadable=state_unreadable),
+        "status": word,
         "recorded_status": state.status if state else None,
-        "resumable": resumable(state, live, copy=copy),
-        "stopping": ending or stopping(running, pending, fold, taken),
+        "resumable": resumable_now,
+        "stopping": is_stopping,
+        "stopping_kind": kind,
+        "words": said,
+        "actions": controls.enabled(can),
         "attempt": state.attempt if state else None,
         "current_item": state.current_item if state else None,
         "phase": state.phase if state else None,
         "stopped": state.stopped if state else False,
         "stop_origin": state.stop_origin if state else None,
+        "stop": fold.stop,
         "items": items,
-        "done": sum(1 for r in items if r["status"] == "done"),
-        "failed": sum(1 for r in items if r["status"] == "failed"),
+        "done": done,
+        "failed": failed,
         "provider_calls": state.provider_calls if state else 0,
         "children": children,
         "damaged": list(view.damaged),
@@ -210,8 +261,10 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
         "phase_started": phase.t if phase else None,
         "phase_elapsed": round(max(0.0, now - phase.t), 3) if phase else None,
         "pending_stop": pending,
-        "paused": stop_request.pause_file(rd),
-        "pause_held": running and fold.pause_held,
+        "paused": paused,
+        "pause_held": held,
+        "paused_since": fold.paused_since if held else None,
+        "waiting_before": waiting_before(items) if held else None,
         "containment": containment,
         "copy": view.copy,
         "cause": fold.cause,

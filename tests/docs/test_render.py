@@ -307,9 +307,47 @@ def test_renders_the_size_parts_the_bench_itself_wrote(render_mod, tmp_path):
     doc = render_mod.render_files(TEMPLATE, None, None, None, out)
     sizes = _section(doc, "Costs against the size of a run")
     assert "**Items.** MEASURED" in sizes and "| 5 | 5 (all) |" in sizes
+    items = json.loads(out.read_text())["items"]
+    bare = items["bare_loop_per_second"]
+    assert bare > 0 and f"nothing else spawned {bare:g} a second" in sizes  # the physical limit beside it
+    row = next(line for line in sizes.splitlines() if line.startswith("| 5 | 5 (all) |"))
+    assert f"| {items['rows'][0]['of_bare_loop']:.0%} |" in row, row  # the items' rate over the bare loop's
     assert "**Journal size.** MEASURED" in sizes and "journal of 2 MiB" in sizes
     row = next(line for line in sizes.splitlines() if line.startswith("| `runner status --json` |"))
     assert row.count("exit 0") == 2, row
+
+
+@pytest.mark.timeout(BENCH_RUN_LIMIT + 60)
+def test_renders_the_runs_part_the_bench_itself_wrote(render_mod, tmp_path):
+    """Path: the benchmark's real writer of the runs part (bench/many_runs.py through
+    `python -m bench.stoppers --parts runs`, reduced: 2 runs, 20 polls) feeds the renderer:
+    `runner list`, `stop --all` (exit 6, nothing live), the first `/api/runs` and the
+    server's memory over the polls, MEASURED, for this runner and (where git has it) the
+    runner before issue 32; `list` exits 0 on both sides and the page's polls are answered
+    304 once the first gave the ETag."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.stoppers", "--parts", "runs", "--run-counts", "2", "--polls", "20"]
+        + ["--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=BENCH_RUN_LIMIT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    part = json.loads(out.read_text())["runs"]
+    sides = part["rows"][0]["sides"]
+    assert part["rows"][0]["runs"] == 2 and "now" in sides
+    for side in sides.values():
+        assert side["list"]["rc"] == 0 and side["stop_all"]["rc"] == 6  # NO_LIVE_RUN: nothing live
+        assert side["memory_page"]["not_modified"] == 19 and side["memory_unconditional"]["not_modified"] == 0
+        assert side["first_poll"]["bytes"] > 0
+    doc = _section(render_mod.render_files(TEMPLATE, None, None, None, out), "Costs against the number of runs")
+    assert "MEASURED by `make bench`" in doc and "over 20 polls" in doc
+    now = next(line for line in doc.splitlines() if line.startswith("| 2 | now |"))
+    assert now.count(" CPU)") == 3 and now.count(" MB (range ") == 2, now
+    if "reference_missing" not in part:
+        assert any(line.startswith("| 2 | before (commit `") for line in doc.splitlines()), doc
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")

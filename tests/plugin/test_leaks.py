@@ -182,7 +182,7 @@ def test_pytest_timeout_thread_method_is_swept_by_the_next_session(pytester, mon
     pytester.makepyfile(
         test_hang=INNER_PRELUDE
         + """
-@pytest.mark.timeout(1, method="thread")
+@pytest.mark.timeout(5, method="thread")
 def test_hangs(victim):
     record(victim("trap-term"))
     record(victim("env-scrubber", lang="bash"))
@@ -375,7 +375,9 @@ def test_the_guardian_kills_a_dead_sessions_victims(pytester, monkeypatch, death
         "sigkill": "os.kill(os.getpid(), 9)",
         "timeout-thread": "time.sleep(60)",
     }[death]
-    mark = '@pytest.mark.timeout(1, method="thread")\n' if death == "timeout-thread" else ""
+    # 5 s, not 1: the timer runs from the test's start, and on a busy machine starting the
+    # two victims took longer than 1 s (the session ended with one recorded).
+    mark = '@pytest.mark.timeout(5, method="thread")\n' if death == "timeout-thread" else ""
     pytester.makepyfile(
         test_dies=INNER_PRELUDE
         + f"""

@@ -69,8 +69,8 @@ def open_dashboard(page, dash, name, status="running"):
 @pytest.mark.stop_latency(bound=BOUND)
 @pytest.mark.parametrize("label", ["Stop now", "Stop"])
 def test_stop_buttons_reach_run_stop_within_kill_grace(runs, victim, dashboard, page, stop_latency, label):
-    """Path: the "Stop now" button (actions._stop_now -> stop.stop_now with origin
-    dashboard: lodge, then reaper.kill_everything) and the "Stop" button (stop_hard:
+    """Path: the "Stop now" button (actions -> stop.stop(rd, StopKind.NOW) with origin
+    dashboard: lodge, then kill the run) and the "Stop" button (StopKind.HARD:
     lodge, SIGTERM to the engine, whose registry kills the trapping provider after
     kill_grace), against a provider that traps SIGTERM. Timed from the click to the
     run-stop in the journal (target kill_grace + 200 ms), then to the page showing
@@ -126,8 +126,8 @@ def test_pause_then_unpause(runs, dashboard, page):
 
 
 def test_stop_gracefully_finishes_the_phase_in_flight(runs, dashboard, page):
-    """Path: the "Stop gracefully" button (stop.stop_graceful with origin
-    dashboard): the provider call in flight completes, the next item never starts, and
+    """Path: the "Stop gracefully" button (stop.stop(rd, StopKind.GRACEFUL)
+    with origin dashboard): the provider call in flight completes, the next item never starts, and
     the run-stop is graceful with origin `dashboard` (stop_controller.graceful_stop keeps
     the request's origin). The call is held in flight (runs.gated) until the graceful
     request is lodged, then ends by itself: the click lands during the call however

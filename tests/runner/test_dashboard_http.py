@@ -36,6 +36,13 @@ def runs_json(dash):
     return {r["name"]: r for r in json.loads(body)["runs"]}
 
 
+def details_json(dash, *names):
+    """The details of the runs named, as the page asks for its open cards (?open=)."""
+    status, _, body = request(dash, "GET", f"/api/runs?open={','.join(names)}", {"X-Runner-Token": dash.token})
+    assert status == 200, body
+    return json.loads(body)["details"]
+
+
 def post(dash, name, action, **headers):
     return request(dash, "POST", f"/api/runs/{name}/{action}", headers)[0]
 
@@ -82,8 +89,8 @@ def test_first_line_names_a_loopback_url_with_a_token(runs, dashboard):
     assert request(dash, "GET", "/api/runs", {"X-Runner-Token": "x" + dash.token})[0] == 403
     row = runs_json(dash)["done"]
     assert row["status"] == "completed" and row["live"] is False and row["done"] == row["total"] == 1
-    assert any("run-complete" in line for line in row["journal"])
-    assert row["buttons"] == {"stop": False, "pause": False, "unpause": False, "resume": False}
+    assert row["buttons"] == {}  # a completed run offers nothing
+    assert any("run-complete" in line for line in details_json(dash, "done")["done"]["journal"])
     dash.proc.terminate()  # SIGTERM: the server closes and exits OK
     assert dash.proc.wait(timeout=30) == Exit.OK
     assert dash.stderr() == ""
@@ -113,7 +120,7 @@ def test_refused_posts_and_gets_leave_a_live_run_running(runs, victim, dashboard
         assert v.alive() and rd.is_live()
         assert not rd.stop_request.exists() and not rd.pause_file.exists()
         assert not runs.events(rd, "run-stop")
-        assert wait_row(dash, "run", status="running")["buttons"]["stop"] is True
+        assert wait_row(dash, "run", status="running")["buttons"]["stop"] == {"enabled": True, "why": None}
         assert post(dash, "run", "stop", Origin=dash.origin, **good) == 202
         assert post(dash, "run", "stop", Origin=dash.origin, **good) == 409  # the same stop is still running
         assert wait_action(dash, "run", "running")["action"] == "stop"  # answered while the stop runs
@@ -121,7 +128,8 @@ def test_refused_posts_and_gets_leave_a_live_run_running(runs, victim, dashboard
         runs.wait_event(rd, "run-stop", origin="dashboard", mode="hard", forced=False)
         runs.wait_engine_exit(rd)
         row = wait_row(dash, "run", status="stopped")
-        assert row["stop_origin"] == "dashboard" and row["buttons"]["resume"] is True
+        assert row["words"] == "stopped from the dashboard"
+        assert row["buttons"] == {"resume": {"enabled": True, "why": None}}
         action = wait_action(dash, "run", "done")
         assert action["action"] == "stop" and action["code"] == Exit.OK and "origin dashboard" in action["message"]
     finally:
@@ -144,7 +152,7 @@ def test_run_names_never_leave_the_base_directory(runs, victim, dashboard, tmp_p
     assert post(dash, "alias", "unknown-action", **good) == 404
     listed = runs_json(dash)
     assert listed["alias"]["error"] == "a symlink (never followed)"
-    assert listed["alias"]["buttons"]["stop"] is False
+    assert listed["alias"]["buttons"] == {} and listed["alias"]["status"] == "error"
     time.sleep(0.3)
     assert v.alive() and not rd.stop_request.exists() and not runs.events(rd, "run-stop")
     assert runs.runner("stop", "--run-dir", rd.path).returncode == Exit.OK
@@ -163,16 +171,20 @@ def test_damaged_and_removed_runs_are_error_rows(runs, dashboard, tmp_path):
     garbage.state.write_bytes(b"\xff{{{" * 100)
     dash = dashboard()
     rows = runs_json(dash)
-    assert rows["good"]["status"] == "completed" and rows["good"]["damaged"] == []
+    assert rows["good"]["status"] == "completed" and rows["good"]["damaged"] == 0
+    cards = details_json(dash, "good", "fifo", "garbage")
+    assert cards["good"]["damaged"] == []
     for name in ("fifo", "garbage"):
-        assert rows[name]["damaged"], rows[name]
-        assert any("state.json" in d for d in rows[name]["damaged"])
+        assert rows[name]["damaged"] and rows[name]["status"] == "unknown", rows[name]
+        assert any("state.json" in d for d in cards[name]["damaged"]), cards[name]
     shutil.rmtree(gone.path)
     deadline = time.monotonic() + 10
     while "gone" in runs_json(dash) and runs_json(dash)["gone"].get("error") is None:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert "removed while shown" in runs_json(dash)["gone"]["error"]
+    gone_row = runs_json(dash)["gone"]
+    assert "removed while shown" in gone_row["error"] and gone_row["status"] == "gone"
+    assert gone_row["buttons"] == {} and "engine_pid" not in gone_row  # a vanished run shows no engine pid
     assert post(dash, "gone", "resume", **{"X-Runner-Token": dash.token}) == 404
     assert runs_json(dash)["good"]["status"] == "completed"
     assert dash.proc.poll() is None
@@ -189,6 +201,39 @@ def test_non_loopback_host_warns(dashboard, tmp_path):
         time.sleep(0.05)
 
 
+def test_a_foreign_host_is_refused_when_bound_beyond_loopback(runs, victim, dashboard, tmp_path):
+    """Path: security.Guard.refuse_host, asked first by every request: with --host
+    0.0.0.0 and --allowed-host dash.example, a request whose Host names another host is
+    refused (403) whatever it asks, the token and an Origin equal to that Host (a
+    DNS-rebinding page's own) included: nothing is read, nothing lodged, the run keeps
+    running. The allowed name, the bound address and loopback are answered; a POST from
+    the allowed name's own origin is accepted. Ablation dashboard-host-check turns it red."""
+    rd, v = runs.live_trap_term(victim, stop={"kill_grace": KILL_GRACE})
+    dash = dashboard(tmp_path, "--host", "0.0.0.0", "--allowed-host", "dash.example")
+    port = dash.origin.rsplit(":", 1)[1]
+    good = {"X-Runner-Token": dash.token}
+    evil = {"Host": f"evil.example:{port}"}
+    assert request(dash, "GET", "/api/runs", {**good, **evil})[0] == 403
+    assert request(dash, "GET", "/", evil)[0] == 403
+    assert request(dash, "GET", "/api/runs", {**good, "Host": f"dash.example:{int(port) + 1}"})[0] == 403
+    for action in ("stop-now", "pause"):
+        status = request(
+            dash, "POST", f"/api/runs/run/{action}", {**good, **evil, "Origin": f"http://evil.example:{port}"}
+        )[0]
+        assert status == 403, action
+    time.sleep(0.5)  # the engine's watchdog polls every 0.1 s: a lodged request would be seen
+    assert v.alive() and rd.is_live() and not rd.stop_request.exists() and not rd.pause_file.exists()
+    for host in (f"dash.example:{port}", "DASH.example.", f"127.0.0.1:{port}", f"localhost:{port}", f"0.0.0.0:{port}"):
+        assert request(dash, "GET", "/api/runs", {**good, "Host": host})[0] == 200, host
+    own = {**good, "Host": f"dash.example:{port}", "Origin": f"http://dash.example:{port}"}
+    assert request(dash, "POST", "/api/runs/run/pause", own)[0] == 202
+    assert wait_action(dash, "run", "done")["action"] == "pause" and rd.pause_file.exists()
+    assert "dash.example" in dash.stderr() and "--allowed-host" in dash.stderr()
+    assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
+    runs.wait_engine_exit(rd)
+    assert not v.alive()
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -196,6 +241,7 @@ def test_non_loopback_host_warns(dashboard, tmp_path):
         (["--runs-dir", "/nonexistent/runs"], "--runs-dir: not a directory"),
         (["--runs-dir", ""], "--runs-dir: expected a directory path"),
         (["--host", "256.1.1.1"], "cannot listen on 256.1.1.1"),
+        (["--allowed-host", "evil/path"], "--allowed-host: not a host name or address"),
     ],
 )
 def test_bad_flags_are_one_line_and_bad_input(runs, tmp_path, args, message):
@@ -220,7 +266,8 @@ def test_a_crashed_run_offers_resume_which_runs_the_clis_resume(runs, victim, da
     os.kill(engine.pid, signal.SIGKILL)
     runs.wait_engine_exit(rd)
     row = wait_row(dash, "run", status="crashed")
-    assert row["buttons"] == {"stop": False, "pause": False, "unpause": False, "resume": True}
+    assert row["buttons"] == {"resume": {"enabled": True, "why": None}}
+    assert row["words"].startswith("crashed: its engine died without recording an end")
     assert v.alive()  # the dead engine's provider: resume's to kill
     good = {"X-Runner-Token": dash.token}
     assert post(dash, "run", "resume", **good) == 202
@@ -250,20 +297,22 @@ def test_an_unchanged_poll_is_answered_304_and_a_change_is_not(runs, dashboard):
     rd = finished_run(runs)
     dash = dashboard()
     good = {"X-Runner-Token": dash.token}
-    status, headers, body = request(dash, "GET", "/api/runs", good)
+    status, headers, body = request(dash, "GET", "/api/runs?open=done", good)
     assert status == 200 and headers.get("ETag"), headers
     etag = headers["ETag"]
     time.sleep(0.2)  # past MIN_AGE: the server looks again
-    status, headers, body = request(dash, "GET", "/api/runs", {**good, "If-None-Match": etag})
+    status, headers, body = request(dash, "GET", "/api/runs?open=done", {**good, "If-None-Match": etag})
     assert (status, body, headers.get("ETag")) == (304, b"", etag), (status, headers, body[:200])
-    assert request(dash, "GET", "/api/runs", {**good, "If-None-Match": '"other"'})[0] == 200
-    assert request(dash, "GET", "/api/runs", {"If-None-Match": etag})[0] == 403  # the token first, always
+    assert float(headers["X-Runner-Now"]) > 0  # the server's clock, on a 304 too
+    assert request(dash, "GET", "/api/runs?open=done", {**good, "If-None-Match": '"other"'})[0] == 200
+    assert request(dash, "GET", "/api/runs", {**good, "If-None-Match": etag})[0] == 200  # another card set
+    assert request(dash, "GET", "/api/runs?open=done", {"If-None-Match": etag})[0] == 403  # the token first, always
     with open(rd.journal, "ab") as f:
         f.write(json.dumps({"event": "resume", "t": time.time(), "attempt": 2}).encode() + b"\n")
     time.sleep(0.2)
-    status, headers, body = request(dash, "GET", "/api/runs", {**good, "If-None-Match": etag})
+    status, headers, body = request(dash, "GET", "/api/runs?open=done", {**good, "If-None-Match": etag})
     assert status == 200 and headers["ETag"] != etag
-    assert "resume attempt=2" in json.loads(body)["runs"][0]["journal"][-1]
+    assert "resume attempt=2" in json.loads(body)["details"]["done"]["journal"][-1]
 
 
 def test_a_live_runs_ticking_clocks_alone_change_no_etag(runs, victim, dashboard):
@@ -274,11 +323,12 @@ def test_a_live_runs_ticking_clocks_alone_change_no_etag(runs, victim, dashboard
     rd, _ = runs.live_trap_term(victim, stop={"kill_grace": KILL_GRACE})
     dash = dashboard()
     good = {"X-Runner-Token": dash.token}
-    _, headers, body = request(dash, "GET", "/api/runs", good)
-    row = json.loads(body)["runs"][0]
-    assert row["live"] is True and isinstance(row["at"], float) and row["children"], row
+    _, headers, body = request(dash, "GET", "/api/runs?open=run", good)
+    data = json.loads(body)
+    row = data["runs"][0]
+    assert row["live"] is True and isinstance(row["at"], float) and data["details"]["run"]["children"], data
     time.sleep(2.5)  # past LIVE_MAX_AGE twice: the row was read again
-    status, after, _ = request(dash, "GET", "/api/runs", {**good, "If-None-Match": headers["ETag"]})
+    status, after, _ = request(dash, "GET", "/api/runs?open=run", {**good, "If-None-Match": headers["ETag"]})
     assert status == 304, after
     assert runs.runner("stop", "--now", "--run-dir", rd.path).returncode == Exit.OK
     runs.wait_engine_exit(rd)

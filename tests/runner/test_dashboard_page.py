@@ -3,8 +3,9 @@
 chromium) over real runs: the "stopping" state from the click until the run has
 stopped, a held PAUSE on the item, items in queue order, a hostile item name (5,000
 characters, control characters, a right-to-left override) that neither widens the card
-nor reorders the text after it, failed items in red on the progress bar, and the
-header's counts filtering sixty runs with the finished ones collapsed."""
+nor reorders the text after it, failed items in red on the progress bar, and
+300 runs (40 live) as compact lines, counted and filtered by state and by name, each
+card opened on demand."""
 
 import http.client
 import json
@@ -253,32 +254,48 @@ def test_failed_items_are_red_on_the_progress_bar(runs, dashboard, page):
     assert section.locator(".progress .muted").text_content() == "0/3 items done, 3 failed"
 
 
-def _start_many(runs, specs_and_names):
-    """`runner run` in the foreground for each (spec, name), a few at a time."""
+def _start_many(runs, specs_and_names, *, detach=False):
+    """`runner run` for each (spec, name), a few at a time: in the foreground (the run
+    ends), or `--detach` (it returns once the engine is up)."""
     batch = []
     for spec, name in specs_and_names:
         run_dir = runs.tmp_path / name
         runs.started.append(run_dir)
-        argv = [*runs.RUNNER, "run", str(spec), "--run-dir", str(run_dir)]
+        argv = [*runs.RUNNER, "run", str(spec), "--run-dir", str(run_dir), *(["--detach"] if detach else [])]
         batch.append(
             subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         )
         if len(batch) == 6:
             for p in batch:
-                p.wait(timeout=120)
+                assert p.wait(timeout=120) in (Exit.OK, Exit.FAILED)
             batch = []
     for p in batch:
-        p.wait(timeout=120)
+        assert p.wait(timeout=120) in (Exit.OK, Exit.FAILED)
 
 
-def test_sixty_runs_header_counts_filter_and_finished_runs_collapse(runs, victim, dashboard, page):
-    """Path: page.js renderSummary/setFilter: the header counts runs by status (running,
-    stopped, failed, crashed, completed) and each count filters the cards; a finished
-    run's card is collapsed to its head and buttons. Sixty real runs: one live, one
-    crashed (its engine SIGKILLed), three stopped, five failed, fifty completed."""
-    done = runs.spec(name="done.toml", items=["a", "b"], provider=["true"])
+FULLY_SHOWN = """() => [...document.querySelectorAll('section[data-run-id]')].filter((s) => {
+  const r = s.getBoundingClientRect();
+  return !s.hidden && r.top >= 0 && r.bottom <= window.innerHeight;
+}).length"""
+VISIBLE = "() => [...document.querySelectorAll('section[data-run-id]')].filter((s) => !s.hidden)"
+
+
+@pytest.mark.timeout(900)  # 300 real runs to make: minutes on a busy 2-core machine
+def test_three_hundred_runs_forty_live_are_compact_rows_counted_filtered_and_opened_on_demand(
+    runs, victim, dashboard, page
+):
+    """Path: page.js past COMPACT_AFTER runs (main.compact): one line per run (name, state,
+    items done of all, current item and phase, age, the buttons), every card closed and
+    opened on demand (its details asked for by ?open=, snapshot._detail); the header's
+    counts by state add up to the 300 runs and filter them; the name filter. 300 real
+    runs: 40 live (a provider that sleeps), one crashed (its engine SIGKILLed), three
+    stopped, five failed, the rest completed. A 1280 x 1000 window shows at least 20
+    runs whole, nothing wider than it."""
+    done = runs.spec(name="done.toml", items=["a"], provider=["true"])
     failed = runs.spec(name="failed.toml", items=["a"], provider=["false"])
-    _start_many(runs, [(done, f"c-{n:02d}") for n in range(50)] + [(failed, f"f-{n}") for n in range(5)])
+    sleeping = runs.spec(name="live.toml", items=["a", "b"], provider=["sleep", "3600"], stop={"kill_grace": 0.3})
+    finished = [(done, f"c-{n:03d}") for n in range(251)] + [(failed, f"f-{n}") for n in range(5)]
+    _start_many(runs, finished)
     stopped = []
     for n in range(3):
         rd, _ = runs.live_trap_term(victim, stop={"kill_grace": 0.3}, name=f"s-{n}")
@@ -288,39 +305,53 @@ def test_sixty_runs_header_counts_filter_and_finished_runs_collapse(runs, victim
     crashed, _ = runs.live_trap_term(victim, stop={"kill_grace": 0.3}, name="x-crashed")
     os.kill(identity_file.read(crashed.engine_identity).pid, signal.SIGKILL)
     runs.wait_engine_exit(crashed)
-    live, _ = runs.live_trap_term(victim, stop={"kill_grace": 0.3}, name="z-live")
+    _start_many(runs, [(sleeping, f"live-{n:02d}") for n in range(40)], detach=True)
+    live = [runs.tmp_path / f"live-{n:02d}" for n in range(40)]
     try:
+        for path in live:
+            runs.wait_event(runs.RunDir(path), "session-start", item="a")
+        page.set_viewport_size({"width": 1280, "height": 1000})
         dash = dashboard()
         page.goto(dash.url)
-        page.wait_for_function("() => document.querySelectorAll('section[data-run-id]').length === 60", polling=50)
+        page.locator("section[data-run-id]").first.wait_for()  # one render makes every run's line
+        # Compact from the first render on (asserted before waiting on the 300: a page of
+        # 300 full cards is slow enough to reach the test's time limit, not its assert).
+        assert page.evaluate("document.getElementById('runs').classList.contains('compact')")
+        page.wait_for_function("() => document.querySelectorAll('section[data-run-id]').length === 300", polling=50)
         summary = page.locator("#summary")
-        want = {"all": "60 runs", "running": "1 running", "stopped": "3 stopped", "failed": "5 failed"}
-        want |= {"crashed": "1 crashed", "completed": "50 completed"}
+        want = {"all": "300 runs", "running": "40 running", "stopped": "3 stopped", "failed": "5 failed"}
+        want |= {"crashed": "1 crashed", "completed": "251 completed"}
         for f, text in want.items():
-            summary.locator(f'button[data-filter="{f}"]').get_by_text(text, exact=True).wait_for(timeout=30_000)
-        visible = "() => [...document.querySelectorAll('section[data-run-id]')].filter((s) => !s.hidden)"
-        for f, n in (("failed", 5), ("crashed", 1), ("running", 1), ("stopped", 3)):
-            summary.locator(f'button[data-filter="{f}"]').click()
-            shown = page.evaluate(f"({visible})().map((s) => s.dataset.status)")
-            assert shown == [f] * n, (f, shown)
-            assert summary.locator(f'button[data-filter="{f}"]').get_attribute("aria-pressed") == "true"
-        summary.locator('button[data-filter="stopped"]').click()  # pressed again: every run
-        assert page.evaluate(f"({visible})().length") == 60
+            summary.locator(f'button[data-filter="{f}"]').get_by_text(text, exact=True).wait_for(timeout=60_000)
+        counts = [int(b.text_content().split()[0]) for b in summary.locator("button.filter").all()]
+        assert sum(counts[1:]) == counts[0] == 300, counts  # every run counted once
+        assert page.evaluate(FULLY_SHOWN) >= 20
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
         heights = page.evaluate(
-            "() => Object.fromEntries([...document.querySelectorAll('section[data-run-id]')]"
-            ".map((s) => [s.dataset.runId, [s.getBoundingClientRect().height, s.querySelector('.items').hidden]]))"
+            "() => [...document.querySelectorAll('section[data-run-id]')].map((s) => s.getBoundingClientRect().height)"
         )
-        assert heights["z-live"][1] is False  # the live run shows its items
-        finished = {k: v for k, v in heights.items() if k != "z-live"}
-        assert all(hidden for _, hidden in finished.values()), finished
-        assert max(h for h, _ in finished.values()) < heights["z-live"][0], heights
-        row(page, "z-live").get_by_role("button", name="Stop now", exact=True).click()
-        row(page, "z-live").locator('[data-field=status]:text-is("stopped")').wait_for(timeout=30_000)
+        assert max(heights) <= 48, max(heights)  # one line each: no card open by default
+        line = row(page, "live-07")
+        line.locator("[data-field=doing]").get_by_text("item a · session", exact=False).wait_for()
+        assert line.locator(".items").is_hidden()
+        line.get_by_role("button", name="details").click()  # the card, on demand
+        line.locator('.items li[data-status="running"]').wait_for()
+        line.locator(".journal li").first.wait_for()
+        line.get_by_role("button", name="details").click()
+        line.locator(".items").wait_for(state="hidden")
+        for f, n in (("failed", 5), ("crashed", 1), ("running", 40), ("stopped", 3)):
+            summary.locator(f'button[data-filter="{f}"]').click()
+            page.wait_for_function(f"() => ({VISIBLE})().length === {n}")
+            shown = page.evaluate(f"({VISIBLE})().map((s) => s.dataset.status)")
+            assert shown == [f] * n, (f, shown)
+        summary.locator('button[data-filter="all"]').click()
+        page.get_by_label("filter runs by name").fill("live-1")
+        page.wait_for_function(f"() => ({VISIBLE})().length === 10")
+        assert sorted(page.evaluate(f"({VISIBLE})().map((s) => s.dataset.runId)")) == [f"live-1{n}" for n in range(10)]
+        row(page, "live-12").get_by_role("button", name="Stop now", exact=True).click()
+        row(page, "live-12").locator('[data-field=status]:text-is("stopped")').wait_for(timeout=60_000)
     finally:
-        if live.is_live():
-            runs.runner("stop", "--now", "--run-dir", live.path)
-        # The crashed run: resume kills its dead attempt's provider; then stop it.
-        if runs.runner("resume", "--detach", "--run-dir", crashed.path).returncode == Exit.OK:
-            runs.runner("stop", "--now", "--run-dir", crashed.path)
-        for rd in (live, crashed):
-            runs.wait_engine_exit(rd)
+        # Every live run, and the crashed run's provider (stop --all stops what a dead engine left).
+        runs.runner("stop", "--all", "--now", "--runs-dir", runs.tmp_path, timeout=300)
+        for path in [*live, crashed.path]:
+            runs.wait_engine_exit(runs.RunDir(path))

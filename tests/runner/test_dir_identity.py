@@ -395,10 +395,10 @@ def test_stop_all_never_stops_a_hard_linked_copy(runs, victim):
 
 
 def test_the_dashboard_shows_a_copy_and_acts_on_nothing(runs, victim):
-    """Path: the dashboard's row for a copy (snapshot._run_row over status_of) says
-    "copy", names it, and has every button off; each action (actions.ACTIONS, what a
-    POST runs) on the copy answers COPY and writes nothing. Red under ablation
-    `dir-identity-check` (the row is "crashed" with Resume on)."""
+    """Path: the dashboard's row for a copy (snapshot.Snapshots: run_list.row's rule)
+    says "copy" and offers no button; its open card names it; each action
+    (actions.ACTIONS, what a POST runs) on the copy answers COPY and writes nothing. Red
+    under ablation `dir-identity-check` (the row is "crashed" with Resume on)."""
     from runner.dashboard import actions, snapshot
     from runner.dashboard.runs import Base
 
@@ -406,10 +406,12 @@ def test_the_dashboard_shows_a_copy_and_acts_on_nothing(runs, victim):
     try:
         copy = copy_of(live, name="20991231-000000-c0c0c0")  # a name the dashboard lists
         before = tree_bytes(copy.path)
-        (entry,) = [e for e in Base(copy.path.parent).entries() if e.name == copy.path.name]
-        row = snapshot._run_row(entry)
-        assert row["status"] == "copy" and row["copy"], row
-        assert not any(row["buttons"].values()), row["buttons"]
+        snap = snapshot.Snapshots(Base(copy.path.parent), actions.Actions())
+        data = json.loads(snap.json((copy.path.name,)))
+        row = {r["name"]: r for r in data["runs"]}[copy.path.name]
+        assert row["status"] == "copy" and row["copy"] is True, row
+        assert row["buttons"] == {}, row["buttons"]
+        assert "a copy of run" in data["details"][copy.path.name]["copy"]
         for name, action in sorted(actions.ACTIONS.items()):
             with pytest.raises(Exception) as info:
                 action(copy)

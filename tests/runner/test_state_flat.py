@@ -6,7 +6,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pytest
 
@@ -19,18 +19,19 @@ class Counted:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.appended = self.replaced = 0
-        real_write, real_atomic = state_mod._write_all, state_mod.atomic_write_bytes
+        real_write, real_atomic = state_mod._write_all, state_mod.atomic_write_chunks
 
         def write_all(fd: int, data: bytes, *rest: object) -> None:
             self.appended += len(data)
             real_write(fd, data, *rest)  # type: ignore[arg-type]
 
-        def atomic(path: object, data: bytes) -> None:
-            self.replaced += len(data)
-            real_atomic(path, data)  # type: ignore[arg-type]
+        def atomic(path: object, data: Iterable[bytes]) -> int:
+            size = real_atomic(path, data)  # type: ignore[arg-type]
+            self.replaced += size
+            return size
 
         monkeypatch.setattr(state_mod, "_write_all", write_all)
-        monkeypatch.setattr(state_mod, "atomic_write_bytes", atomic)
+        monkeypatch.setattr(state_mod, "atomic_write_chunks", atomic)
 
     @property
     def total(self) -> int:
@@ -202,3 +203,53 @@ def test_an_append_never_follows_a_link_planted_between_saves(tmp_path):
     store.save(st, touched=("a",))
     assert outside.read_bytes() == b"not the runner's\n"
     assert not os.path.islink(store.path) and StateStore(store.path).load() == st
+
+
+HELD_PER_ITEM = 160
+"""Bytes the engine's state holds per item once saved (measured: 100; ~210 when the store
+also kept every item's fields)."""
+PEAK_PER_ITEM = 400
+"""Bytes of the engine's start's peak per item: the state made, the reserve sized, the
+first full save (measured: 180; 530 with the save in one chunk, 1,600 when the reserve
+was sized by dumping the state indented: 105 MB at 50,000 items)."""
+LOAD_PEAK_PER_ITEM = 1000
+"""Bytes of a load's peak per item (measured: 650; the parse into dicts first, and the
+depth check's whole-text regex, peaked at about 2 KB an item)."""
+
+
+def test_the_engines_state_holds_and_peaks_a_bounded_number_of_bytes_per_item(tmp_path):
+    """Path: what the engine does with its state at the start of a run (State.new,
+    engine.main.reserve_size, the first full save: state.full_chunks) and what every
+    reader does (StateStore.load: state._item_hook, untrusted.depth), under tracemalloc,
+    at 2,000 and 20,000 items: the bytes held and the peaks grow by a bounded number of
+    bytes per item (issue 32: the engine peaked at 105 MB at 50,000 items, about 2 KB an
+    item). Ablations state-items-bounded, state-full-chunks and reserve-size-counted turn
+    it red."""
+    import gc
+    import tracemalloc
+
+    from runner.engine import main as engine_main
+
+    measured = {}
+    for n in (2_000, 20_000):
+        names = [f"item-{i:05d}" for i in range(n)]
+        gc.collect()
+        tracemalloc.start()
+        try:
+            st = State.new("r", names)
+            engine_main.reserve_size(st)
+            store = StateStore(tmp_path / f"state-{n}.json")
+            store.save(st)
+            held, peak = tracemalloc.get_traced_memory()
+            tracemalloc.reset_peak()
+            back = StateStore(store.path).load()
+            load_peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert back == st
+        measured[n] = (held, peak, load_peak)
+        del st, store, back
+    per_item = [(b - a) / 18_000 for a, b in zip(measured[2_000], measured[20_000], strict=True)]
+    assert per_item[0] <= HELD_PER_ITEM, per_item
+    assert per_item[1] <= PEAK_PER_ITEM, per_item
+    assert per_item[2] <= LOAD_PEAK_PER_ITEM, per_item

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import runs as R
-from test_dashboard_http import runs_json, wait_row
+from test_dashboard_http import details_json, runs_json, wait_row
 
 from runner.exitcodes import Exit
 from runner.files import identity_file
@@ -58,11 +58,12 @@ def test_status_and_list_agree_on_a_run_whose_engine_was_sigkilled(runs, victim,
     row = list_json(rd.path.parent)[str(rd.path)]
     assert (row["status"], row["resumable"], row["live"]) == ("crashed", True, False)
     text = R.runner("status", "--run-dir", rd.path).stdout
-    assert text.startswith(f"run {rd.run_id}: crashed (its engine died"), text
+    assert text.startswith(f"run {rd.run_id}: crashed: its engine died without recording an end"), text
     listed = R.runner("list", "--runs-dir", rd.path.parent).stdout.splitlines()
     assert any(ln.split()[:2] == [rd.run_id, "crashed"] for ln in listed), listed
     page = wait_row(dash, "run", status="crashed")
-    assert page["buttons"]["resume"] is True and page["stopping"] is False
+    assert page["buttons"] == {"resume": {"enabled": True, "why": None}} and page["stopping"] is False
+    assert page["words"] == info["words"]  # one sentence, said alike
 
     assert model.resumable_run(rd)  # what a plain `runner resume` picks runs by
     proc = R.runner("resume", "--detach", "--run-dir", rd.path)
@@ -101,9 +102,10 @@ def test_item_rows_are_in_queue_order_everywhere(runs, tmp_path, dashboard):
     table = R.runner("status", "--run-dir", rd.path).stdout.split("\n\n", 1)[1].splitlines()
     assert [ln.split()[:2] for ln in table[1:]] == [["zeta", "done"], ["alpha", "running"], ["mid", "pending"]]
     assert table[3].split()[3] == "-", table
-    row = wait_row(dash, "run", live=True)
-    assert [(i["item"], i["status"], i["duration"]) for i in row["items"]][2] == ("mid", "pending", None)
-    assert [i["item"] for i in row["items"]] == list(QUEUE)
+    wait_row(dash, "run", live=True)
+    card = details_json(dash, "run")["run"]
+    assert [(i["item"], i["status"], i["duration"]) for i in card["items"]][2] == ("mid", "pending", None)
+    assert [i["item"] for i in card["items"]] == list(QUEUE)
 
     gate.unlink()
     assert R.runner("wait", "--run-dir", rd.path).returncode == Exit.OK
@@ -111,7 +113,7 @@ def test_item_rows_are_in_queue_order_everywhere(runs, tmp_path, dashboard):
     atomic_write_json(rd.state, R.state(rd).to_dict())  # indented, sort_keys: alpha, mid, zeta
     assert list(json.loads(rd.state.read_text())["items"]) == sorted(QUEUE)
     assert [r["item"] for r in status_json(rd)["items"]] == list(QUEUE)
-    assert [i["item"] for i in runs_json(dash)["run"]["items"]] == list(QUEUE)
+    assert [i["item"] for i in details_json(dash, "run")["run"]["items"]] == list(QUEUE)
 
 
 def test_dashboard_list_and_stop_all_see_the_same_runs_with_a_symlinked_run_dir(runs, tmp_path, dashboard):

@@ -109,7 +109,7 @@ def test_finished_run_names_the_failing_verify(runs):
     command = R.sh(verify, "b")
     proc = status(rd)
     assert proc.returncode == Exit.OK, proc.stderr
-    assert proc.stdout.startswith(f"run {rd.run_id}: failed (attempt 1, engine not running)")
+    assert proc.stdout.startswith(f"run {rd.run_id}: failed: 1 of 3 items failed (attempt 1, engine not running)")
     row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("b "))
     assert row.split()[:3] == ["b", "failed", "1"] and row.endswith(f"verify `{shlex.join(command)}` exited 9"), row
     items = {r["item"]: r for r in status_json(rd)["items"]}
@@ -143,7 +143,9 @@ def test_damaged_journal_still_gives_a_status(runs, damage):
         rd.journal.write_bytes(b"\xff\xfe\n" + b"[" * 10_000 + b"\n")
     proc = status(rd)
     assert "Traceback" not in proc.stderr
-    assert proc.stdout.startswith(f"run {rd.run_id}: completed (attempt 1, engine not running)"), proc.stdout
+    assert proc.stdout.startswith(f"run {rd.run_id}: completed: 1 item done (attempt 1, engine not running)"), (
+        proc.stdout
+    )
     info = status_json(rd)
     assert [(r["item"], r["status"]) for r in info["items"]] == [("a", "done")]
     if damage == "binary-and-deep":
@@ -166,6 +168,7 @@ def test_status_json_keys_are_documented():
     keys |= {f"children[].{k}" for k in schema.ChildStatus.__annotations__}
     keys |= {f"pending_stop.{k}" for k in schema.PendingStop.__annotations__}
     keys |= {f"containment.{k}" for k in schema.Containment.__annotations__}
+    keys |= {f"stop.{k}" for k in schema.StopRecord.__annotations__}
     assert keys == documented, (sorted(keys - documented), sorted(documented - keys))
 
 
@@ -216,3 +219,51 @@ def test_a_fold_cache_answers_as_a_fresh_fold(runs, tmp_path):
     shorter.write_bytes(b"".join(lines[: len(lines) // 2]))
     os.replace(shorter, rd.journal)
     assert model.status_of(rd, cache) == model.status_of(rd)
+
+
+def test_a_held_pause_is_said_as_such_with_no_phase_clock(runs):
+    """Path: overview.Fold closes the phase in flight at `paused` (the engine holds
+    between phases), and status_of says the held pause: `runner status --json` has
+    pause_held, paused_since, waiting_before and no phase_started, its item row says
+    `paused` and its duration does not grow while held; `runner status` says "paused
+    since T, waiting before ..." and that no phase runs; the foreground's line
+    (progress.Progress) says the same, with no phase clock. Ablation pause-ends-phase
+    (the phase before the pause still counting) turns it red."""
+    import io
+    import time
+
+    from runner.files.spec import load_frozen
+    from runner.views import progress, words
+
+    items = [f"i{n}" for n in range(40)]
+    rd = runs.start(runs.spec(items=items, provider=["sh", "-c", "sleep 0.2"], stop=STOP))
+    R.wait_event(rd, "session-start")
+    rd.pause_file.touch()
+    held = R.wait_event(rd, "paused")
+    first = status_json(rd)
+    assert first["pause_held"] is True and first["paused_since"] == pytest.approx(held["t"], abs=0.01)
+    assert first["phase_started"] is None and first["phase_elapsed"] is None
+    waiting = first["waiting_before"]
+    assert waiting in items and first["actions"] == ["stop", "stop-now", "stop-graceful", "unpause"]
+    assert first["words"].startswith(f"paused since {words.clock(held['t'])}, waiting before "), first["words"]
+    time.sleep(0.5)  # a clock would have moved
+    second = status_json(rd)
+    assert [r["duration"] for r in second["items"]] == [r["duration"] for r in first["items"]]
+    rows = {r["item"]: r["status"] for r in second["items"]}
+    if held["item"] == waiting:  # held within the item: its row says so
+        assert rows[waiting] == "paused"
+    text = status(rd).stdout
+    assert f": {second['words']} (attempt 1, engine pid " in text.splitlines()[0], text
+    assert "  now: no phase runs while the PAUSE holds" in text, text
+    shown = io.StringIO()
+    watch = progress.Progress(
+        rd, load_frozen(rd.spec), progress.Show(shown, io.StringIO(), tty=True), lambda line: None, since=0.0
+    )
+    watch._feed()
+    line = watch._line()
+    assert line.startswith(second["words"]) and "remove the PAUSE file" in line, line
+    assert "session" not in line, line  # no phase clock
+    assert R.runner("stop", "--graceful", "--run-dir", rd.path).returncode == Exit.OK  # honored while held
+    stop = R.wait_event(rd, "run-stop")
+    assert stop["mode"] == "graceful", stop
+    R.wait_engine_exit(rd)

@@ -26,7 +26,15 @@ def test_two_stop_now_at_once_record_one_run_stop(runs, victim):
     cmd = [*R.RUNNER, "stop", "--now", "--run-dir", str(rd.path)]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=30) for p in procs]
-    assert [p.returncode for p in procs] == [Exit.OK, Exit.OK], outs
+    # Which of them comes second is the machine's doing: one that joins the stop in flight
+    # answers OK; one that starts once the stop is recorded (a busy machine delays one
+    # start-up past the other's whole stop) finds nothing to stop, and says so. Either
+    # way exactly one stop is recorded, and neither claims a stop it did not see through.
+    codes = sorted(p.returncode for p in procs)
+    assert codes in ([Exit.OK, Exit.OK], [Exit.OK, Exit.NO_LIVE_RUN]), outs
+    for p, (_, err) in zip(procs, outs, strict=True):
+        if p.returncode == Exit.NO_LIVE_RUN:
+            assert "end already recorded" in err, err
     runs.wait_engine_exit(rd)
     assert len(runs.events(rd, "run-stop")) == 1, runs.events(rd, "run-stop")
     assert runs.state(rd).stopped

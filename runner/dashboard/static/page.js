@@ -1,33 +1,41 @@
-// runner dashboard: polls /api/runs and keeps one section per run up to date. Every
-// text from the server (run-directory content: untrusted) goes in through textContent,
-// never as HTML, escaped first (control characters and bidirectional overrides shown as
-// escapes) and isolated (unicode-bidi: isolate in the style sheet), so that no name can
-// reorder or break the text around it. Nodes are updated in place, never rebuilt, so
-// that a button does not move or vanish under the pointer between two polls.
+// runner dashboard: polls /api/runs and keeps one section per run up to date: a compact
+// line (name, state, items done of all, what it does now, age, the buttons) and, opened
+// on demand, its card (items, children, journal), whose details the poll asks for by
+// name (?open=). Every text from the server (run-directory content: untrusted) goes in
+// through textContent, never as HTML, escaped first (control characters and
+// bidirectional overrides shown as escapes) and isolated (unicode-bidi: isolate in the
+// style sheet), so that no name can reorder or break the text around it. Nodes are
+// updated in place, never rebuilt, so that a button does not move or vanish under the
+// pointer between two polls. Which buttons apply when is the server's say
+// (runner/views/controls.py); from a click on a stop until the server has seen it, the
+// page applies the server's own escalation rule.
 "use strict";
 
 let pollMs = 250; // until the server says (runner/defaults.py: DASHBOARD_POLL)
 const TOKEN = new URLSearchParams(location.search).get("token") || "";
 const HEADER = "X-Runner-Token";
-const BUTTONS = [
-  // [action, accessible name, which flag of the run's "buttons" shows it]
-  ["stop", "Stop", "stop"],
-  ["stop-now", "Stop now", "stop"],
-  ["stop-graceful", "Stop gracefully", "stop"],
-  ["pause", "Pause", "pause"],
-  ["unpause", "Unpause", "unpause"],
-  ["resume", "Resume", "resume"],
-];
-const STOPS = new Set(["stop", "stop-now", "stop-graceful"]);
+const ACTIONS = ["stop", "stop-now", "stop-graceful", "pause", "unpause", "resume"];
+let LABELS = { stop: "Stop", "stop-now": "Stop now", "stop-graceful": "Stop gracefully", pause: "Pause",
+  unpause: "Unpause", resume: "Resume" }; // the server's (controls.LABELS) once it answers
+let ESCALATIONS = { graceful: ["stop", "stop-now"], hard: ["stop-now"], now: [] }; // controls.ESCALATIONS
+let COMPACT_AFTER = 6;
+const KINDS = { stop: "hard", "stop-now": "now", "stop-graceful": "graceful" };
+// Where the focus goes when the button it was on goes away (the control that takes its
+// place first; else the run's first control left; else its status).
+const NEXT_FOCUS = { pause: "unpause", unpause: "pause", resume: "stop", "stop-graceful": "stop", stop: "stop-now" };
 const CLICK_HOLD = 5000; // ms
 const ITEMS_SHOWN = 40;
-// The header's filters: a run counts under its shown status ("stopping" apart).
-const FILTERS = ["running", "stopping", "stopped", "failed", "crashed", "completed"];
-const FINISHED = new Set(["completed", "failed", "stopped", "crashed", "copy", "error"]);
+const LIVE_STATES = new Set(["running", "stopping", "paused", "starting"]);
+const STATE_ORDER = ["running", "stopping", "paused", "starting", "stopped", "failed", "crashed", "completed",
+  "copy", "unknown", "error", "gone"];
 const rows = new Map();
-let filter = null;
+const opened = new Set(); // the runs whose card is open: their details are asked for
+let filter = null; // a state, or null: every state
+let nameFilter = "";
+let compact = false;
 let etag = null;
-let received = { at: 0, now: 0 }; // the last body: performance.now() and the server's clock
+let etagOpen = ""; // the open cards the ETag was given for
+let received = { at: 0, now: 0 }; // the last answer: performance.now() and the server's clock
 
 // Control characters (C0, DEL, C1) and the bidirectional embeddings, overrides and
 // isolates, each shown as an escape: a name can neither break a line nor reverse the
@@ -57,14 +65,22 @@ function show(node, visible) {
 
 function seconds(s) {
   if (typeof s !== "number") return "";
-  return s < 60 ? `${s.toFixed(1)} s` : `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.floor(s % 60)} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
 }
 
-// How long since the row was read on the server, on the page's clock: a live run's
-// clocks tick between two reads (a 304 carries no body).
+// The server's clock now (its X-Runner-Now, ticked on the page's clock since).
+function serverNow() {
+  return received.now + (performance.now() - received.at) / 1000;
+}
+
+// How long since the row was read on the server: a live run's clocks tick between two
+// reads (a 304 carries no body).
 function sinceRead(r) {
   if (typeof r.at !== "number") return 0;
-  return Math.max(0, received.now - r.at + (performance.now() - received.at) / 1000);
+  return Math.max(0, serverNow() - r.at);
 }
 
 function makeRow(name) {
@@ -79,14 +95,37 @@ function makeRow(name) {
     row.expanded = row.collapsedNow(); // collapsed now: open it, and the other way round
     row.userChose = true;
     layout(row);
+    pollSoon();
   });
-  const title = el("h2", "user", name);
+  const title = el("h2", "user name", name);
+  title.title = name;
   const status = el("span", "status");
   status.dataset.field = "status";
-  const meta = el("span", "muted user");
+  status.tabIndex = -1; // where the focus goes when no control of the run is left
+  const words = el("span", "muted words user");
+  words.dataset.field = "words";
+  const count = el("span", "count");
+  count.dataset.field = "count";
+  const doing = el("span", "doing user");
+  doing.dataset.field = "doing";
+  const age = el("span", "age");
+  age.dataset.field = "age";
   const paused = el("span", "badge paused", "paused");
   const pending = el("span", "badge pending user");
-  head.append(toggle, title, status, meta, paused, pending);
+  const buttons = el("div", "buttons");
+  const byAction = new Map();
+  for (const action of ACTIONS) {
+    const b = el("button", "", LABELS[action]);
+    b.type = "button";
+    b.dataset.action = action;
+    b.hidden = true;
+    b.addEventListener("click", () => act(name, action));
+    buttons.append(b);
+    byAction.set(action, b);
+  }
+  head.append(toggle, title, status, words, count, doing, age, paused, pending, buttons);
+  const card = el("div", "card");
+  const meta = el("div", "meta muted user");
   const problem = el("div", "problem user");
   const progress = el("div", "progress");
   const bar = el("div", "bar");
@@ -100,17 +139,6 @@ function makeRow(name) {
   items.setAttribute("aria-label", "items");
   const now = el("div", "now");
   now.dataset.field = "now";
-  const buttons = el("div", "buttons");
-  const byAction = new Map();
-  for (const [action, label] of BUTTONS) {
-    const b = el("button", "", label);
-    b.type = "button";
-    b.dataset.action = action;
-    b.hidden = true;
-    b.addEventListener("click", () => act(name, action, label));
-    buttons.append(b);
-    byAction.set(action, b);
-  }
   const note = el("div", "note user");
   note.dataset.field = "note";
   note.setAttribute("role", "status");
@@ -119,22 +147,35 @@ function makeRow(name) {
   const journal = el("ol", "journal");
   journal.setAttribute("aria-label", "journal tail");
   details.append(journal);
-  root.append(head, problem, progress, items, now, buttons, note, details);
-  const row = { root, toggle, status, meta, paused, pending, problem, progress, bar, fillDone, fillFailed, counts,
-    items, now, byAction, note, details, journal, itemsKey: "", journalKey: "", actionKey: "", data: null,
-    stopClicked: null, expanded: false, userChose: false, finished: false };
-  row.collapsedNow = () => row.finished && !row.expanded;
+  card.append(meta, problem, progress, items, now, details);
+  root.append(head, note, card);
+  const row = { root, head, toggle, title, status, words, count, doing, age, paused, pending, buttons, byAction, card,
+    meta, problem, progress, bar, fillDone, fillFailed, counts, items, now, note, details, journal, itemsKey: "", chipTails: [],
+    journalKey: "", nowKey: "", actionKey: "", data: null, detail: null, stopClicked: null, expanded: false,
+    userChose: false, focusAfter: null, parked: false, journalOpened: false };
+  row.collapsedNow = () => (row.userChose ? !row.expanded : !defaultOpen(row));
   return row;
 }
 
-async function act(name, action, label) {
+// Open unless the user chose: with a handful of runs, a live run's card; past that
+// (compact), none: each opens on demand.
+function defaultOpen(row) {
+  return !compact && LIVE_STATES.has(row.root.dataset.status || "");
+}
+
+async function act(name, action) {
   const row = rows.get(name);
-  if (row && STOPS.has(action)) {
-    // The stopping state from the click itself, not from the next poll.
-    row.stopClicked = { action, at: performance.now() }; // # ablate: dashboard-stopping-on-click
+  const label = LABELS[action] || action;
+  if (row) {
+    row.focusAfter = row.byAction.get(action);
+    if (KINDS[action]) {
+      // The stopping state from the click itself, not from the next poll.
+      row.stopClicked = { action, at: performance.now() }; // # ablate: dashboard-stopping-on-click
+    }
+    setText(row.note, `${label}: sent…`);
+    row.note.classList.remove("failed");
     if (row.data) update(row, row.data);
   }
-  if (row) setText(row.note, `${label}: sent…`);
   try {
     const r = await fetch(`/api/runs/${encodeURIComponent(name)}/${action}`, {
       method: "POST", headers: { [HEADER]: TOKEN }, cache: "no-store",
@@ -152,10 +193,10 @@ async function act(name, action, label) {
   pollSoon();
 }
 
-// The status a run is shown with: "stopping" from a click on a stop (or the server's
-// say) until the run is no longer running.
+// The state a run is shown in: "stopping" from a click on a stop (or the server's say)
+// until the run is no longer running; "paused" while its engine holds at a PAUSE.
 function shownStatus(row, r) {
-  if (r.error) return "error";
+  if (r.error) return r.status === "gone" ? "gone" : "error";
   const running = r.status === "running" && r.live !== false;
   // The click's own state lasts until the server says "stopping" itself (from then on
   // its word alone: a stop that failed shows the run running again), or, never
@@ -164,15 +205,69 @@ function shownStatus(row, r) {
     row.stopClicked = null;
   }
   if (!running) return r.status;
-  return r.stopping || row.stopClicked ? "stopping" : r.status;
+  if (r.stopping || row.stopClicked) return "stopping";
+  return r.pause_held ? "paused" : "running";
 }
 
 function stoppingSince(row, r) {
   if (row.stopClicked) return (performance.now() - row.stopClicked.at) / 1000;
-  if (r.action && STOPS.has(r.action.action) && typeof r.action.started === "number") {
-    return Math.max(0, received.now - r.action.started + (performance.now() - received.at) / 1000);
+  if (r.action && KINDS[r.action.action] && typeof r.action.started === "number") {
+    return Math.max(0, serverNow() - r.action.started);
   }
   return null;
+}
+
+// The buttons: the server's (controls.py), or, from a click on a stop until the server
+// has seen it, the stops that escalate the one clicked.
+function renderButtons(row, r) {
+  const before = document.activeElement;
+  const clicked = row.stopClicked && !r.stopping ? KINDS[row.stopClicked.action] : null;
+  for (const action of ACTIONS) {
+    const b = row.byAction.get(action);
+    const c = (r.buttons || {})[action]; // offered in the run's state, when there
+    let enabled = Boolean(c && c.enabled);
+    let why = c ? c.why : null;
+    if (clicked && c) {
+      enabled = Boolean(KINDS[action]) && ESCALATIONS[clicked].includes(action);
+      why = enabled ? null : "a stop is under way; only a stronger stop can be asked";
+    }
+    show(b, Boolean(c));
+    if (b.disabled !== !enabled) b.disabled = !enabled;
+    const tip = why ? escaped(why) : "";
+    if (b.title !== tip) b.title = tip;
+  }
+  moveFocus(row, before);
+}
+
+// A keyboard user keeps their place: when the control they used (or the one they were
+// on) is gone or disabled, the focus moves to the one that takes its place, else to the
+// run's first control left, else to its status.
+function moveFocus(row, before) {
+  const usable = (b) => b && !b.hidden && !b.disabled;
+  const first = () => ACTIONS.map((a) => row.byAction.get(a)).find(usable);
+  if (row.parked) {
+    // Parked on the status while no control was usable: the first that is, once there is one.
+    if (document.activeElement !== row.status) row.parked = false;
+    else if (first()) {
+      first().focus();
+      row.parked = false;
+    }
+    return;
+  }
+  const used = row.focusAfter;
+  const lost = used && (used.hidden || used.disabled) &&
+    (document.activeElement === used || document.activeElement === document.body || document.activeElement === null);
+  const left = before && row.buttons.contains(before) && (before.hidden || before.disabled);
+  if (!lost && !left) return; // # ablate: dashboard-focus
+  const from = lost ? used : before;
+  let target = row.byAction.get(NEXT_FOCUS[from.dataset.action]);
+  if (!usable(target)) target = first();
+  if (target) target.focus();
+  else {
+    row.status.focus();
+    row.parked = true;
+  }
+  row.focusAfter = null;
 }
 
 function update(row, r) {
@@ -180,49 +275,76 @@ function update(row, r) {
   const status = shownStatus(row, r);
   if (row.root.dataset.status !== status) row.root.dataset.status = status;
   row.root.classList.toggle("error", Boolean(r.error));
-  const since = status === "stopping" ? stoppingSince(row, r) : null;
   setText(row.status, status);
-  setText(row.problem, escaped(r.error ? r.error : (r.damaged || []).map((d) => `damaged: ${d}`).join(" · ")));
-  show(row.problem, Boolean(r.error) || (r.damaged || []).length > 0);
-  const stopAction = row.stopClicked ? row.stopClicked.action : r.action && r.action.state === "running" ? r.action.action : null;
-  for (const [action, , flag] of BUTTONS) {
-    const b = row.byAction.get(action);
-    show(b, Boolean(r.buttons && r.buttons[flag]));
-    // While stopping, only the escalation to "Stop now" stays offered.
-    const off = status === "stopping" && !(action === "stop-now" && stopAction !== "stop-now");
-    if (b.disabled !== off) b.disabled = off;
-  }
-  row.finished = FINISHED.has(status);
+  const since = status === "stopping" ? stoppingSince(row, r) : null;
+  renderButtons(row, r);
   if (r.error) {
-    for (const part of [row.meta, row.paused, row.pending, row.progress, row.items, row.now, row.details]) show(part, false);
-    show(row.toggle, false);
+    setText(row.words, escaped(r.words || r.error)); // # ablate: dashboard-error-row-words
+    for (const part of [row.count, row.doing, row.age, row.paused, row.pending]) show(part, false);
+    setText(row.problem, escaped(r.error));
+    show(row.problem, true);
     renderAction(row, r.action);
+    layout(row);
     applyFilter(row);
     return;
   }
-  show(row.meta, true);
-  setText(row.meta, escaped([
-    since !== null ? `stopping for ${seconds(since)}` : "",
-    r.attempt ? `attempt ${r.attempt}` : "",
-    r.live === true ? `engine pid ${r.engine_pid}` : r.live === false ? "engine not running" : "engine unknown (damaged lock)",
-    r.stop_origin && r.status === "stopped" ? `stopped by ${r.stop_origin}` : "",
-    r.containment ? `containment ${r.containment}` : "",
-  ].filter(Boolean).join(" · ")));
+  const said = [];
+  if (since !== null) said.push(`stopping for ${seconds(since)}`);
+  if (status === "stopping" && row.stopClicked && !r.stopping) said.push("stopping");
+  else if (status !== "running") said.push(r.words || r.status); // "running" is the badge's word already
+  if (r.live === true) said.push(`attempt ${r.attempt}`, `engine pid ${r.engine_pid}`);
+  else if (r.live === null) said.push("engine unknown (damaged lock)");
+  setText(row.words, escaped(said.join(" · ")));
+  row.words.title = escaped(r.words || "");
+  const done = r.done || 0, failed = r.failed || 0, total = r.total || 0;
+  setText(row.count, `${done}/${total}` + (failed ? ` (${failed} failed)` : ""));
+  row.count.title = `${done} done, ${failed} failed of ${total} items`;
+  show(row.count, true);
+  const tick = sinceRead(r);
+  let doing = "";
+  if (r.live && r.pause_held) doing = `item ${escaped(r.waiting_before || r.current_item || "")} (held at the pause)`;
+  else if (r.live && r.current_item) {
+    const clock = typeof r.phase_started === "number" ? ` ${seconds(Math.max(0, serverNow() - r.phase_started))}` : "";
+    doing = `item ${escaped(r.current_item)}` + (r.phase ? ` · ${escaped(r.phase)}${clock}` : "");
+  }
+  setText(row.doing, doing);
+  row.doing.title = doing;
+  show(row.doing, doing !== "");
+  const age = typeof r.created === "number" ? seconds(Math.max(0, serverNow() - r.created)) : "";
+  setText(row.age, age);
+  row.age.title = age ? "age: since the run was created" : "";
+  show(row.age, age !== "");
   show(row.paused, Boolean(r.paused));
   setText(row.paused, r.pause_held ? "paused" : "pause asked");
   show(row.pending, Boolean(r.pending_stop));
   setText(row.pending, r.pending_stop ? escaped(`stop pending: ${r.pending_stop}`) : "");
-  const done = r.done || 0, failed = r.failed || 0, total = r.total || 0;
+  row.pending.title = row.pending.textContent;
   row.fillDone.style.width = total ? `${(100 * done) / total}%` : "0%";
   row.fillFailed.style.width = total ? `${(100 * failed) / total}%` : "0%"; // # ablate: dashboard-failed-bar
   row.bar.setAttribute("aria-label", `${done} done, ${failed} failed of ${total}`);
   setText(row.counts, `${done}/${total} items done` + (failed ? `, ${failed} failed` : ""));
-  renderItems(row, r);
+  renderDetail(row, r, tick);
+  renderAction(row, r.action);
+  layout(row);
+  applyFilter(row);
+}
+
+// The card: from the details the server sent for it (while it is open).
+function renderDetail(row, r, tick) {
+  const d = row.detail;
+  const damaged = d ? d.damaged || [] : [];
+  const problems = [d && d.copy ? d.copy : "", d && d.cause ? `cause: ${d.cause}` : "", ...damaged.map((x) => `damaged: ${x}`)];
+  if (!d && r.damaged) problems.push(`${r.damaged} damaged file${r.damaged === 1 ? "" : "s"} (open the card)`);
+  const problemText = escaped(problems.filter(Boolean).join(" · "));
+  setText(row.problem, problemText);
+  show(row.problem, problemText !== "");
+  setText(row.meta, escaped([d && d.containment ? `containment ${d.containment}` : "",
+    r.live !== true && r.attempt ? `attempt ${r.attempt}` : ""].filter(Boolean).join(" · ")));
+  renderItems(row, r, d ? d.items || [] : [], tick);
   const now = [];
-  const tick = sinceRead(r);
   if (r.current_item && r.live) now.push(["item", r.current_item, r.pause_held ? " (held at the pause)" : ""]);
   if (r.phase && r.live) now.push(["phase", r.phase, ""]);
-  for (const c of r.children || []) {
+  for (const c of (d && d.children) || []) {
     now.push([`child ${escaped(c.name || "?")} pid`, c.pid, typeof c.runtime === "number" ? ` (${seconds(c.runtime + tick)})` : ""]);
   }
   const nowKey = JSON.stringify(now);
@@ -237,55 +359,63 @@ function update(row, r) {
     row.now.replaceChildren(...parts);
   }
   show(row.now, now.length > 0);
-  const journalKey = (r.journal || []).join("\n");
+  const lines = (d && d.journal) || [];
+  const journalKey = lines.join("\n");
   if (journalKey !== row.journalKey) {
     row.journalKey = journalKey;
-    row.journal.replaceChildren(...(r.journal || []).map((line) => el("li", "user", escaped(line))));
+    row.journal.replaceChildren(...lines.map((line) => el("li", "user", escaped(line))));
   }
-  renderAction(row, r.action);
-  layout(row);
-  applyFilter(row);
 }
 
-// A finished run shows its head and buttons; its items, progress and journal fold away
-// until its toggle is pressed.
+// A closed card shows the run's line alone; opened, its card (items, progress, journal).
 function layout(row) {
   const collapsed = row.collapsedNow();
   row.root.classList.toggle("collapsed", collapsed);
-  show(row.toggle, row.finished);
+  const r = row.data;
+  const open = !collapsed && r && !r.error;
+  if (open) opened.add(row.root.dataset.runId);
+  else opened.delete(row.root.dataset.runId);
+  show(row.toggle, !(r && r.error));
   setText(row.toggle, collapsed ? "▸" : "▾");
   row.toggle.setAttribute("aria-expanded", String(!collapsed));
-  const r = row.data;
-  const visible = !collapsed && r && !r.error;
-  show(row.progress, Boolean(visible));
-  show(row.items, Boolean(visible));
-  show(row.details, Boolean(visible));
-  if (visible && !row.journalOpened) {
+  show(row.card, Boolean(open));
+  show(row.progress, Boolean(open));
+  show(row.items, Boolean(open));
+  show(row.details, Boolean(open));
+  if (open && !row.journalOpened) {
     row.journalOpened = true;
-    row.details.open = !row.finished;
+    row.details.open = LIVE_STATES.has(row.root.dataset.status);
   }
 }
 
-function renderItems(row, r) {
-  const items = r.items || [];
-  const tick = sinceRead(r);
+function renderItems(row, r, items, tick) {
   const chips = items.slice(0, ITEMS_SHOWN).map((i) => {
-    const current = r.live && i.item === r.current_item && (i.status === "pending" || i.status === "running");
-    const held = current && r.pause_held;
-    const shown = held ? "paused" : current ? "running" : i.status;
+    const current = r.live && (i.status === "running" || i.status === "paused");
+    const held = i.status === "paused";
     const duration = typeof i.duration === "number" && i.status !== "pending" && !held
       ? (current ? i.duration + tick : i.duration) : null;
     const extra = [i.attempts ? `${i.attempts} att.` : "", duration ? seconds(duration) : "", i.reason || ""].filter(Boolean);
-    return [escaped(i.item), shown, extra.length ? ` (${escaped(extra.join(", "))})` : "", current];
+    return [escaped(i.item), i.status, extra.length ? ` (${escaped(extra.join(", "))})` : "", current];
   });
-  const key = JSON.stringify([chips, items.length]);
-  if (key === row.itemsKey) return;
+  // Rebuilt only when the items or their states change; a ticking duration is written
+  // into the chip's own text node (the chips stay the same nodes between polls).
+  const key = JSON.stringify([chips.map(([name, shown, , current]) => [name, shown, current]), items.length]);
+  if (key === row.itemsKey) {
+    chips.forEach(([, shown, extra], i) => {
+      const tail = row.chipTails[i];
+      if (tail && tail.data !== `: ${shown}${extra}`) tail.data = `: ${shown}${extra}`;
+    });
+    return;
+  }
   row.itemsKey = key;
+  row.chipTails = [];
   const nodes = chips.map(([name, shown, extra, current]) => {
     const chip = el("li");
     const label = el("span", "name user", name);
+    const tail = document.createTextNode(`: ${shown}${extra}`);
+    row.chipTails.push(tail);
     chip.title = `${name}: ${shown}`;
-    chip.append(label, `: ${shown}${extra}`);
+    chip.append(label, tail);
     chip.dataset.status = shown;
     if (current) chip.classList.add("current");
     return chip;
@@ -294,52 +424,54 @@ function renderItems(row, r) {
   row.items.replaceChildren(...nodes);
 }
 
-const ACTION_NAMES = Object.fromEntries(BUTTONS.map(([action, label]) => [action, label]));
-
 function renderAction(row, a) {
   const key = a ? `${a.action} ${a.state} ${a.started}` : "";
   if (key === row.actionKey) return;
   row.actionKey = key;
   if (!a) return;
-  const label = ACTION_NAMES[a.action] || a.action;
+  const label = LABELS[a.action] || a.action;
   const text = a.state === "running" ? `${label}: running…` : `${label}: ${a.message}` + (a.code ? ` (exit ${a.code})` : "");
   setText(row.note, escaped(text));
   row.note.classList.toggle("failed", a.state === "failed");
 }
 
 function applyFilter(row) {
-  show(row.root, filter === null || row.root.dataset.status === filter);
+  const byState = filter === null || row.root.dataset.status === filter;
+  const byName = nameFilter === "" || row.root.dataset.runId.toLowerCase().includes(nameFilter);
+  show(row.root, byState && byName);
 }
 
+// The header: every run counted once, under the state it is shown in; the counts add
+// up to the number of runs. Each count filters the runs by that state.
 function renderSummary(total) {
-  const counts = Object.fromEntries(FILTERS.map((f) => [f, 0]));
+  const counts = new Map();
   for (const row of rows.values()) {
-    const s = row.root.dataset.status;
-    if (s in counts) counts[s] += 1;
+    const s = row.root.dataset.status || "unknown"; // # ablate: dashboard-counts-every-card
+    counts.set(s, (counts.get(s) || 0) + 1);
   }
+  const states = [...STATE_ORDER.filter((s) => counts.has(s)), ...[...counts.keys()].filter((s) => !STATE_ORDER.includes(s)).sort()];
+  if (filter !== null && !states.includes(filter)) states.push(filter);
   const box = document.getElementById("summary");
-  if (!box.dataset.built) {
-    box.dataset.built = "1";
-    const all = el("button", "filter", "");
-    all.type = "button";
-    all.dataset.filter = "all";
-    all.addEventListener("click", () => setFilter(null));
-    box.append(all);
-    for (const f of FILTERS) {
-      const b = el("button", "filter", "");
-      b.type = "button";
-      b.dataset.filter = f;
-      b.addEventListener("click", () => setFilter(filter === f ? null : f));
-      box.append(b);
-    }
+  const want = ["all", ...states];
+  const have = [...box.querySelectorAll("button.filter")].map((b) => b.dataset.filter);
+  if (want.join(" ") !== have.join(" ")) {
+    const kept = new Map([...box.querySelectorAll("button.filter")].map((b) => [b.dataset.filter, b]));
+    box.replaceChildren(...want.map((f) => kept.get(f) || filterButton(f)));
   }
   for (const b of box.querySelectorAll("button.filter")) {
     const f = b.dataset.filter;
-    const n = f === "all" ? total : counts[f];
+    const n = f === "all" ? total : counts.get(f) || 0;
     setText(b, f === "all" ? `${total} run${total === 1 ? "" : "s"}` : `${n} ${f}`);
     b.setAttribute("aria-pressed", String(f === "all" ? filter === null : filter === f));
-    show(b, f === "all" || n > 0 || filter === f);
   }
+}
+
+function filterButton(f) {
+  const b = el("button", "filter", "");
+  b.type = "button";
+  b.dataset.filter = f;
+  b.addEventListener("click", () => setFilter(f === "all" || filter === f ? null : f));
+  return b;
 }
 
 function setFilter(f) {
@@ -350,23 +482,30 @@ function setFilter(f) {
 
 function render(data) {
   if (typeof data.poll_ms === "number" && data.poll_ms >= 50) pollMs = data.poll_ms;
-  received = { at: performance.now(), now: typeof data.now === "number" ? data.now : Date.now() / 1000 };
+  if (data.labels) LABELS = data.labels;
+  if (data.escalations) ESCALATIONS = data.escalations;
+  if (typeof data.compact_after === "number") COMPACT_AFTER = data.compact_after;
   const main = document.getElementById("runs");
   setText(document.getElementById("base"), escaped(data.base) + (data.base_exists ? "" : " (no such directory yet)"));
   const runs = (data.runs || []).slice().reverse(); // newest first: run ids sort by start time
+  compact = runs.length > COMPACT_AFTER; // # ablate: dashboard-compact
+  main.classList.toggle("compact", compact);
   const names = new Set(runs.map((r) => r.name));
   for (const [name, row] of rows) {
     if (!names.has(name)) {
       row.root.remove();
       rows.delete(name);
+      opened.delete(name);
     }
   }
+  const details = data.details || {};
   runs.forEach((r, i) => {
     let row = rows.get(r.name);
     if (!row) {
       row = makeRow(r.name);
       rows.set(r.name, row);
     }
+    row.detail = details[r.name] || (opened.has(r.name) ? row.detail : null);
     update(row, r);
     if (main.children[i] !== row.root) main.insertBefore(row.root, main.children[i] || null);
   });
@@ -374,7 +513,8 @@ function render(data) {
   renderSummary(runs.length);
 }
 
-// Between two bodies the clocks still tick: the stopping counter, a child's runtime.
+// Between two answers the clocks still tick: the stopping counter, the phase's clock,
+// a child's runtime, the ages.
 function retick() {
   for (const row of rows.values()) if (row.data) update(row, row.data);
   renderSummary(rows.size);
@@ -393,13 +533,21 @@ function pollSoon() {
   timer = setTimeout(poll, 0);
 }
 
+function openQuery() {
+  const names = [...opened].sort();
+  return names.length ? `?open=${encodeURIComponent(names.join(","))}` : "";
+}
+
 async function poll() {
   polling = true;
   const conn = document.getElementById("conn");
   try {
+    const query = openQuery();
     const headers = { [HEADER]: TOKEN };
-    if (etag) headers["If-None-Match"] = etag;
-    const r = await fetch("/api/runs", { headers, cache: "no-store" });
+    if (etag && etagOpen === query) headers["If-None-Match"] = etag;
+    const r = await fetch(`/api/runs${query}`, { headers, cache: "no-store" });
+    const now = Number(r.headers.get("X-Runner-Now"));
+    if (now > 0) received = { at: performance.now(), now };
     if (r.status === 304) {
       retick();
       setText(conn, `live · updated ${new Date().toLocaleTimeString()}`);
@@ -407,6 +555,7 @@ async function poll() {
     } else if (r.ok) {
       const data = await r.json();
       etag = r.headers.get("ETag");
+      etagOpen = query;
       render(data);
       setText(conn, `live · updated ${new Date().toLocaleTimeString()}`);
       conn.classList.remove("bad");
@@ -423,9 +572,15 @@ async function poll() {
   }
   polling = false;
   clearTimeout(timer);
-  timer = setTimeout(poll, again ? 0 : pollMs);
+  // A card opened since this poll began asks for its details at once.
+  timer = setTimeout(poll, again || openQuery() !== etagOpen ? 0 : pollMs);
   again = false;
 }
+
+document.getElementById("name-filter").addEventListener("input", (e) => {
+  nameFilter = e.target.value.trim().toLowerCase();
+  for (const row of rows.values()) applyFilter(row);
+});
 
 // The stopping counter ticks between polls too.
 setInterval(() => {
