@@ -63,20 +63,21 @@ def draw(name: str, source: Path) -> str:
     return svg.rstrip("\n") + f"\n<!-- drawn from sha256:{stamp(source)} -->\n"
 
 
-PICTURES = {"measure": HERE / "measure.json", "bench": HERE / "bench.json"}
+SOURCES = {"measure": "measure.json", "bench": "bench.json"}
 
 
-def out_path(name: str) -> Path:
-    return HERE / f"stop-latency-{name}.svg"
+def out_path(docs: Path, name: str) -> Path:
+    return docs / f"stop-latency-{name}.svg"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="render_pictures", description="render docs/stop-latency-*.svg")
     ap.add_argument("--check", action="store_true", help="fail when a picture's stamp is not its sources' now")
+    ap.add_argument("--docs", type=Path, default=HERE, help="the directory of the JSON files and the pictures")
     args = ap.parse_args(argv)
     stale = 0
-    for name, source in PICTURES.items():
-        out = out_path(name)
+    for name, source_name in SOURCES.items():
+        source, out = args.docs / source_name, out_path(args.docs, name)
         if args.check:
             found = STAMP.search(out.read_text(encoding="utf-8")) if out.exists() else None
             if found is None or found.group(1) != stamp(source):

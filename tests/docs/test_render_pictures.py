@@ -14,46 +14,54 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+RENDER = ROOT / "docgen" / "render_pictures.py"
+
+
 @pytest.fixture
-def mod(tmp_path, monkeypatch):
-    """The renderer, its pictures and sources redirected into tmp_path (copies of the
-    committed ones)."""
-    spec = importlib.util.spec_from_file_location("render_pictures", ROOT / "docgen" / "render_pictures.py")
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    for name, source in m.PICTURES.items():
-        shutil.copy(source, tmp_path / source.name)
-        shutil.copy(m.out_path(name), tmp_path / m.out_path(name).name)
-    monkeypatch.setattr(m, "PICTURES", {n: tmp_path / s.name for n, s in m.PICTURES.items()})
-    monkeypatch.setattr(m, "out_path", lambda name: tmp_path / f"stop-latency-{name}.svg")
-    return m
+def docs(tmp_path):
+    """Copies of the committed JSON files and pictures. The renderer runs as a subprocess,
+    as `make docs` runs it (matplotlib loaded in a process of its own)."""
+    for name in ("measure.json", "bench.json", "stop-latency-measure.svg", "stop-latency-bench.svg"):
+        shutil.copy(ROOT / "docs" / name, tmp_path / name)
+    return tmp_path
 
 
-def test_the_committed_pictures_are_current_and_a_changed_source_is_stale(mod, tmp_path, capsys):
+def render(docs, *args):
+    return subprocess.run(
+        [sys.executable, str(RENDER), "--docs", str(docs), *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_the_committed_pictures_are_current_and_a_changed_source_is_stale(docs):
     """Path: render_pictures.main(--check) against the stamp: the committed pictures pass; a
     measure.json with one sample fewer makes its picture stale (exit 1, named)."""
-    assert mod.main(["--check"]) == 0
-    source = mod.PICTURES["measure"]
+    assert render(docs, "--check").returncode == 0
+    source = docs / "measure.json"
     doc = json.loads(source.read_text())
     doc["samples"] = doc["samples"][1:]
     source.write_text(json.dumps(doc))
-    assert mod.main(["--check"]) == 1
-    assert "stop-latency-measure.svg is stale" in capsys.readouterr().err
+    got = render(docs, "--check")
+    assert got.returncode == 1
+    assert "stop-latency-measure.svg is stale" in got.stderr
 
 
-def test_drawing_is_reproducible_and_names_every_label(mod):
-    """Path: render_pictures.draw -> pictures.samples_svg / pictures.grid: two renderings of
-    one JSON are the same file (so a redraw after `make docs` changes nothing), and every
-    label of measure.json and every peer stopper of bench.json is in its picture."""
-    pytest.importorskip("matplotlib", reason="the plots extra (make venv installs it)")
-    first = mod.draw("measure", mod.PICTURES["measure"])
-    assert first == mod.draw("measure", mod.PICTURES["measure"])
-    for label in json.loads(mod.PICTURES["measure"].read_text())["labels"]:
-        assert label.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in first, label
-    bench = mod.draw("bench", mod.PICTURES["bench"])
-    for stopper in json.loads(mod.PICTURES["bench"].read_text())["stoppers"]["cells"]:
-        assert stopper in bench
-    assert mod.main([]) == 0 and mod.main(["--check"]) == 0
+def test_drawing_is_reproducible_and_names_every_label(docs):
+    """Path: render_pictures.draw -> pictures.samples_svg / pictures.grid: a redraw of the
+    committed JSON gives the same files again (so `make docs` after `make docs` changes
+    nothing), and every label of measure.json and every peer stopper of bench.json is in
+    its picture."""
+    if importlib.util.find_spec("matplotlib") is None:  # found, not imported: drawing runs in a subprocess
+        pytest.skip("the plots extra (make venv installs it)")
+    assert render(docs).returncode == 0
+    first = {p.name: p.read_text() for p in docs.glob("*.svg")}
+    assert render(docs).returncode == 0
+    assert first == {p.name: p.read_text() for p in docs.glob("*.svg")}
+    measure = first["stop-latency-measure.svg"]
+    for label in json.loads((docs / "measure.json").read_text())["labels"]:
+        assert label.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in measure, label
+    for stopper in json.loads((docs / "bench.json").read_text())["stoppers"]["cells"]:
+        assert stopper in first["stop-latency-bench.svg"]
+    assert render(docs, "--check").returncode == 0
 
 
 def test_the_kit_without_matplotlib_still_draws_its_grid(tmp_path):
