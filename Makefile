@@ -24,7 +24,7 @@ endif
 $(STAMP): pyproject.toml
 	@$(PY) -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make: '$(PYTHON) -m venv $(VENV)' failed (see above); nothing was kept" >&2; exit 1; }; }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,dev]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e '.[test,dev,plots]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -35,7 +35,7 @@ venv: $(STAMP)
 # stop latency. pip does this for an installed package; an editable checkout needs it
 # here. Cheap when nothing changed.
 bytecode: $(STAMP)
-	$(PY) -m compileall -q runner pytest_stoplatency mutation bench > /dev/null
+	$(PY) -m compileall -q runner pytest_stoplatency mutation bench reliability > /dev/null
 
 # Debian's chromium, which the dashboard's browser tests drive through Playwright (never a
 # browser download: none can work here). Installed where this user may (root, apt-get);
@@ -58,7 +58,7 @@ init:
 # Lint, format, types and architecture: ruff (lint and format check), mypy (strict on
 # runner/; see [tool.mypy] in pyproject.toml) and import-linter (runner/'s allowed import
 # directions, [tool.importlinter]). CI runs this before the tests.
-LINTED := runner pytest_stoplatency mutation tests bench docs examples tools
+LINTED := runner pytest_stoplatency mutation tests bench reliability docs docgen examples tools
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
@@ -126,26 +126,32 @@ mutate: $(STAMP) bytecode
 # docs/process-leaks-bench.json, docs/process-leaks-demo.json and examples/;
 # examples/kubernetes/job.yaml from its template and `runner bound --container`. docs-check
 # fails (with a diff) when a committed file is stale.
+# The pictures (docgen/render_pictures.py) need matplotlib, the plots extra, which `make venv`
+# installs (so the tests of --stop-latency-svg and --svg run in CI too). `make docs-check`
+# does not redraw them: it checks each picture's stamp (the SHA-256 of what it was drawn
+# from), since matplotlib's SVG may change by a byte between its releases.
 docs: $(STAMP)
-	$(PY) docs/render_spec.py
-	$(PY) docs/render_stop_latency.py
-	$(PY) docs/render_plugin.py
+	$(PY) docgen/render_pictures.py
+	$(PY) docgen/render_spec.py
+	$(PY) docgen/render_stop_latency.py
+	$(PY) docgen/render_plugin.py
 	$(PY) examples/kubernetes/render_job.py
 
 docs-check: $(STAMP)
-	$(PY) docs/render_spec.py --check
-	$(PY) docs/render_stop_latency.py --check
-	$(PY) docs/render_plugin.py --check
+	$(PY) docgen/render_pictures.py --check
+	$(PY) docgen/render_spec.py --check
+	$(PY) docgen/render_stop_latency.py --check
+	$(PY) docgen/render_plugin.py --check
 	$(PY) examples/kubernetes/render_job.py --check
 
-# docs/process-leaks-demo.json: a real `pytest --process-leaks` run of docs/leak_demo/, whose
+# docs/process-leaks-demo.json: a real `pytest --process-leaks` run of docgen/leak_demo/, whose
 # report opens docs/plugin.md, and docs/stop-latency-demo.json: a real `pytest --stop-latency`
 # run of examples/guide/test_first_stop.py, whose summary the guide shows (pasted from the
 # runs, never typed); then the document.
 leak-demo: $(STAMP) bytecode
-	$(PY) docs/leak_demo.py --out docs/process-leaks-demo.json
-	$(PY) docs/latency_demo.py --out docs/stop-latency-demo.json
-	$(PY) docs/render_plugin.py
+	$(PY) docgen/leak_demo.py --out docs/process-leaks-demo.json
+	$(PY) docgen/latency_demo.py --out docs/stop-latency-demo.json
+	$(PY) docgen/render_plugin.py
 
 # docs/leaks-strangers.json (issue 28): --process-leaks on five strangers' suites (psutil,
 # pexpect, execnet, sh, plumbum) from their sdists, serially and with -n 2, each plain, with the
@@ -156,12 +162,12 @@ leak-demo: $(STAMP) bytecode
 STRANGERS_ARGS ?=
 leaks-strangers: $(STAMP) bytecode
 	$(PY) -m bench.strangers --json docs/leaks-strangers.json $(STRANGERS_ARGS); status=$$?; \
-		$(PY) docs/render_plugin.py && exit $$status
+		$(PY) docgen/render_plugin.py && exit $$status
 
 # docs/dashboard.png (shown in README.md): the dashboard over three real runs, taken by
 # chromium. Never drawn by hand.
 screenshot: $(STAMP) browser
-	$(PY) docs/dashboard_screenshot.py --out docs/dashboard.png
+	$(PY) docgen/dashboard_screenshot.py --out docs/dashboard.png
 
 # The benchmarks' own tools on top of the venv (the `bench` extra: supervisor). tini and
 # dumb-init are Debian packages (apt-get install tini dumb-init): where they are absent
@@ -190,7 +196,7 @@ bench: $(BENCH_STAMP) bytecode init
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
 	$(PY) bench/process_leaks_cost.py --n 400 --rounds 3 --live 500 --hogs 2 --json docs/process-leaks-bench.json
 	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,runs,dashboard,plugin,pid1,cost --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
-		$(PY) docs/render_stop_latency.py && $(PY) docs/render_plugin.py && exit $$status
+		$(PY) docgen/render_stop_latency.py && $(PY) docgen/render_plugin.py && exit $$status
 
 # CI's reduced stop benchmark (n=1, `timeout -k` and the two runner stops, small scale
 # and load): keeps it working, fails on an orphan of the runner; never writes the
@@ -208,7 +214,7 @@ bench-ci: $(STAMP) bytecode
 # backups, every refusal's bytes); then the fuzz tests with thousands of examples.
 # Writes docs/soak.json, which `make docs` renders into the Reliability section.
 soak: $(STAMP) bytecode init
-	$(PY) bench/soak.py --kills 200 --runs 50 --stoppers 10 --faults 20 --storms 5 --early 2 --run-local 20 --modes 3 --all-now 60 \
+	$(PY) reliability/soak.py --kills 200 --runs 50 --stoppers 10 --faults 20 --storms 5 --early 2 --run-local 20 --modes 3 --all-now 60 \
 		--json docs/soak.json --check
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest -p no:xdist -q tests/runner/test_fuzz.py
 	$(MAKE) --no-print-directory docs
@@ -216,5 +222,5 @@ soak: $(STAMP) bytecode init
 # CI's short soak: fails on any loss; never writes the committed docs/soak.json.
 soak-short: $(STAMP) bytecode init
 	mkdir -p $(ARTIFACTS)
-	$(PY) bench/soak.py --kills 20 --runs 10 --stoppers 10 --faults 3 --storms 1 --early 1 --disk-trials 3 --run-local 1 --seam-trials 1 \
+	$(PY) reliability/soak.py --kills 20 --runs 10 --stoppers 10 --faults 3 --storms 1 --early 1 --disk-trials 3 --run-local 1 --seam-trials 1 \
 		--json $(ARTIFACTS)/soak-ci.json --check

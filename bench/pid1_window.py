@@ -40,8 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_stoplatency.kit import stats
-
-from . import faults
+from reliability import faults
 
 SAMPLES = 20
 SIGTERM_BIT = 1 << (signal.SIGTERM - 1)

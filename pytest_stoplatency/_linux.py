@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ._options import LEAK_HEADER, SKIP_REASON, compare_fail, enabled, leaks_enabled
+from ._options import LEAK_HEADER, SKIP_REASON, compare_fail, enabled, leaks_enabled, svg_path
 
 if TYPE_CHECKING:
     from ._handle import PreparedVictim, Victim
@@ -123,6 +123,7 @@ class StopLatency:
         self.compare_old: dict | None = None
         self.compare_lines: list[str] = []
         self.compare_failures: list[str] = []
+        self.svg_path = svg_path(config) if self.worker is None else None
         if self.compare_path and self.worker is None:
             try:
                 self.compare_old = _lazy("_compare").load(
@@ -224,6 +225,12 @@ class StopLatency:
 
                 doc["process_leaks"] = _leakplugin.section_for(config)
             report.write_json(Path(config.invocation_params.dir) / path, doc)
+        if self.svg_path:
+            from . import pictures  # only when a picture is asked for
+
+            (Path(config.invocation_params.dir) / self.svg_path).write_text(
+                pictures.samples_svg(self.samples, "stop latency per label")
+            )
 
     def pytest_terminal_summary(self, terminalreporter, config):
         if _is_worker(config):
@@ -252,3 +259,5 @@ class StopLatency:
         path = config.getoption("stop_latency_json")
         if path:
             tr.write_line(f"stoplatency: wrote {path}")
+        if self.svg_path:
+            tr.write_line(f"stoplatency: wrote {self.svg_path}")

@@ -10,6 +10,7 @@ on every platform).
 
 from __future__ import annotations
 
+import importlib.util
 import re
 
 import pytest
@@ -17,6 +18,10 @@ import pytest
 HELP_ENABLE = "run the stop-latency tests (marked stop_latency); without it they are skipped"
 HELP_INI = "run the stop-latency tests (marked stop_latency), as --stop-latency does"
 HELP_JSON = "write every stop-latency sample and the per-label summary to PATH as JSON"
+HELP_SVG = (
+    "draw the latency distribution per label (each sample a dot, the bound a red bar) as an SVG at PATH "
+    "(needs matplotlib: the plots extra)"
+)
 HELP_REPEAT = "run each stop_latency-marked test N times (to collect enough samples for a p95)"
 HELP_COMPARE = "compare this session's stop latencies, label by label, with a previous --stop-latency-json file"
 HELP_COMPARE_FAIL = (
@@ -133,6 +138,7 @@ def add_options(parser) -> None:
     g = parser.getgroup("stoplatency", "stop latency")
     g.addoption("--stop-latency", action="store_true", default=None, dest="stop_latency", help=HELP_ENABLE)
     g.addoption("--stop-latency-json", dest="stop_latency_json", metavar="PATH", default=None, help=HELP_JSON)
+    g.addoption("--stop-latency-svg", dest="stop_latency_svg", metavar="PATH", default=None, help=HELP_SVG)
     g.addoption("--stop-latency-repeat", dest="stop_latency_repeat", metavar="N", type=int, default=1, help=HELP_REPEAT)
     g.addoption(
         "--stop-conformance",
@@ -202,6 +208,18 @@ def compare_fail(config) -> tuple[str, float] | None:
     if config.getoption("stop_latency_compare") is None:
         raise pytest.UsageError("--stop-latency-compare-fail needs --stop-latency-compare PATH")
     return stat, percent
+
+
+def svg_path(config) -> str | None:
+    """--stop-latency-svg's PATH, refused up front (before any test runs) when matplotlib,
+    the plots extra, is not installed: the message says how to install it. Found without
+    importing it: the plugin's runtime never loads a plotting library unless it draws."""
+    path = config.getoption("stop_latency_svg")
+    if path and importlib.util.find_spec("matplotlib") is None:
+        from .pictures import MISSING
+
+        raise pytest.UsageError(f"--stop-latency-svg: {MISSING}")
+    return path
 
 
 def enabled(config) -> bool:

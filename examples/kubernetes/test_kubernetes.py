@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 import render_job  # noqa: E402
 
-from bench import faults  # noqa: E402
+from reliability import faults  # noqa: E402
 from runner.exitcodes import Exit  # noqa: E402
 from runner.files import journal  # noqa: E402
 from runner.files.state import StateStore  # noqa: E402

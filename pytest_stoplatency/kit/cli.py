@@ -41,7 +41,10 @@ HELP_BOUND = f"the latency each kind must stop within (default: the kill grace +
 HELP_KINDS = "victim kinds, comma-separated (default: every kind of the zoo)"
 HELP_JSON = "write every sample, each kind's verdict and the exit code here"
 HELP_MARKDOWN = "write the table as markdown here"
-HELP_SVG = "write the kinds x stoppers grid as an SVG here"
+HELP_SVG = (
+    "write the kinds x stoppers grid and the latency distribution per stopper and kind as an SVG here "
+    "(matplotlib, the plots extra; without it, the grid alone, in plain SVG)"
+)
 
 
 def _ids(text: str) -> list[str]:
@@ -141,7 +144,13 @@ def main(argv: list[str]) -> int:
     if args.markdown:
         report.write(args.markdown, report.markdown(doc))
     if args.svg:
-        from . import picture  # only when asked for
+        from .. import pictures  # only when asked for
 
-        report.write(args.svg, picture.grid(doc))
+        if pictures.available():
+            report.write(args.svg, pictures.kit_svg(doc))
+        else:
+            from . import picture
+
+            report.write(args.svg, picture.grid(doc))
+            print(f"conformance: --svg: the grid alone; the latency distribution too: {pictures.MISSING}")
     return int(doc["exit_code"])

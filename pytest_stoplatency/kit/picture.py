@@ -1,7 +1,8 @@
-"""`--svg`: the kinds x stoppers grid, each cell coloured by its verdict, with its median.
+"""`--svg` without matplotlib: the kinds x stoppers grid, each cell coloured by its verdict.
 
-Plain SVG from the standard library: a grid of coloured cells needs no plotting library,
-so the kit's runtime stays pytest, psutil and the standard library.
+Plain SVG from the standard library, so that `--svg` gives a picture on a clean install
+(the kit's runtime is pytest, psutil and the standard library). With the plots extra
+installed, `pytest_stoplatency.pictures` draws the grid and the latency distribution.
 """
 
 from __future__ import annotations

@@ -294,7 +294,7 @@ def _show(value: object) -> object:
 
 class Key(SealedValue):
     """One key of the spec: what the parser accepts and what docs/spec.md prints
-    (docs/render_spec.py reads this table; nothing about a key is written twice).
+    (docgen/render_spec.py reads this table; nothing about a key is written twice).
 
     `table` is the key's table ("" at the top level; "verify" and "hooks.post_session"
     are arrays of tables). Defaults and limits are names in runner.defaults, read when a

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def render_mod():
-    spec = importlib.util.spec_from_file_location("render_stop_latency", ROOT / "docs" / "render_stop_latency.py")
+    spec = importlib.util.spec_from_file_location("render_stop_latency", ROOT / "docgen" / "render_stop_latency.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

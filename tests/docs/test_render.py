@@ -129,7 +129,7 @@ def test_cli_check_in_a_subprocess(tmp_path):
     out = tmp_path / "doc.md"
     cmd = [
         sys.executable,
-        str(ROOT / "docs" / "render_stop_latency.py"),
+        str(ROOT / "docgen" / "render_stop_latency.py"),
         "--measure",
         str(tmp_path / "none.json"),
         "--mutate",
@@ -479,7 +479,7 @@ def test_a_duration_typed_into_the_template_is_refused(render_mod, tmp_path):
     with pytest.raises(render_mod.RenderError, match="types a duration.*'1 s'"):
         render(render_mod, template=bad)
     r = subprocess.run(
-        [sys.executable, "docs/render_stop_latency.py", "--check", "--template", str(bad)],
+        [sys.executable, "docgen/render_stop_latency.py", "--check", "--template", str(bad)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -501,7 +501,7 @@ def test_a_stated_bound_is_the_constant_a_test_asserts(render_mod, tmp_path):
     with pytest.raises(render_mod.RenderError, match="no test of .* asserts KILL_GRACE"):
         render_mod.asserted_bound("tests/runner/test_dashboard_browser.py", "KILL_GRACE")  # a spec value
     with pytest.raises(render_mod.RenderError, match="no test file"):
-        render_mod.asserted_bound("docs/render_stop_latency.py", "HERE")
+        render_mod.asserted_bound("docgen/render_stop_latency.py", "HERE")
 
 
 @pytest.mark.timeout(BENCH_RUN_LIMIT + 60)
@@ -538,13 +538,13 @@ def test_renders_the_goals_section_the_bench_itself_wrote(render_mod, tmp_path):
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the soak's runs are in cgroups)")
 def test_renders_the_seam_rows_the_soak_itself_wrote(render_mod, tmp_path):
-    """Path: the soak's real writer of the faults at the seams (bench/soak_seams.py's
+    """Path: the soak's real writer of the faults at the seams (reliability/soak_seams.py's
     tally, one trial of a `cp -al` backup of a live run, then `runner stop`) feeds the
     Reliability section beside the committed soak's other figures: one row per fault
     with its trials, the processes and cgroups left, every exit code and how many
     docs/exit-codes.md does not list for the command, and the fault's own figure; a
     fault the soak skipped is a row that says why, never figures."""
-    from bench import soak, soak_seams
+    from reliability import soak, soak_seams
 
     tally = soak_seams._Tally()
     work = tmp_path / "seams"

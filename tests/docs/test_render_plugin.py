@@ -18,14 +18,14 @@ TEMPLATE = ROOT / "docs" / "plugin.template.md"
 
 @pytest.fixture(scope="module")
 def mod():
-    sys.path.insert(0, str(ROOT / "docs"))  # render_plugin imports its sibling renderer
+    sys.path.insert(0, str(ROOT / "docgen"))  # render_plugin imports its sibling renderer
     try:
-        spec = importlib.util.spec_from_file_location("render_plugin", ROOT / "docs" / "render_plugin.py")
+        spec = importlib.util.spec_from_file_location("render_plugin", ROOT / "docgen" / "render_plugin.py")
         m = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(m)
         yield m
     finally:
-        sys.path.remove(str(ROOT / "docs"))
+        sys.path.remove(str(ROOT / "docgen"))
 
 
 def ctx(mod, bench=None, measure=None):
@@ -82,7 +82,7 @@ def test_unknown_names_are_render_errors(mod, bad):
 
 def test_committed_document_is_current():
     """Path: `make docs-check` for docs/plugin.md: the committed file is what the renderer makes now."""
-    r = subprocess.run([sys.executable, str(ROOT / "docs" / "render_plugin.py"), "--check"], capture_output=True)
+    r = subprocess.run([sys.executable, str(ROOT / "docgen" / "render_plugin.py"), "--check"], capture_output=True)
     assert r.returncode == 0, r.stdout.decode()[-2000:] + r.stderr.decode()
 
 
@@ -101,13 +101,13 @@ def test_the_cgroup_route_gets_its_own_columns(mod):
 
 
 def test_the_opening_report_is_pasted_from_a_real_run(mod, tmp_path):
-    """Path: docs/leak_demo.py runs docs/leak_demo/test_app.py under --process-leaks (a real pytest,
+    """Path: docgen/leak_demo.py runs docgen/leak_demo/test_app.py under --process-leaks (a real pytest,
     a real plugin) and keeps what the terminal showed; the guide opens with exactly those lines.
     The report shows each culprit with its route: a child never waited for, a shell's background
     job (re-parented), and a session fixture's server (own session), found at the teardown of
     the last test."""
     out = tmp_path / "demo.json"
-    r = subprocess.run([sys.executable, str(ROOT / "docs" / "leak_demo.py"), "--out", str(out)], capture_output=True)
+    r = subprocess.run([sys.executable, str(ROOT / "docgen" / "leak_demo.py"), "--out", str(out)], capture_output=True)
     assert r.returncode == 0, r.stderr.decode()
     demo = json.loads(out.read_text())
     assert demo["exit_status"] == 1 and demo["command"] == "pytest --process-leaks test_app.py"
@@ -123,7 +123,7 @@ def test_the_opening_report_is_pasted_from_a_real_run(mod, tmp_path):
     ):
         assert line in report, report
     doc = mod.render(TEMPLATE.read_text(), mod.Context(None, BENCH, "b.json", ROOT / "examples", demo, "d.json"))
-    assert report in doc and "MEASURED: pasted by `docs/leak_demo.py` (`d.json`" in doc
+    assert report in doc and "MEASURED: pasted by `docgen/leak_demo.py` (`d.json`" in doc
 
 
 def test_without_the_leak_demo_it_says_not_run(mod):

@@ -15,14 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def render_spec():
-    sys.path.insert(0, str(ROOT / "docs"))
+    sys.path.insert(0, str(ROOT / "docgen"))
     try:
-        s = importlib.util.spec_from_file_location("render_spec", ROOT / "docs" / "render_spec.py")
+        s = importlib.util.spec_from_file_location("render_spec", ROOT / "docgen" / "render_spec.py")
         mod = importlib.util.module_from_spec(s)
         s.loader.exec_module(mod)
         yield mod
     finally:
-        sys.path.remove(str(ROOT / "docs"))
+        sys.path.remove(str(ROOT / "docgen"))
 
 
 def test_every_schema_key_has_a_row_with_its_default_and_limit(render_spec):
@@ -42,7 +42,7 @@ def test_every_schema_key_has_a_row_with_its_default_and_limit(render_spec):
 
 def test_the_committed_document_is_current():
     """Path: `make docs-check` runs this check; the committed docs/spec.md is the rendering."""
-    r = subprocess.run([sys.executable, "docs/render_spec.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "docgen/render_spec.py", "--check"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -54,7 +54,10 @@ def test_check_fails_on_a_key_missing_from_the_document(tmp_path):
     out = tmp_path / "spec.md"
     out.write_text("\n".join(l for l in doc.splitlines() if not l.startswith("| `output.cap_bytes` |")) + "\n")
     r = subprocess.run(
-        [sys.executable, "docs/render_spec.py", "--check", "--out", str(out)], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "docgen/render_spec.py", "--check", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 1
     assert "output.cap_bytes" in r.stderr and "make docs" in r.stderr, r.stderr

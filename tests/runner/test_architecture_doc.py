@@ -41,7 +41,17 @@ def test_every_module_the_doc_names_exists():
     backticks is the end of a path in the repository."""
     files = [
         str(p.relative_to(ROOT))
-        for top in ("runner", "pytest_stoplatency", "tests", "bench", "docs", "mutation", "examples")
+        for top in (
+            "runner",
+            "pytest_stoplatency",
+            "tests",
+            "bench",
+            "reliability",
+            "docs",
+            "docgen",
+            "mutation",
+            "examples",
+        )
         for p in (ROOT / top).rglob("*.py")
     ]
     named = set(re.findall(r"`([\w/]+\.py)`", DOC.read_text()))

@@ -28,7 +28,7 @@ import pytest
 import runs as R
 
 import runner
-from bench import soak_seams
+from reliability import soak_seams
 from runner.exitcodes import Exit
 from runner.files import identity_file
 from runner.files.rundir import RunDir

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bench import faults
+from reliability import faults
 from runner.exitcodes import Exit
 from runner.files import identity_file
 from runner.proc import signals

@@ -4,7 +4,7 @@ first instants of `runner run` (in the foreground, and as PID 1 of a pid namespa
 and a process the engine adopted but cannot prove the run's.
 
 Real processes throughout: `runner` as `python -m runner`, and the hostile trials of
-bench/faults.py (the soak runs the same trials, more of them)."""
+reliability/faults.py (the soak runs the same trials, more of them)."""
 
 import os
 import signal
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import faults
+from reliability import faults
 from runner import defaults
 from runner.control import leftovers, stop, stop_record
 from runner.errors import NoLiveRun

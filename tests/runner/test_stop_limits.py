@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import runs as R
 
-from bench import soak_seams
+from reliability import soak_seams
 from runner import defaults
 from runner.exitcodes import Exit
 from runner.files.rundir import RunDir

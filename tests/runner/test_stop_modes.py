@@ -4,7 +4,7 @@ classified by what was recorded, lock waits bounded behind a frozen stopper, the
 writer of the stop record, a stop that loses its run directory.
 
 Real processes throughout: `runner` as `python -m runner`, the plugin's victim
-programs and bench/modes.py's own providers (their trees found by a marker in every
+programs and reliability/modes.py's own providers (their trees found by a marker in every
 argv, so what dropped its environment is seen and killed whatever happens)."""
 
 import fcntl
@@ -19,8 +19,8 @@ import time
 import pytest
 import runs as R
 
-from bench import modes
 from pytest_stoplatency.kit import zoo
+from reliability import modes
 from runner import defaults
 from runner.engine import child
 from runner.engine.registry import Registry
@@ -70,7 +70,7 @@ def test_every_mode_keeps_the_same_promise(matrix_work, matrix_dashboard, mode, 
     victim in both containments: a documented exit code that is the mode's success,
     exit 0 only with nothing of the run alive, no session recorded failed, exactly one
     run-stop, and `runner resume` completes the run after. One trial per cell here;
-    `make soak` runs many (bench/modes.py). Ablations: `now-shares-the-reach` (the
+    `make soak` runs many (reliability/modes.py). Ablations: `now-shares-the-reach` (the
     env-scrubbed, escapee and subreaper cells of `--now` under group containment),
     `stop-lodges-first`, `killed-session-is-stopped` (their races, statistically)."""
     if containment == "cgroup" and not _cgroups_available():

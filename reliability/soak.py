@@ -8,7 +8,7 @@ state.json parses, the journal parses, every item recorded done stays done, no i
 session starts again after its `item-done`, and after the resume nothing of the killed
 attempt is alive.
 
-Faults (bench/faults.py): a stopper SIGKILLed or SIGINTed at random moments, then a
+Faults (reliability/faults.py): a stopper SIGKILLed or SIGINTed at random moments, then a
 plain `runner stop`; fork storms without a cgroup; SIGTERM to `runner run` in its first
 instants, in the foreground and as PID 1 of a pid namespace; SIGTERM to the PID 1 (tini)
 of the container recipe's entrypoint under examples/kubernetes/run-local at each moment,
@@ -20,24 +20,24 @@ Load: N runs with a SIGTERM-trapping provider, stopped at once by N concurrent
 stoppers of mixed kinds. Every run: exactly one `run-stop`, every exit code documented,
 no process of the run left.
 
-Disk and pid-namespace faults (bench/soak_disk.py, issue 18): a full tmpfs at the stop,
+Disk and pid-namespace faults (reliability/soak_disk.py, issue 18): a full tmpfs at the stop,
 a full disk with the engine SIGKILLed, a provider whose output fills the disk (then
 resume), a read-only ext4 under a live run, a run in a pid namespace stopped from the
 host; per fault, trials, runs left running, processes left, exit 0 with something left,
 stops not recorded (expected only on the read-only disk).
 
-Faults at the seams (bench/soak_seams.py, issue 27): `rm -rf` of the run directory
+Faults at the seams (reliability/soak_seams.py, issue 27): `rm -rf` of the run directory
 during each stop mode, a run that filled its pids cgroup (a plain stop, and `rm -rf`),
 `umount -l` of a live run's file system then `stop --all`, `cp -al` backups beside a run,
 every refusal's bytes; per fault, trials, processes left, exit codes and whether
 docs/exit-codes.md lists them for the command, and the fault's own figure.
 
-Stop modes (bench/modes.py, issue 26): every way to stop a run against every victim in
+Stop modes (reliability/modes.py, issue 26): every way to stop a run against every victim in
 both containments, `--modes` trials per cell, each held to the same invariants; and
 `--all-now` runs stopped by one `runner stop --all --now`, counted for a session or item
 recorded failed.
 
-    python bench/soak.py [--kills 200] [--runs 50] [--modes 3] [--all-now 60] [--seam-trials 20]
+    python reliability/soak.py [--kills 200] [--runs 50] [--modes 3] [--all-now 60] [--seam-trials 20]
                          [--json docs/soak.json] [--check]
 
 --check exits 1 on any loss (CI runs a short soak with it). Every process the soak
@@ -62,8 +62,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import faults  # noqa: E402
 from bench.stoppers import commit as git_commit  # noqa: E402
+from reliability import faults  # noqa: E402
 from runner.exitcodes import Exit  # noqa: E402
 from runner.files import identity_file, journal
 from runner.files.rundir import RunDir  # noqa: E402
@@ -296,7 +296,7 @@ EARLY_MOMENTS = (0.02, 0.05, 0.15, 0.3, 1.0)
 
 
 def stop_faults(work: Path, args: argparse.Namespace, rng: random.Random) -> dict[str, dict]:
-    """The stop under faults (bench/faults.py): interrupted stoppers then a plain stop,
+    """The stop under faults (reliability/faults.py): interrupted stoppers then a plain stop,
     fork storms without a cgroup, SIGTERM in the first instants (foreground and PID 1), and
     to run-local's PID 1 (run_local). One tally per fault: trials, runs left running,
     processes left, exit 0 with something left, stops not recorded, exit codes."""
@@ -400,17 +400,17 @@ def main(argv: list[str] | None = None) -> int:
         now = load(work, args.runs, ["--now"], "stop-now")
         many = many_stoppers(work, args.stoppers)
         fault = stop_faults(work, args, rng)
-        from bench import soak_disk
+        from reliability import soak_disk
 
         disk = soak_disk.run(work / "disk", args.disk_trials) if args.disk_trials else {"faults": {}, "problems": []}
-        from bench import soak_seams
+        from reliability import soak_seams
 
         seams = (
             soak_seams.run(work / "seams", args.seam_trials, args.seed)
             if args.seam_trials
             else {"faults": {}, "problems": []}
         )
-        from bench import modes
+        from reliability import modes
 
         stop_modes = modes.soak(work / "modes", args.modes) if args.modes else None
         all_now = modes.all_now(work, args.all_now) if args.all_now else None

@@ -1,7 +1,7 @@
 """Render docs/spec.md (the reference of every spec key) from runner/files/spec.py's SCHEMA.
 
-    python docs/render_spec.py            # write docs/spec.md (make docs)
-    python docs/render_spec.py --check    # fail if it is stale or misses a key (make docs-check)
+    python docgen/render_spec.py            # write docs/spec.md (make docs)
+    python docgen/render_spec.py --check    # fail if it is stale or misses a key (make docs-check)
 
 The parser reads every key through `runner.files.spec.SCHEMA` (its tables, kinds,
 defaults and limits); this script prints the same table, with each default and limit
@@ -21,7 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent / "docs"  # the documents: templates, data, output
 ROOT = HERE.parent
 if str(ROOT) not in sys.path[:1]:
     sys.path.insert(0, str(ROOT))

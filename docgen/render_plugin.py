@@ -1,7 +1,7 @@
 """Render docs/plugin.md (the plugin's user guide) from its template and the code.
 
-    python docs/render_plugin.py            # write docs/plugin.md (make docs)
-    python docs/render_plugin.py --check    # fail with a diff if it is stale (make docs-check)
+    python docgen/render_plugin.py            # write docs/plugin.md (make docs)
+    python docgen/render_plugin.py --check    # fail with a diff if it is stale (make docs-check)
 
 No number or option text is typed into the template. Each comes from:
 
@@ -39,7 +39,7 @@ import re
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent / "docs"  # the documents: templates, data, output
 ROOT = HERE.parent
 if str(ROOT) not in sys.path[:1]:
     sys.path.insert(0, str(ROOT))
@@ -257,14 +257,14 @@ class Context:
         )
 
     def leak_demo(self) -> str:
-        """The report of a real run, as its terminal showed it (docs/leak_demo.py)."""
+        """The report of a real run, as its terminal showed it (docgen/leak_demo.py)."""
         d = self.demo
         if not d:
             return f"*Not run: `{self.demo_name}` is absent (run `make leak-demo`).*"
         m = d.get("machine", {})
         return (
             "```\n$ " + d["command"] + "\n...\n" + "\n".join(d["report"]) + "\n```\n\n"
-            f"MEASURED: pasted by `docs/leak_demo.py` (`{self.demo_name}`, {d.get('time', '?')}; "
+            f"MEASURED: pasted by `docgen/leak_demo.py` (`{self.demo_name}`, {d.get('time', '?')}; "
             f"Linux {m.get('kernel', '?')}, Python {m.get('python', '?')}; exit status {d.get('exit_status', '?')})."
         )
 
@@ -278,14 +278,14 @@ class Context:
         return f"```{lang}\n" + f.read_text(encoding="utf-8").rstrip("\n") + "\n```"
 
     def latency_demo(self) -> str:
-        """The session summary of a real --stop-latency run (docs/latency_demo.py)."""
+        """The session summary of a real --stop-latency run (docgen/latency_demo.py)."""
         d = self.latency
         if not d:
             return f"*Not run: `{self.latency_name}` is absent (run `make leak-demo`).*"
         m = d.get("machine", {})
         return (
             "```\n$ " + d["command"] + "\n...\n" + "\n".join(d["report"]) + "\n```\n\n"
-            f"MEASURED: pasted by `docs/latency_demo.py` (`{self.latency_name}`, {d.get('time', '?')}; "
+            f"MEASURED: pasted by `docgen/latency_demo.py` (`{self.latency_name}`, {d.get('time', '?')}; "
             f"Linux {m.get('kernel', '?')}, Python {m.get('python', '?')}; exit status {d.get('exit_status', '?')})."
         )
 

@@ -1,6 +1,6 @@
-"""Run docs/leak_demo/test_app.py under --process-leaks and keep what the terminal showed.
+"""Run docgen/leak_demo/test_app.py under --process-leaks and keep what the terminal showed.
 
-    python docs/leak_demo.py [--out docs/process-leaks-demo.json]     (make leak-demo)
+    python docgen/leak_demo.py [--out docs/process-leaks-demo.json]     (make leak-demo)
 
 docs/plugin.md opens with this report: pasted from a real run, never typed. The run is a
 plain `pytest --process-leaks test_app.py` in a scratch directory (80 columns, no xdist);
@@ -21,8 +21,9 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-SUITE = HERE / "leak_demo" / "test_app.py"
+HERE = Path(__file__).resolve().parent.parent / "docs"  # the documents: data, output
+SUITE_DIR = Path(__file__).resolve().parent
+SUITE = SUITE_DIR / "leak_demo" / "test_app.py"
 COMMAND = ["pytest", "--process-leaks", "test_app.py"]
 
 

@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import soak_disk
-from bench.faults import RUNNER, kill_tagged, runner, sh, tagged, wait_children, write_spec
+from reliability import soak_disk
+from reliability.faults import RUNNER, kill_tagged, runner, sh, tagged, wait_children, write_spec
 from runner import defaults
 from runner.exitcodes import Exit
 from runner.files.rundir import RunDir

@@ -1,6 +1,6 @@
 """docs/dashboard.png: the dashboard over real runs, taken by Debian's chromium.
 
-    python docs/dashboard_screenshot.py [--out docs/dashboard.png]     (make screenshot)
+    python docgen/dashboard_screenshot.py [--out docs/dashboard.png]     (make screenshot)
 
 Starts three real runs in a scratch directory (one that completed with a failed item,
 opened on the page, one stopped from the dashboard's own "Stop" button and left

@@ -1,6 +1,6 @@
 """Run examples/guide/test_first_stop.py with --stop-latency and keep the summary it printed.
 
-    python docs/latency_demo.py [--out docs/stop-latency-demo.json]     (make leak-demo)
+    python docgen/latency_demo.py [--out docs/stop-latency-demo.json]     (make leak-demo)
 
 docs/plugin.md shows what the session summary looks like with this output: pasted from
 a real run, never typed. The run is a plain `pytest --stop-latency test_first_stop.py`
@@ -21,7 +21,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent / "docs"  # the documents: templates, data, output
 SUITE = HERE.parent / "examples" / "guide" / "test_first_stop.py"
 COMMAND = ["pytest", "--stop-latency", "test_first_stop.py"]
 

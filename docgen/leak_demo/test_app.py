@@ -1,4 +1,4 @@
-"""The leaks of everyday code, for the first section of docs/plugin.md: docs/leak_demo.py runs this
+"""The leaks of everyday code, for the first section of docs/plugin.md: docgen/leak_demo.py runs this
 file under --process-leaks (`make leak-demo`) and keeps what the terminal showed."""
 
 import subprocess

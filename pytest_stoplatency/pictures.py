@@ -1,0 +1,184 @@
+"""Pictures of stop latencies: `--stop-latency-svg`, the kit's `--svg` and docs/stop-latency.md.
+
+Two pictures: the latency distribution per label (a strip plot, one dot per sample on a
+log axis, each label's bound drawn as a red bar) and the kit's kinds x stoppers grid
+(each cell coloured by its verdict). matplotlib draws them: an optional extra (`plots`),
+imported only here and only when a picture is asked for, so the plugin's runtime never
+needs it. The SVG is reproducible (fixed hash salt, no date, text as text), so a picture
+rendered twice from one JSON is the same file.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+class PicturesUnavailable(RuntimeError):
+    """matplotlib (the `plots` extra) is not installed: the message says how to install it."""
+
+
+INSTALL = "pip install 'pytest-stoplatency[plots]'"
+MISSING = f"a picture needs matplotlib, not installed here: {INSTALL}"
+
+COLOURS = {"whole": "#2e7d32", "over-bound": "#f9a825", "orphaned": "#c62828", "failed": "#616161"}
+FLOOR_S = 1e-4  # a log axis cannot show 0: faster samples are drawn here
+# Any: matplotlib types rc_context's keys as a Literal of every rc name.
+RC: Any = {"svg.hashsalt": "pytest-stoplatency", "svg.fonttype": "none", "font.size": 9}
+
+
+def available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _figure(width: float, height: float) -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise PicturesUnavailable(MISSING) from e
+    # The object API, not pyplot: no global backend, so a user's own pyplot state is untouched.
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _svg(fig: Any) -> str:
+    import matplotlib
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+
+    out = io.StringIO()
+    with matplotlib.rc_context(RC):
+        FigureCanvasSVG(fig).print_svg(out, metadata={"Date": None})
+    return out.getvalue()
+
+
+def strip(series: Sequence[tuple[str, Iterable[float], float | None]], title: str) -> str:
+    """One row per (label, latencies in seconds, bound or None): each sample a dot, red past
+    the bound; the bound a red bar."""
+    import matplotlib
+
+    with matplotlib.rc_context(RC):
+        fig = _figure(9, _strip_height(series))
+        _draw_strip(fig, series, title)
+        return _svg(fig)
+
+
+def _strip_height(series: Sequence[Any]) -> float:
+    return 0.28 * len(series) + 1.2
+
+
+def _draw_strip(fig: Any, series: Sequence[tuple[str, Iterable[float], float | None]], title: str) -> None:
+    ax = fig.add_subplot()
+    for i, (_, values, bound) in enumerate(series):
+        xs = [max(v, FLOOR_S) for v in values]
+        over = [bound is not None and v > bound for v in values]
+        ax.scatter(xs, [i] * len(xs), s=14, alpha=0.6, marker="o", linewidths=0,
+                   c=[COLOURS["orphaned"] if o else "#1565c0" for o in over])  # fmt: skip
+        if bound is not None:
+            ax.plot([bound, bound], [i - 0.4, i + 0.4], color=COLOURS["orphaned"], linewidth=2)
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(series)), [label for label, _, _ in series])
+    ax.set_ylim(len(series) - 0.5, -0.5)
+    ax.set_xlabel("stop latency (s, log scale); red bar: the label's bound")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title)
+
+
+def grid(
+    columns: Sequence[str], kinds: Sequence[str], cells: dict[tuple[str, str], tuple[str, str]], title: str
+) -> str:
+    """Kinds (rows) x stoppers (columns); cells[(column, kind)] = (verdict, text)."""
+    import matplotlib
+
+    with matplotlib.rc_context(RC):
+        fig = _figure(*_grid_size(columns, kinds))
+        _draw_grid(fig, columns, kinds, cells, title)
+        return _svg(fig)
+
+
+def _grid_size(columns: Sequence[str], kinds: Sequence[str]) -> tuple[float, float]:
+    return 1.4 * len(columns) + 2.2, 0.32 * len(kinds) + 2.0
+
+
+def _draw_grid(
+    fig: Any, columns: Sequence[str], kinds: Sequence[str], cells: dict[tuple[str, str], tuple[str, str]], title: str
+) -> None:
+    from matplotlib.patches import Patch, Rectangle
+
+    ax = fig.add_subplot()
+    for j, col in enumerate(columns):
+        for i, kind in enumerate(kinds):
+            verdict, text = cells.get((col, kind), ("failed", "-"))
+            ax.add_patch(Rectangle((j + 0.03, i + 0.05), 0.94, 0.9, color=COLOURS[verdict]))
+            ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", color="white", fontsize=7)
+    ax.set_xlim(0, len(columns))
+    ax.set_ylim(len(kinds), 0)
+    ax.set_xticks([j + 0.5 for j in range(len(columns))], columns, rotation=30, ha="left")
+    ax.xaxis.tick_top()
+    ax.set_yticks([i + 0.5 for i in range(len(kinds))], kinds)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    fig.legend(handles=[Patch(color=c, label=v) for v, c in COLOURS.items()], loc="outside lower center", ncols=4)
+    fig.suptitle(title)
+
+
+def kit_cells(doc: dict[str, Any]) -> tuple[list[str], list[str], dict[tuple[str, str], tuple[str, str]]]:
+    """The grid of a kit document (`conformance --json`)."""
+    stoppers = [s for s in doc["stoppers"] if not s["skipped"]]
+    kinds = [r["kind"] for r in stoppers[0]["rows"]] if stoppers else []
+    cells = {}
+    for s in stoppers:
+        for row in s["rows"]:
+            cells[(s["id"], row["kind"])] = (row["verdict"], cell_text(row))
+    return [s["id"] for s in stoppers], kinds, cells
+
+
+def cell_text(row: dict[str, Any]) -> str:
+    if row["verdict"] == "orphaned" or row.get("orphans"):
+        return f"orphaned {row['orphans']}"
+    if row["verdict"] == "failed" or row.get("median_s") is None:
+        return "failed"
+    return f"{row['median_s'] * 1000:.3g} ms" if row["median_s"] < 1 else f"{row['median_s']:.3g} s"
+
+
+def kit_svg(doc: dict[str, Any]) -> str:
+    """The kit's `--svg`: the kinds x stoppers grid above the latency distribution of every
+    stopper and kind that was stopped (one strip per cell)."""
+    import matplotlib
+
+    columns, kinds, cells = kit_cells(doc)
+    title = (
+        f"stop conformance: bound {doc['bound_s']:g} s, kill grace {doc['kill_grace_s']:g} s, exit {doc['exit_code']}"
+    )
+    series = []
+    for s in doc["stoppers"]:
+        if s["skipped"]:
+            continue
+        for row in s["rows"]:
+            values = [x["latency_s"] for x in row["samples"] if x.get("latency_s") is not None]
+            if values:
+                series.append((f"{s['id']} / {row['kind']}", values, doc["bound_s"]))
+    with matplotlib.rc_context(RC):
+        gw, gh = _grid_size(columns, kinds)
+        sh = _strip_height(series) if series else 0.0
+        fig = _figure(max(gw, 9), gh + sh)
+        top, bottom = fig.subfigures(2, 1, height_ratios=[gh, max(sh, 0.01)]) if series else (fig, None)
+        _draw_grid(top, columns, kinds, cells, title)
+        if bottom is not None:
+            _draw_strip(bottom, series, "stop latency per stopper and kind (stopped samples)")
+        return _svg(fig)
+
+
+def samples_svg(samples: Sequence[dict[str, Any]], title: str) -> str:
+    """`--stop-latency-svg`: the plugin's samples (`--stop-latency-json`'s), one row per label."""
+    by_label: dict[str, tuple[list[float], float | None]] = {}
+    for x in samples:
+        values, bound = by_label.setdefault(x["label"], ([], x.get("bound")))
+        if x.get("latency") is not None:
+            values.append(x["latency"])
+    series = [(label, values, bound) for label, (values, bound) in sorted(by_label.items())]
+    return strip(series, title)
