@@ -211,7 +211,9 @@ N = {marks!r}
 @pytest.fixture(scope="module")
 def untagged_server():
     # Its environment dropped, still pytest's child: only the fixture's pid window says whose.
-    subprocess.Popen(["env", "-i", "sleep", N["module"]])
+    # Started with no environment (Popen returns once sleep is exec'd), not through `env -i`,
+    # whose own start still carries the tag: a check that came first read it as tagged.
+    subprocess.Popen(["sleep", N["module"]], env={{}})
     yield
 
 def test_only(untagged_server):
