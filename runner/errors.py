@@ -37,7 +37,11 @@ if TYPE_CHECKING:
     from runner.events import Mode, Origin
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]}
+# C0 and C1 controls and DEL (a terminal acts on them: ESC, CSI), and the line and
+# paragraph separators: every character str.splitlines breaks at is escaped, so that one
+# message stays one line (NEL, U+0085, in a spec's key made it two; found by the fuzzer).
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]}  # ablate: printable-c1
+_CONTROL.update({0x2028: "\\u2028", 0x2029: "\\u2029"})
 _CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
 
 

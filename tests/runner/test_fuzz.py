@@ -117,6 +117,12 @@ def hostile_specs(draw):
     return "\n".join(lines) + "\n"
 
 
+NEL_KEY = 'items = []\n[provider]\ncommand = []\n["\x85"]\n'
+"""A key holding NEL (U+0085): str.splitlines breaks there, and the message naming the key
+was two lines (found by the fuzzer in CI)."""
+
+
+@example(text=NEL_KEY)
 @given(text=hostile_specs())
 def test_the_spec_loader_answers_every_spec_with_a_spec_or_one_line(text):
     """Property: spec.loads never raises anything but SpecError, whose message is one
@@ -126,12 +132,14 @@ def test_the_spec_loader_answers_every_spec_with_a_spec_or_one_line(text):
     except SpecError as exc:
         message = str(exc)
         assert "\n" not in message and "\r" not in message and "\x1b" not in message
+        assert len(message.splitlines()) == 1 and not any(0x80 <= ord(c) < 0xA0 for c in message)
         assert len(message) < 1000
     else:
         assert loaded.stop.kill_grace > 0 and loaded.stop.kill_grace <= 30 * 24 * 3600
 
 
 @settings(max_examples=12)
+@example(text=NEL_KEY)
 @given(text=hostile_specs())
 def test_runner_run_on_a_hostile_spec_is_one_line_and_documented(tmp_path_factory, text):
     """Property, end to end: `runner run --detach` on a hostile spec exits with a
