@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from runner.errors import DISK_ERRNOS, BadInput, RunnerError, printable
+from runner.errors import DISK_ERRNOS, BadInput, NoLiveRun, RunnerError, printable
 from runner.events import STOP_SIGNALS
 from runner.exitcodes import INTERRUPTED_LINE, Exit
 
@@ -483,7 +483,15 @@ def _stop(args: Args) -> Exit:
         from runner.control import waiting
         from runner.files.rundir import resolve
 
-        rd = resolve(args.run_dir)
+        try:
+            rd = resolve(args.run_dir)
+        except NoLiveRun:
+            if not args.wait or args.run_dir is None:
+                raise
+            # Removed or half removed before the wait: nothing to lodge a request in; the
+            # hard stop its engine makes of a vanished run is finished here, as when the
+            # directory goes while the waiter waits (waiting.directory_gone).
+            raise waiting.directory_gone(stop.stop_path(args.run_dir, kind, wait=True)) from None
         result = stop.stop(rd, kind)
         print(f"runner: {printable(result.message, None)}")
         return waiting.wait_run(rd) if args.wait else result.code

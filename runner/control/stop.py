@@ -90,8 +90,15 @@ def stop(
     if kind.mode == Mode.GRACEFUL:
         return _graceful(rd, origin or Origin.FILE)
     s = Stop(rd, kind, origin, grace=grace, kill_grace=kill_grace, channel=channel)
-    if s.view.engine is None and dirfd.gone(rd.path):
-        return _vanished_at(str(rd.path))  # gone before it could be read: found by its engine
+    if dirfd.gone(rd.path):
+        if s.view.engine is None:
+            return _vanished_at(str(rd.path))  # gone before it could be read: found by its engine
+        # Removed or half removed while it was read: as `--now` stops a vanished run, and
+        # nothing is made there (an `rm -rf` may still be emptying it: a request file made
+        # now would make its last rmdir fail).
+        s.facts.vanished = str(rd.path)
+        s.kill()
+        return s.finish()
     if s.view.live is False:
         # The engine is dead (it crashed, or a stopper killed it and was itself killed):
         # what the run left is killed, and the stop recorded unless the attempt recorded
@@ -161,7 +168,8 @@ class Stop:
         try:
             stop_request.lodge(self.rd, Mode.HARD, origin)  # ablate: stop-lodges-first
         except (ControlFileError, Damaged) as exc:
-            view.note(exc)
+            if not dirfd.gone(self.rd.path):  # gone: said once, by the result
+                view.note(exc)
             use_signal = self.kind.waits  # no file channel left: the signal is all there is
         engine = self._engine()
         if engine is not None and use_signal and not identity.exiting(engine.pid):
@@ -213,7 +221,7 @@ class Stop:
             known=known,
         )
         self.facts.report, self.facts.killed = report, True
-        if report.refused:
+        if report.refused and not dirfd.gone(self.rd.path):  # (a journal there would be a new file)
             try:
                 with Journal(self.rd.journal) as journal:
                     journal.append(Event.SIGNAL_REFUSED, by="stop", refused=report.refused)
@@ -360,6 +368,8 @@ def _graceful(rd: RunDir, origin: Origin) -> StopResult:
     """`runner stop --graceful`: lodge a graceful request (file channel; `origin` names
     a caller other than the CLI) for the engine to honor at its next graceful check point."""
     refuse_copy(rd)
+    if dirfd.gone(rd.path):  # no request is made in a directory that went away (rm -rf may be emptying it)
+        raise NoLiveRun(f"{rd.path}: {GONE}: no graceful stop is lodged there")
     if not rd.is_live():
         raise NoLiveRun(f"{rd.path}: no live engine")
     try:
@@ -371,17 +381,24 @@ def _graceful(rd: RunDir, origin: Origin) -> StopResult:
     return graceful_lodged(rd.run_id, request.mode == Mode.HARD)
 
 
-def stop_path(run_dir: str | None, kind: StopKind) -> StopResult:
-    """`runner stop [--now | --graceful] [--run-dir DIR]`: the run a command names,
-    resolved and stopped. `rm -rf DIR` of a live run, before this command or while it
-    reads the run: the run's engine, if it still lives, is found by its pinned, deleted
-    directory (vanished.py) and its run stopped as `--now` stops it, said on one line
-    (a graceful stop has no file left to lodge: NoLiveRun). No engine found there:
-    resolve's own line (no run there, or a symlink never followed)."""
+GONE = "the run directory is gone (removed, or half removed: its spec.toml gone)"
+"""How a stop names a run directory that went away before it could lodge anything."""
+
+
+def stop_path(run_dir: str | None, kind: StopKind, *, wait: bool = False) -> StopResult:
+    """`runner stop [--now | --graceful [--wait]] [--run-dir DIR]`: the run a command
+    names, resolved and stopped. `rm -rf DIR` of a live run, before this command or while
+    it reads the run, also one whose last rmdir failed (half removed: DIR is there, its
+    spec.toml gone): the run's engine, if it still lives, is found by its pinned directory
+    (vanished.py) and its run stopped as `--now` stops it, said on one line. A graceful
+    stop has no file left to lodge (NoLiveRun), unless it would `wait` for the run's end:
+    then it finishes the stop the engine makes of a vanished run (the caller says how
+    the run ended: stopped). No engine found there: resolve's own line (no run there, or
+    a symlink never followed)."""
     try:
         rd = resolve(run_dir)
     except NoLiveRun as missing:
-        if run_dir is None or kind.mode == Mode.GRACEFUL:
+        if run_dir is None or (kind.mode == Mode.GRACEFUL and not wait):
             raise
         return _vanished_at(os.path.abspath(run_dir), missing)
     return stop(rd, kind)

@@ -6,6 +6,7 @@ before anything else happens to the run."""
 
 from __future__ import annotations
 
+import errno
 import signal
 import time
 
@@ -13,6 +14,7 @@ from runner import defaults
 from runner.control.stop_result import RecordedBy
 from runner.errors import DISK_ERRNOS, Damaged, RunLocked, Unwritable
 from runner.events import STOP_SIGNALS, Event, Origin
+from runner.files import dirfd
 from runner.files.journal import Journal, read_attempt, stop_recorded
 from runner.files.rundir import RunDir
 from runner.files.state import State, StateStore  # ablate: stop-record-writer-lazy
@@ -126,6 +128,10 @@ def _record_locked(
     # The engine is dead (this stopper holds its lock): a reserve it left behind is
     # this stopper's to give up, should the disk be full (reserve.py).
     spare = Reserve.leftover(rd.path)  # ablate: stopper-leftover-reserve
+    if dirfd.gone(rd.path):
+        # Removed or half removed since the stopper looked: nothing is recorded there, and
+        # no `lock` is made (a file made while `rm -rf` empties it would make rm fail).
+        raise FileNotFoundError(errno.ENOENT, "the run directory went away", str(rd.path))
     with _recording_lock(rd):
         store = StateStore(rd.state, spare)
         state = store.load()

@@ -14,6 +14,7 @@ from runner.proc import identity, signals
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from runner.control.stop_result import StopResult
     from runner.control.survey import Survey
 
 
@@ -46,9 +47,14 @@ def _ended(rd: RunDir, view: Survey) -> Exit:
         stopper = stop.Stop(rd, StopKind.NOW, view=view)
         stopper.facts.vanished = str(rd.path)
         stopper.kill()
-        result = stopper.finish()
-        raise DirectoryGone(result.message, Exit.STOPPED if result.code == Exit.OK else result.code)
+        raise directory_gone(stopper.finish())
     return run_outcome(rd)
+
+
+def directory_gone(result: StopResult) -> DirectoryGone:
+    """What a waiter says of a run whose directory went away, once the stop pipeline
+    finished its kill (`result`): the run was stopped (STOPPED), or what was left alive."""
+    return DirectoryGone(result.message, Exit.STOPPED if result.code == Exit.OK else result.code)
 
 
 def run_outcome(rd: RunDir) -> Exit:

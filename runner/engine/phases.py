@@ -28,7 +28,7 @@ from runner.engine.child import Result, run_child
 from runner.errors import Damaged, RunStopped, disk_fault
 from runner.events import Event, Mode, Origin, Outcome
 from runner.exitcodes import Exit
-from runner.files import captured, stop_request
+from runner.files import captured, dirfd, stop_request
 from runner.files.atomic import atomic_write_text
 from runner.files.spec import substitute
 from runner.files.stopped import record_stop
@@ -179,6 +179,11 @@ class Phases:
             )
             self.ctl.say_disk_fault()  # the reserve these records needed, if they did
         except Exception as exc:
+            if isinstance(exc, FileNotFoundError) and dirfd.gone(self.rd.path):
+                # The run directory went away (removed, or half removed and sealed): no
+                # record can be made there, and none is tried again.
+                say(f"run {self.state.run_id} stopped (every process ended): its directory is gone, nothing recorded")
+                return Exit.STOPPED
             if not disk_fault(exc):
                 raise
             # Every process of the run is gone (the clean-up ran): only the record is

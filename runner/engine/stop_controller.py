@@ -160,8 +160,12 @@ class StopController:
         if self._kill_failed:
             self._kill()
         if dirfd.gone(self._rundir.path):  # ablate: vanished-dir-stop
-            # The run directory was removed: no outcome of this run could be recorded any
-            # more, and no command could find it by its directory. A hard stop, at once.
+            # The run directory was removed, or half removed (its spec.toml gone: an `rm
+            # -rf` that may still be emptying it, or whose last rmdir failed): no outcome
+            # of this run could be recorded any more, and no command could find it by its
+            # directory. A hard stop, at once; and nothing more is made there (a file made
+            # while rm empties the directory would make it fail: dirfd.seal).
+            dirfd.seal(self._rundir.path)
             self.request(Origin.VANISHED)
         elif self._signal_origin is not None:
             self.request(self._signal_origin)

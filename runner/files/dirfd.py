@@ -12,7 +12,12 @@ component with O_NOFOLLOW (and O_CREAT|O_EXCL for a file that must be new). So:
   on one line, and nothing outside the directory is touched;
 - a run directory moved with `mv` keeps working in the engine that pinned it (the
   descriptor follows the directory; the old path is only a spelling);
-- a removed run directory is seen (`gone`: its link count is 0), not written around.
+- a removed run directory is seen (`gone`: its link count is 0), not written around;
+  so is a half-removed one (its `spec.toml` gone while the directory stays: an `rm -rf`
+  whose last rmdir failed, "Directory not empty", because a file was made in it while
+  it emptied the directory). An engine that saw its directory go `seal`s the pin: from
+  then on it makes no file there (a file made while `rm -rf` empties a directory makes
+  the rm fail), as in a removed directory, where no file can be made.
 
 A new file is owned by the directory's owner even when root creates it (`own`): a stop by
 an administrator must leave the owner a directory they can keep using.
@@ -30,6 +35,12 @@ from runner.errors import Damaged
 
 _pins: dict[str, int] = {}
 """The absolute path a run directory was named by, when pinned -> its descriptor."""
+_sealed: set[int] = set()
+"""Pinned descriptors of directories that went away (`seal`): opened below as removed."""
+
+SPEC_NAME = "spec.toml"
+"""The file that makes a directory a run (RunDir.exists, run_entries): written once, by
+`runner run`, and never removed by the runner; a directory that lost it holds no run."""
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -58,6 +69,7 @@ def pin(path: str | os.PathLike[str]) -> int:
 def unpin(path: str | os.PathLike[str]) -> None:
     fd = _pins.pop(os.path.abspath(path), None)
     if fd is not None:
+        _sealed.discard(fd)
         os.close(fd)
 
 
@@ -66,15 +78,38 @@ def pinned(path: str | os.PathLike[str]) -> int | None:
 
 
 def gone(path: str | os.PathLike[str]) -> bool:
-    """The pinned run directory was removed (its link count fell to 0). False when it
-    is not pinned, or was only moved."""
+    """The pinned run directory went away: removed (its link count fell to 0), or half
+    removed (it no longer holds its `spec.toml`: an `rm -rf` that emptied it and whose
+    last rmdir failed because a file was made meanwhile; nothing names the run there any
+    more, and no command finds it by its directory). False when it is not pinned, or was
+    only moved."""
     fd = pinned(path)
     if fd is None:
         return False
+    if fd in _sealed:
+        return True
     try:
-        return os.fstat(fd).st_nlink == 0
+        if os.fstat(fd).st_nlink == 0:
+            return True
     except OSError:
         return True
+    try:
+        os.stat(SPEC_NAME, dir_fd=fd, follow_symlinks=False)  # ablate: half-removed-dir-is-gone
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # not said: what cannot be looked at is not called gone
+    return False
+
+
+def seal(path: str | os.PathLike[str]) -> None:
+    """The pinned run directory went away (`gone`): from now on this process opens and
+    makes nothing below it (FileNotFoundError, as in a removed directory). A half-removed
+    directory may be one `rm -rf` is still emptying: a file made there now (a record, a
+    lock) would make its last rmdir fail and leave the directory behind."""
+    fd = pinned(path)
+    if fd is not None:
+        _sealed.add(fd)
 
 
 def _anchor(path: str) -> tuple[int, list[str]] | None:
@@ -121,6 +156,8 @@ def parent(path: str | os.PathLike[str], *, create: bool = False) -> tuple[int, 
             os.makedirs(head, 0o700, exist_ok=True)
         return os.open(head, DIR_FLAGS), name
     fd, parts = found
+    if fd in _sealed:
+        raise FileNotFoundError(errno.ENOENT, "the run directory went away (removed or emptied)", full)
     if not parts:
         raise Damaged(full, "is the run directory itself")
     cur = os.dup(fd)
@@ -191,6 +228,8 @@ def stat_at(path: str | os.PathLike[str]) -> os.stat_result | None:
     full = os.path.abspath(path)
     head, name = os.path.split(full)
     fd = _pins.get(head)
+    if fd is not None and fd in _sealed:
+        return None
     try:
         if fd is not None:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)

@@ -64,7 +64,7 @@ class EngineLock:
 
 
 _FILES = {
-    "spec": "spec.toml",
+    "spec": dirfd.SPEC_NAME,
     "state": "state.json",
     "journal": "journal.jsonl",
     "engine_identity": "engine.json",

@@ -17,12 +17,15 @@ if TYPE_CHECKING:
 
 IN_CLOSE_WRITE = 0x00000008
 IN_MOVED_TO = 0x00000080
+IN_DELETE = 0x00000200
 IN_DELETE_SELF = 0x00000400
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 
 
-_MASK = IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE_SELF
+_MASK = IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE | IN_DELETE_SELF
+"""IN_DELETE: a name removed from the run directory (`rm -rf` removing its spec.toml: a
+half-removed run, which the watchdog stops as a removed one)."""
 
 
 _rm_watch: Callable[[int, int], int] | None = None
@@ -32,7 +35,7 @@ unwatch then loads nothing."""
 
 def watch_dir(path: str | os.PathLike[str]) -> int | None:
     """An inotify descriptor watching `path` for files closed after writing or renamed
-    into it, and for its own removal (the watchdog then stops the run: see
+    into it, for names removed from it, and for its own removal (the watchdog then stops the run: see
     stop_controller); None where inotify is not available."""
     global _rm_watch
     try:

@@ -1,6 +1,8 @@
 """Live engines whose run directory is out of every command's reach: removed (`rm -rf`
-of a live run), or unreachable (the file system holding it lazily unmounted, `umount
--l`; a file system mounted over it or over a directory above it).
+of a live run), half removed (an `rm -rf` whose last rmdir failed: the directory is
+there, its spec.toml gone, so no command names a run there), or unreachable (the file
+system holding it lazily unmounted, `umount -l`; a file system mounted over it or over a
+directory above it).
 
 The engine stops a removed run itself (stop_controller: dirfd.gone). Should it not (hung,
 or an engine of an older runner), and for an unreachable run, which the engine does not
@@ -30,16 +32,20 @@ from runner.proc import identity, membership, signals
 
 _ENGINE_ARGV = (b"-m", b"runner", b"_engine")
 _IDENTITY = re.compile(r"\d+-\d+")
+_SPEC = "spec.toml"  # what makes a directory a run (files/dirfd.SPEC_NAME; proc may not import files)
 
 
 REMOVED = "removed"
 UNREACHABLE = "unreachable"
+EMPTIED = "emptied"
+"""Half removed: the directory is there and reached, but holds no spec.toml any more (an
+`rm -rf` whose last rmdir failed because a file was made in it meanwhile)."""
 
 
 class Vanished:
     """A live engine whose run directory is gone: `key` is its tag's value (the run's
     membership key, "<run id>.<dev>-<ino>", which names its cgroup too), `run_id` the
-    id people know the run by, `why` REMOVED or UNREACHABLE."""
+    id people know the run by, `why` REMOVED, UNREACHABLE or EMPTIED."""
 
     __slots__ = ("engine", "key", "run_id", "run_dir", "why")
 
@@ -86,7 +92,8 @@ def gone_why(pid: int, key: str | None) -> str | None:
     """REMOVED when engine `pid` holds a removed directory open (link count 0: its run
     directory is the only one an engine pins); UNREACHABLE when the directory its tag
     `key` names (its identity, "<dev>-<ino>") is out of reach from the path the kernel
-    gives for it; else None."""
+    gives for it; EMPTIED when that directory is reached but holds no run any more (half
+    removed: its spec.toml gone); else None."""
     identity_part = key.rpartition(".")[2] if key is not None else ""
     pinned: tuple[str, os.stat_result] | None = None
     for fd, st in identity.descriptors(pid):
@@ -99,7 +106,29 @@ def gone_why(pid: int, key: str | None) -> str | None:
     if pinned is None or not _same_mount_namespace(pid):
         return None
     reachable = _reachable(pid, *pinned)  # ablate: unreachable-dir-vanished
-    return None if reachable else UNREACHABLE
+    if not reachable:
+        return UNREACHABLE
+    emptied = _emptied(pid, pinned[0])  # ablate: half-removed-dir-vanished
+    return EMPTIED if emptied else None
+
+
+def _emptied(pid: int, fd: str) -> bool:
+    """Whether the directory engine `pid` holds open as `fd` no longer holds a run (no
+    spec.toml): looked up in that very directory (its /proc magic link, opened), not
+    through a path. What cannot be looked at says nothing (not emptied)."""
+    try:
+        dfd = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.stat(_SPEC, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(dfd)
+    return False
 
 
 def engines(base: str | os.PathLike[str]) -> list[Vanished]:

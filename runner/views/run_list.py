@@ -88,7 +88,10 @@ def rows(base: str | os.PathLike[str]) -> list[RunRow]:
         row(e.rd, root) if e.rd is not None else _refused(Path(base), e.name, e.error) for e in run_entries(Path(base))
     ]
     for v in vanished.engines(base):
-        how = "removed" if v.why == vanished.REMOVED else "unreachable (its file system unmounted, or mounted over)"
+        how = {
+            vanished.REMOVED: "removed",
+            vanished.EMPTIED: "half removed (its spec.toml gone)",
+        }.get(v.why, "unreachable (its file system unmounted, or mounted over)")
         damaged = f"{v.run_dir}: {how} while engine pid {v.engine.pid} runs (`runner stop --all` stops it)"
         out.append(_row_without_files(v.run_id, v.run_dir, "vanished", True, damaged))
     return out

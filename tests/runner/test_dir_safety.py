@@ -29,10 +29,12 @@ import runs as R
 
 import runner
 from reliability import soak_seams
+from runner import defaults
+from runner.events import StopKind
 from runner.exitcodes import Exit
 from runner.files import identity_file
 from runner.files.rundir import RunDir
-from runner.proc import identity, reaper
+from runner.proc import identity, reaper, signals
 from runner.proc.cgroup import run_cgroup_path
 
 pytestmark = pytest.mark.timeout(180)
@@ -458,6 +460,89 @@ def test_list_and_stop_all_find_a_live_engine_whose_directory_is_gone(runs, how)
         assert stopped.returncode == Exit.OK, stopped.stderr
         assert run_id in stopped.stdout and "is gone" in stopped.stdout
         assert _wait(lambda: not _tagged_or_cgroup(run_id), 2.0), R.tagged(run_id)
+    finally:
+        try:
+            os.kill(engine.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        _kill_and_remove(run_id)
+
+
+def _half_remove(rd):
+    """What an `rm -rf` that lost its race with a stopper leaves: every entry of the run
+    directory removed, then a file a stopper made meanwhile (its request's lock), which
+    made rm's last rmdir fail ("Directory not empty"). Made here, deterministically: the
+    directory stays, its spec.toml, state and identity files gone. Returns its names."""
+    for name in os.listdir(rd.path):
+        path = rd.path / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    (rd.path / "stop-request.lock").touch()
+    return sorted(os.listdir(rd.path))
+
+
+def test_a_half_removed_run_directory_stops_its_run(runs):
+    """Path: the engine's watchdog sees its pinned run directory hold no spec.toml any more
+    (dirfd.gone: half removed, an `rm -rf` whose last rmdir failed; inotify's IN_DELETE
+    wakes it) and stops the run hard, as for a removed one, sealing the directory
+    (dirfd.seal): the engine exits (its pidfd) within kill_grace + 2 s, nothing of the
+    run is left, and it made no file there (a second `rm -rf` of the directory then
+    succeeds). The half-removed state is made by the test, once the engine is idle in its
+    call. Ablation: half-removed-dir-is-gone (the engine and its children live on)."""
+    spec = runs.spec(provider=TRAP, stop=STOP)
+    rd = runs.start(spec)
+    R.wait_in_call(rd)
+    run_id = rd.run_id
+    engine = identity_file.read(rd.engine_identity)
+    try:
+        left = _half_remove(rd)
+        assert signals.wait_gone(engine, STOP["kill_grace"] + 2.0), "the engine lives on in its half-removed directory"
+        assert _wait(lambda: not _tagged_or_cgroup(run_id), 2.0), R.tagged(run_id)
+        assert sorted(os.listdir(rd.path)) == left, "the engine made files in a directory being removed"
+        os.unlink(rd.path / "stop-request.lock")
+        os.rmdir(rd.path)
+    finally:
+        _kill_and_remove(run_id)
+
+
+@pytest.mark.parametrize(
+    "flags, code",
+    [([], Exit.OK), (["--now"], Exit.OK), (["--graceful", "--wait"], Exit.STOPPED)],
+    ids=["stop", "now", "graceful-wait"],
+)
+def test_every_stop_mode_stops_a_run_whose_directory_is_half_removed(runs, flags, code):
+    """Path: vanished.gone_why's EMPTIED (the engine's pinned directory, reached, holds no
+    spec.toml) through control/stop.py's stop_path (`_vanished_at`, stop_vanished): a
+    stopper naming a half-removed run directory (no spec.toml, state or identity files;
+    a stopper's lock file left there) stops the run by its tag and cgroup, exits with its
+    documented code (0; STOPPED for `--graceful --wait`, the code of a run whose directory
+    went while it waited) and one line saying the directory is gone, and makes no file
+    there. The engine cannot stop itself (SIGSTOPped before the directory is emptied, as
+    a hung one would be); `runner list` shows it vanished, half removed. Ablation:
+    half-removed-dir-vanished (no run there: exit NO_LIVE_RUN, the run left alive)."""
+    spec = runs.spec(provider=TRAP, stop=STOP)
+    rd = runs.start(spec)
+    R.wait_in_call(rd)
+    run_id = rd.run_id
+    engine = identity_file.read(rd.engine_identity)
+    try:
+        os.kill(engine.pid, signal.SIGSTOP)
+        left = _half_remove(rd)
+        rows = json.loads(R.runner("list", "--json", "--runs-dir", runs.tmp_path).stdout)
+        assert [(r["run_id"], r["status"], r["live"]) for r in rows] == [(run_id, "vanished", True)], rows
+        assert any("half removed" in str(r) for r in rows), rows
+        t0 = time.monotonic()
+        stopped = R.runner("stop", *flags, "--run-dir", rd.path)
+        took = time.monotonic() - t0
+        lines = [line for line in (stopped.stdout + stopped.stderr).splitlines() if line.strip()]
+        assert stopped.returncode == code, (stopped.returncode, lines)
+        assert len(lines) == 1 and "is gone" in lines[0] and run_id in lines[0], lines
+        assert _wait(lambda: not _tagged_or_cgroup(run_id), 2.0), R.tagged(run_id)
+        assert sorted(os.listdir(rd.path)) == left, "the stop made files in a directory being removed"
+        # --now's worst case bounds every mode here: a vanished run is stopped as --now stops it.
+        assert took < StopKind.NOW.worst(kill_grace=STOP["kill_grace"]) + defaults.CONTAINER_GRACE_MARGIN, took
     finally:
         try:
             os.kill(engine.pid, signal.SIGCONT)
