@@ -71,10 +71,17 @@ class ReliabilitySection:
         skipped = (seams or {}).get("skipped") or {}
         if not faults and not skipped:
             return ""
+        stamp = (seams or {}).get("stamp") or {}
+        when = (
+            f"measured on its own (`--parts seams --merge`, {stamp.get('date', '?')}, {stamp.get('cpus', '?')} CPUs, "
+            f"seed {stamp.get('seed')}, commit `{stamp.get('git_commit') or 'not recorded'}`)"
+            if stamp
+            else "from the same soak"
+        )
         rows = [
             "",
             "",
-            "Faults at the seams, from the same soak (`reliability/soak_seams.py`): per fault, the trials, the "
+            f"Faults at the seams, {when} (`reliability/soak_seams.py`): per fault, the trials, the "
             "processes of the run and the cgroups left, every exit code seen and how many of them "
             "docs/exit-codes.md does not list for that command (INTERNAL never counts as listed), and "
             "the fault's own figure.",
@@ -92,7 +99,12 @@ class ReliabilitySection:
                 )
             if "not_one_line" in f:
                 figure.append(f"not one line {f['not_one_line']}")
-            if f.get("rm_again"):
+            if "rm_failed" in f:
+                figure.append(
+                    f"the one `rm -rf` failed {f['rm_failed']} (a file made meanwhile: the directory left half "
+                    "removed, stopped all the same)"
+                )
+            elif f.get("rm_again"):
                 figure.append(f"`rm -rf` run again {f['rm_again']} (a file made meanwhile)")
             if "backups_changed" in f:
                 figure.append(f"backups changed {f['backups_changed']}")

@@ -38,10 +38,14 @@ both containments, `--modes` trials per cell, each held to the same invariants; 
 recorded failed.
 
     python reliability/soak.py [--kills 200] [--runs 50] [--modes 3] [--all-now 60] [--seam-trials 20]
+                         [--parts crash,load,many,faults,disk,seams,modes,all-now] [--merge]
                          [--json docs/soak.json] [--check]
 
---check exits 1 on any loss (CI runs a short soak with it). Every process the soak
-starts is killed at the end, whatever happens.
+--check exits 1 on any loss (CI runs a short soak with it). `--parts` runs only the
+parts named (default: all); `--merge` keeps the parts of the existing --json that are
+not run now, with its stamp (date, commit, seed), and stamps each part run now with its
+own (`stamp`), so a part measured again later says when and on which commit. Every
+process the soak starts is killed at the end, whatever happens.
 """
 
 from __future__ import annotations
@@ -368,6 +372,44 @@ def cleanup(work: Path) -> None:
                 pass
 
 
+PARTS = {
+    "crash": ("crash_and_resume",),
+    "load": ("load_stop", "load_stop_now"),
+    "many": ("many_stoppers",),
+    "faults": ("faults",),
+    "disk": ("disk_and_pidns_faults",),
+    "seams": ("seam_faults",),
+    "modes": ("stop_modes",),
+    "all-now": ("all_now",),
+}
+"""Each part of the soak (--parts) and the keys of the JSON it writes."""
+_STAMP = ("seed", "machine", "cpus", "date", "git_commit", "seconds")
+
+
+def _parts(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in names if p not in PARTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(PARTS)}; not {unknown or text!r}")
+    return names
+
+
+def merged(doc: dict, kept: dict, parts: list[str]) -> dict:
+    """`doc` (the parts run now) beside the parts of `kept` (the existing JSON) not run
+    now. The stamp stays the kept one (the soak most of the figures are from); each part
+    run now carries its own under `stamp`."""
+    out = dict(kept)
+    stamp = {k: doc[k] for k in _STAMP if k in doc}
+    for part in parts:
+        for key in PARTS[part]:
+            value = doc.get(key)
+            if isinstance(value, dict):
+                value = {**value, "stamp": stamp}
+            out[key] = value
+    out["merged"] = sorted(set(kept.get("merged") or []) | set(parts))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="the reliability soak")
     ap.add_argument("--kills", type=int, default=200)
@@ -389,31 +431,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", type=int, default=0, help="trials of every cell of the stop-modes matrix")
     ap.add_argument("--all-now", type=int, default=0, help="runs stopped by one `stop --all --now`, checked")
     ap.add_argument("--check", action="store_true", help="exit 1 on any loss")
+    ap.add_argument("--parts", type=_parts, default=list(PARTS), help=f"{','.join(PARTS)} (default: all)")
+    ap.add_argument("--merge", action="store_true", help="keep the parts of the existing --json that are not run now")
     args = ap.parse_args(argv)
+    run = set(args.parts)
     rng = random.Random(args.seed)
     commit = git_commit()  # the code the soak runs, taken before it starts
     work = Path(tempfile.mkdtemp(prefix="runner-soak-"))
     t0 = time.monotonic()
+    none: dict = {"problems": []}
+    crash = hard = now = many = None
+    fault: dict[str, dict] = {}
+    disk: dict = {"faults": {}, "problems": []}
+    seams: dict = {"faults": {}, "problems": []}
+    stop_modes = all_now = None
     try:
-        crash = crash_and_resume(work, args.kills, rng)
-        hard = load(work, args.runs, [], "stop")
-        now = load(work, args.runs, ["--now"], "stop-now")
-        many = many_stoppers(work, args.stoppers)
-        fault = stop_faults(work, args, rng)
+        if "crash" in run:
+            crash = crash_and_resume(work, args.kills, rng)
+        if "load" in run:
+            hard = load(work, args.runs, [], "stop")
+            now = load(work, args.runs, ["--now"], "stop-now")
+        if "many" in run:
+            many = many_stoppers(work, args.stoppers)
+        if "faults" in run:
+            fault = stop_faults(work, args, rng)
         from reliability import soak_disk
 
-        disk = soak_disk.run(work / "disk", args.disk_trials) if args.disk_trials else {"faults": {}, "problems": []}
+        if "disk" in run and args.disk_trials:
+            disk = soak_disk.run(work / "disk", args.disk_trials)
         from reliability import soak_seams
 
-        seams = (
-            soak_seams.run(work / "seams", args.seam_trials, args.seed)
-            if args.seam_trials
-            else {"faults": {}, "problems": []}
-        )
+        if "seams" in run and args.seam_trials:
+            seams = soak_seams.run(work / "seams", args.seam_trials, args.seed)
         from reliability import modes
 
-        stop_modes = modes.soak(work / "modes", args.modes) if args.modes else None
-        all_now = modes.all_now(work, args.all_now) if args.all_now else None
+        stop_modes = modes.soak(work / "modes", args.modes) if "modes" in run and args.modes else None
+        all_now = modes.all_now(work, args.all_now) if "all-now" in run and args.all_now else None
     finally:
         cleanup(work)
     doc = {
@@ -434,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         "stop_modes": stop_modes,
         "all_now": all_now,
     }
-    problems = crash["problems"] + hard["problems"] + now["problems"] + many["problems"] + list(disk["problems"])
+    problems = [p for part in (crash, hard, now, many) for p in (part or none)["problems"]] + list(disk["problems"])
     problems += list(seams["problems"])
     problems += [p for f in fault.values() for p in f["problems"] + _fault_losses(f)]
     if stop_modes is not None:
@@ -444,14 +497,19 @@ def main(argv: list[str] | None = None) -> int:
         if all_now["with_a_failure"] or all_now["code"] != 0:
             problems.append(f"stop --all --now: {all_now}")
         print(f"soak: stop --all --now: {all_now['with_a_failure']} of {all_now['runs']} runs with a failure")
-    print(
-        f"soak: {crash['kills']} kills over {crash['runs']} runs ({crash['engine_group_kills']} engine groups, "
-        f"{crash['child_group_kills']} call groups), losses {len(crash['problems'])}; "
-        f"{hard['runs']} runs stopped at once: median {hard['median_s']:.2f} s, p95 {hard['p95_s']:.2f} s; "
-        f"--now: median {now['median_s']:.2f} s, p95 {now['p95_s']:.2f} s; "
-        f"{many['stoppers']} stoppers on one run: codes {many['codes']}; "
-        f"disk and pid-namespace faults: {len(disk['faults'])} kinds; problems {len(problems)}"
-    )
+    if crash is not None:
+        print(
+            f"soak: {crash['kills']} kills over {crash['runs']} runs ({crash['engine_group_kills']} engine groups, "
+            f"{crash['child_group_kills']} call groups), losses {len(crash['problems'])}"
+        )
+    if hard is not None and now is not None and hard["runs"] and now["runs"]:
+        print(
+            f"soak: {hard['runs']} runs stopped at once: median {hard['median_s']:.2f} s, p95 {hard['p95_s']:.2f} s; "
+            f"--now: median {now['median_s']:.2f} s, p95 {now['p95_s']:.2f} s"
+        )
+    if many is not None:
+        print(f"soak: {many['stoppers']} stoppers on one run: codes {many['codes']}")
+    print(f"soak: disk and pid-namespace faults: {len(disk['faults'])} kinds; problems {len(problems)}")
     for name, f in fault.items():
         print(
             f"soak: fault {name}: {f['trials']} trials, {f['runs_left_running']} runs left running, "
@@ -465,8 +523,12 @@ def main(argv: list[str] | None = None) -> int:
     for p in problems:
         print(f"soak: problem: {p}")
     if args.json:
+        if args.merge and args.json.exists():
+            doc = merged(doc, json.loads(args.json.read_text()), args.parts)
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        tmp = args.json.with_name(args.json.name + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        tmp.replace(args.json)
     return 1 if (args.check and problems) else 0
 
 

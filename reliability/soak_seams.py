@@ -3,8 +3,9 @@ every exit code seen and whether docs/exit-codes.md lists it for that command, a
 the fault is about (a bound, a backup's bytes, a refusal's bytes).
 
 - `rm -rf` of the run directory during `runner stop`, `--now` and `--graceful --wait`,
-  at a random moment of the stop (its kill grace and a little more): nothing of the run
-  left, the stopper's exit code documented for its command;
+  at a random moment of the stop (its kill grace and a little more), once: nothing of the
+  run left, the stopper's exit code documented for its command, one line; an rm that
+  failed (a file made meanwhile: the directory left half removed) is counted;
 - a run that filled its pids cgroup (cgroup v1 pids, pids.max reached by trapping
   forks): a plain `runner stop` exits 0 within kill_grace + CONFIRM_TIMEOUT + 1 s; `rm
   -rf` of such a run leaves nothing within kill_grace + 3 s;
@@ -217,9 +218,13 @@ def rm_during_stop(work: Path, tally: _Tally, mode: str, i: int, rng: random.Ran
             text=True,
         )
         time.sleep(rng.uniform(0.0, KILL_GRACE + 0.3))
-        passes = remove(rd.path)
+        # One `rm -rf`, as a user runs it: when the stopper made a file meanwhile, rm fails
+        # and leaves the directory half removed (its spec.toml gone), which the engine and
+        # the stopper must treat as gone. Counted; the rest is removed after the trial.
+        failed = subprocess.run(["rm", "-rf", str(rd.path)], capture_output=True).returncode != 0
         out, err = stopper.communicate(timeout=120)
         left = _left(key, KILL_GRACE + 3.0)
+        remove(rd.path)  # what the failed rm left
         fault = f"`rm -rf` of the run directory during `{command}`"
         # What it said of the run's end: `--graceful --wait` first says its request was
         # lodged, then how the run ended; every other line counts.
@@ -230,7 +235,7 @@ def rm_during_stop(work: Path, tally: _Tally, mode: str, i: int, rng: random.Ran
             command=command,
             left=left,
             not_one_line=int(len(lines) != 1),
-            rm_again=int(passes > 1),
+            rm_failed=int(failed),
         )
         if len(lines) != 1:
             tally.problems.append(f"{fault}: exit {stopper.returncode}, {len(lines)} lines: {lines[:3]}")
