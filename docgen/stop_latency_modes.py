@@ -240,9 +240,9 @@ class StopModesSection:
         (
             "stop",
             (
-                "its engine, found by its deleted pinned directory (`vanished.py`), is stopped as `--now` stops "
-                "it, by its tag and cgroup; one line says the directory is gone and nothing could be recorded; "
-                "no such engine: no run there",
+                "its engine, found by its pinned directory, deleted or half removed (no `spec.toml` left: an "
+                "`rm -rf` that failed), by `vanished.py`, is stopped as `--now` stops it, by its tag and cgroup; "
+                "one line says the directory is gone and nothing could be recorded; no such engine: no run there",
                 ("OK", "LEFT_RUNNING", "UNKILLABLE", "NO_LIVE_RUN"),
             ),
             (
@@ -267,7 +267,11 @@ class StopModesSection:
         ),
         (
             "stop --graceful --wait",
-            ("no run there", ("NO_LIVE_RUN",)),
+            (
+                "its engine, found as `runner stop` finds it, is stopped as `--now` stops it (the hard stop the "
+                "engine makes of a vanished run, finished); one line; no such engine: no run there",
+                ("STOPPED", "LEFT_RUNNING", "UNKILLABLE", "NO_LIVE_RUN"),
+            ),
             (
                 "the engine stops the run hard (origin `vanished`); the waiter finishes the kill by the run's tag "
                 "and cgroup and says, on one line, that the directory is gone and nothing could be recorded",
