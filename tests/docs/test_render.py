@@ -562,3 +562,48 @@ def test_renders_the_seam_rows_the_soak_itself_wrote(render_mod, tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| `cp -al` backup of a live run, then `stop` |"))
     assert row == "| `cp -al` backup of a live run, then `stop` | 1 | 0 | 0 | [0] (0) | backups changed 0 |", row
     assert "| lazy unmount | skipped: no root here | | | | |" in text
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the soak's runs are in cgroups)")
+def test_renders_the_seam_part_merged_into_the_committed_soak(render_mod, tmp_path):
+    """Path: the soak's `--parts seams --merge` (soak.merged): the seam part, measured
+    alone by its real writer (one trial of `rm -rf` during `runner stop --now`,
+    soak_seams.rm_during_stop, whose rm runs once), merged into the committed soak: the
+    other parts keep their figures and the soak's stamp, the seam part carries its own,
+    and the Reliability section says when and on which commit the seam rows were
+    measured, with the rm's own figure (how often the one `rm -rf` failed)."""
+    import random
+
+    from reliability import soak, soak_seams
+
+    tally = soak_seams._Tally()
+    work = tmp_path / "seams"
+    work.mkdir()
+    try:
+        soak_seams.rm_during_stop(work, tally, "now", 0, random.Random(0))
+    finally:
+        soak.cleanup(work)
+    assert not tally.problems, tally.problems
+    kept = json.loads((ROOT / "docs" / "soak.json").read_text())
+    now = {
+        "seed": 7,
+        "machine": "here",
+        "cpus": 2,
+        "date": "2026-01-02T03:04:05Z",
+        "git_commit": "abc1234",
+        "seconds": 1.5,
+        "seam_faults": {"faults": tally.faults, "problems": []},
+    }
+    doc = soak.merged(now, kept, ["seams"])
+    assert (doc["date"], doc["git_commit"]) == (kept["date"], kept["git_commit"])
+    assert doc["crash_and_resume"] == kept["crash_and_resume"] and doc["merged"] == ["seams"]
+    assert doc["seam_faults"]["stamp"]["git_commit"] == "abc1234"
+    path = tmp_path / "soak.json"
+    path.write_text(json.dumps(doc))
+    text = render_mod.render_files(TEMPLATE, None, None, path)
+    stamp = "measured on its own (`--parts seams --merge`, 2026-01-02T03:04:05Z, 2 CPUs, seed 7, commit `abc1234`)"
+    assert stamp in text
+    head = "| `rm -rf` of the run directory during `runner stop --now` | 1 | 0 | 0 | "
+    row = next(line for line in text.splitlines() if line.startswith(head))
+    assert "(0) |" in row and "the one `rm -rf` failed " in row and "not one line 0" in row, row
