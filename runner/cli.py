@@ -492,7 +492,16 @@ def _stop(args: Args) -> Exit:
             # hard stop its engine makes of a vanished run is finished here, as when the
             # directory goes while the waiter waits (waiting.directory_gone).
             raise waiting.directory_gone(stop.stop_path(args.run_dir, kind, wait=True)) from None
-        result = stop.stop(rd, kind)
+        try:
+            result = stop.stop(rd, kind)
+        except NoLiveRun:
+            from runner.files import dirfd
+
+            if not args.wait or not dirfd.gone(rd.path):
+                raise
+            # It went away while the request was lodged: the waiter finishes the hard stop
+            # its engine makes of a vanished run, as when it goes while the waiter waits.
+            raise waiting.directory_gone(stop.stop(rd, StopKind.NOW)) from None
         print(f"runner: {printable(result.message, None)}")
         return waiting.wait_run(rd) if args.wait else result.code
     result = stop.stop_path(args.run_dir, kind)

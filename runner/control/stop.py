@@ -378,6 +378,10 @@ def _graceful(rd: RunDir, origin: Origin) -> StopResult:
         raise ControlFileError(
             f"{exc}: the graceful stop is not lodged (`runner stop` still reaches the engine by signal)"
         ) from None
+    except ControlFileError:
+        if dirfd.gone(rd.path):  # went away while the request was lodged: as before it
+            raise NoLiveRun(f"{rd.path}: {GONE}: no graceful stop is lodged there") from None
+        raise
     return graceful_lodged(rd.run_id, request.mode == Mode.HARD)
 
 

@@ -150,6 +150,11 @@ def lodge(run_dir: RunDir, mode: Mode | str, origin: Origin | str) -> StopReques
         old = _read(run_dir.stop_request)
         if _after_read is not None:
             _after_read(old)
+        if dirfd.gone(run_dir.path):  # ablate: lodge-refuses-a-gone-dir
+            # Removed or half removed while this stopper got here: a request written now
+            # would be a new file in a directory `rm -rf` may still be emptying (its last
+            # rmdir would fail), for an engine that stops such a run by itself.
+            raise ControlFileError(f"{run_dir.path}: the run directory went away: no request is written there")
         # Never downgrade: the stronger of the pending request and the new one wins.
         winner = max(old, new, key=_rank) if old is not None else new  # ablate: no-downgrade
         if winner is not old:

@@ -551,6 +551,46 @@ def test_every_stop_mode_stops_a_run_whose_directory_is_half_removed(runs, flags
         _kill_and_remove(run_id)
 
 
+@pytest.mark.parametrize("kind", ["graceful", "hard"])
+def test_a_stop_whose_directory_is_emptied_while_it_lodges_writes_nothing_there(runs, monkeypatch, kind):
+    """Path: stop_request.lodge's look under its lock, after its read and before its write
+    (dirfd.gone): the directory is half removed there, at the lodge's own test seam
+    (`_after_read`: an event, not a moment), and no request is written into it (a file
+    made while `rm -rf` empties a directory makes the rm fail). A graceful stop says so on
+    its line (NoLiveRun: the directory is gone, nothing lodged); a hard one goes on by its
+    signal and ends as a vanished run's stop (exit 0, "is gone"). The engine stops the
+    run itself; nothing of it is left, and the directory holds only what the rm left.
+    Ablation: lodge-refuses-a-gone-dir (the request is written there, the graceful stop
+    says it was lodged)."""
+    from runner.control import stop
+    from runner.errors import NoLiveRun
+    from runner.files import dirfd, stop_request
+    from runner.files.rundir import resolve
+
+    spec = runs.spec(provider=TRAP, stop=STOP)
+    rd = runs.start(spec)
+    R.wait_in_call(rd)
+    run_id = rd.run_id
+    engine = identity_file.read(rd.engine_identity)
+    left = []
+    pinned = resolve(str(rd.path))
+    monkeypatch.setattr(stop_request, "_after_read", lambda old: left.extend(_half_remove(pinned)))
+    try:
+        if kind == "graceful":
+            with pytest.raises(NoLiveRun, match="is gone"):
+                stop.stop(pinned, StopKind.GRACEFUL)
+        else:
+            result = stop.stop(pinned, StopKind.HARD)
+            assert result.code == Exit.OK and "is gone" in result.message, result.lines()
+        assert left == ["stop-request.lock"]
+        assert signals.wait_gone(engine, STOP["kill_grace"] + 2.0), "the engine lives on"
+        assert _wait(lambda: not _tagged_or_cgroup(run_id), 2.0), R.tagged(run_id)
+        assert sorted(os.listdir(rd.path)) == left, "a stop made files in a directory being removed"
+    finally:
+        dirfd.unpin(rd.path)
+        _kill_and_remove(run_id)
+
+
 @pytest.mark.parametrize("mode", ["hard", "now", "graceful-wait"])
 def test_mv_of_a_live_run_then_a_stop_through_the_new_path_is_truthful(runs, mode):
     """Path: the engine works through its pinned directory descriptor (dirfd.py), not the
