@@ -142,6 +142,13 @@ def _baseline(campaign: Campaign, mutations, root: Path, jobs: int, artifacts: P
     return elapsed
 
 
+def _args(campaign: Campaign, m: Mutation) -> tuple[str, ...]:
+    """One killer failing in its body is a kill: once one has, the others need not run (a
+    killed mutation's killers mostly wait out their bounds before they fail, the heaviest
+    part of the campaign). Survivors must all run, so a mutation that names any runs whole."""
+    return campaign.pytest_args if m.survivors else (*campaign.pytest_args, "--maxfail=1")
+
+
 def _one(campaign: Campaign, m: Mutation, root: Path, artifacts: Path) -> Result:
     t0 = time.monotonic()
     copy = scratch.make(root, m.id)
@@ -154,7 +161,7 @@ def _one(campaign: Campaign, m: Mutation, root: Path, artifacts: Path) -> Result
             return Result(m, Verdict(INVALID, str(exc)), time.monotonic() - t0)
         target = scratch.module_name(m.file)
         r = inner.run(
-            copy, list(m.node_ids), campaign.pytest_args, artifacts / m.id, artifacts / f"{m.id}.log", m.timeout, target
+            copy, list(m.node_ids), _args(campaign, m), artifacts / m.id, artifacts / f"{m.id}.log", m.timeout, target
         )
         v = judge(
             killers=m.killers,

@@ -58,6 +58,25 @@ def test_killed_mutation_and_working_tree_untouched(fake_tree, campaign, tmp_pat
     assert imports and all("/mutate-add-sub-" in r["file"] for r in imports)
 
 
+def test_a_kill_by_the_first_killer_skips_the_others_unless_survivors_are_named(fake_tree, campaign, tmp_path):
+    """Path: a mutation naming no survivors stops at its first kill (`--maxfail=1`, the
+    campaign's heaviest cost is killers waiting out their bounds); one naming survivors runs
+    them all, so a survivor gone red is still seen. Ablation: dropping `--maxfail` runs the
+    second killer (two kills); applying it with survivors leaves the survivor unrun."""
+    tree = fake_tree()
+    both = 'killers = ["tests/test_calc.py::test_add", "tests/test_calc.py::test_add_in_subprocess"]'
+    body = ADD_TO_SUB.replace('killers = ["tests/test_calc.py::test_add"]', both)
+    alone = one(campaign(tree, body.replace('survivors = ["tests/test_calc.py::test_unrelated"]', "")))
+    assert alone.verdict == KILLED and alone.killed_by == ["tests/test_calc.py::test_add"], alone
+    probe = json.loads((tmp_path / "artifacts" / "add-sub" / "pytest.json").read_text())
+    assert "tests/test_calc.py::test_add_in_subprocess" not in probe["outcomes"]
+    with_survivor = one(campaign(tree, body))
+    assert with_survivor.verdict == KILLED
+    assert with_survivor.killed_by == ["tests/test_calc.py::test_add", "tests/test_calc.py::test_add_in_subprocess"]
+    probe = json.loads((tmp_path / "artifacts" / "add-sub" / "pytest.json").read_text())
+    assert probe["outcomes"]["tests/test_calc.py::test_unrelated"] == "passed"
+
+
 def test_survivor_and_killer_in_a_subprocess(fake_tree, campaign, tmp_path):
     """Path: the mutated module imported in a child process is recorded there too and a
     killer that only fails through the child kills the mutation."""
