@@ -100,8 +100,10 @@ $(EXAMPLES_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,dev,examples]' --config-settings editable_mode=compat
 	touch $(EXAMPLES_STAMP)
 
+# Two at a time: most of the examples wait out a bound (a tool that does not stop), so
+# they mostly sleep; 185 s serially, 105 s so, beside other work (load 6-8).
 examples: $(EXAMPLES_STAMP) init
-	$(PY) -m pytest -p no:xdist examples
+	$(PY) -m pytest -n 2 examples
 
 # The stop-latency tests only, serially (parallel load distorts latencies),
 # 20 samples per label so that a p95 means something. Rewrites the committed
