@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv bytecode browser init test test-loaded test-loaded-ci measure mutate docs docs-check bench bench-ci lint soak soak-short screenshot examples leak-demo leaks-strangers
+.PHONY: venv bytecode browser init test test-loaded test-loaded-ci measure mutate mutate-ci docs docs-check bench bench-ci lint soak soak-short screenshot examples leak-demo leaks-strangers
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
@@ -65,10 +65,16 @@ lint: $(STAMP)
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-cache
 
+# SUITE_PROBE=DIR (CI): `make test` and `make examples` load the campaign's probe, which
+# writes what each test did to DIR/<target>/pytest.json; `make mutate-ci` reads them as
+# its baseline instead of running every killer again. It only records.
+SUITE_PROBE ?=
+PROBED = $(if $(SUITE_PROBE),env MUTATION_PROBE_DIR=$(abspath $(SUITE_PROBE))/$@ $(PY) -m pytest -p mutation._pytest_probe,$(PY) -m pytest)
+
 # The whole suite, the stop-latency tests included, in parallel.
 test: $(STAMP) bytecode browser
 	mkdir -p $(ARTIFACTS)
-	$(PY) -m pytest --stop-latency -n 2 --stop-latency-json $(ARTIFACTS)/test-latency.json
+	$(PROBED) --stop-latency -n 2 --stop-latency-json $(ARTIFACTS)/test-latency.json
 
 # The timing-sensitive part of the suite (the stop under faults, PID 1 and pid namespaces,
 # the dashboard, directory safety, membership's exit window, the engine's stop, the
@@ -100,8 +106,10 @@ $(EXAMPLES_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,dev,examples]' --config-settings editable_mode=compat
 	touch $(EXAMPLES_STAMP)
 
+# Two at a time: most of the examples wait out a bound (a tool that does not stop), so
+# they mostly sleep; 185 s serially, 105 s so, beside other work (load 6-8).
 examples: $(EXAMPLES_STAMP) init
-	$(PY) -m pytest -p no:xdist examples
+	$(PROBED) -n 2 examples
 
 # The stop-latency tests only, serially (parallel load distorts latencies),
 # 20 samples per label so that a p95 means something. Rewrites the committed
@@ -119,6 +127,14 @@ measure: $(STAMP) bytecode browser
 MUTATE_JSON ?= docs/mutate.json
 mutate: $(STAMP) bytecode
 	$(PY) -m mutation --jobs 2 --artifacts $(ARTIFACTS)/mutate --json $(MUTATE_JSON)
+
+# CI's campaign: the same mutations and verdicts, the baseline read from the suite's own
+# runs of this tree (`make test` and `make examples` with SUITE_PROBE set, before it):
+# refused unless every killer and survivor ran green there.
+mutate-ci: $(STAMP) bytecode
+	$(if $(SUITE_PROBE),,$(error mutate-ci reads the suite's runs: give it the SUITE_PROBE=DIR that make test and make examples had))
+	$(PY) -m mutation --jobs 2 --artifacts $(ARTIFACTS)/mutate --json $(MUTATE_JSON) \
+		--baseline-from $(SUITE_PROBE)/test/pytest.json --baseline-from $(SUITE_PROBE)/examples/pytest.json
 
 # docs/spec.md from its template and runner/files/spec.py's SCHEMA (docs-check also fails
 # when it lacks a key the parser accepts); docs/stop-latency.md from its template, docs/measure.json, docs/mutate.json and

@@ -21,6 +21,13 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default="docs/mutate.json", help="where the verdicts are written")
     ap.add_argument("--table", default=None, help="also write the table here (default: beside --json)")
     ap.add_argument("--only", action="append", metavar="ID", help="run only this mutation (repeatable)")
+    ap.add_argument(
+        "--baseline-from",
+        action="append",
+        metavar="PYTEST_JSON",
+        help="read the baseline from a probe report of the suite's own run of this tree "
+        "(pytest -p mutation._pytest_probe with MUTATION_PROBE_DIR set; repeatable) instead of running it",
+    )
     args = ap.parse_args(argv)
     try:
         campaign = load(args.config)
@@ -32,7 +39,15 @@ def main(argv=None) -> int:
         print(f"mutate: {msg}", file=sys.stderr, flush=True)
 
     try:
-        outcome = run(campaign, args.root, jobs=args.jobs, artifacts=args.artifacts, only=args.only, progress=progress)
+        outcome = run(
+            campaign,
+            args.root,
+            jobs=args.jobs,
+            artifacts=args.artifacts,
+            only=args.only,
+            baseline_from=args.baseline_from,
+            progress=progress,
+        )
     except BaselineFailed as exc:
         print(f"mutate: {exc}", file=sys.stderr)
         return 3

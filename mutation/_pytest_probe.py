@@ -66,13 +66,17 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     out = os.environ.get("MUTATION_PROBE_DIR")
-    if not out:
+    # An xdist worker sees only its share; the controller receives every worker's reports
+    # (the suite's own run, read as CI's baseline) and alone writes the file: workers
+    # writing it too would race each other on the one temporary name.
+    if not out or hasattr(session.config, "workerinput"):
         return
     target = os.environ.get("MUTATION_TARGET_MODULE")
     mod = sys.modules.get(target) if target else None
     data = {
         "exitstatus": int(exitstatus),
         "pid": os.getpid(),
+        "invocation_dir": str(session.config.invocation_params.dir),
         "site_probe": bool(getattr(sys, "_mutation_site_probe", False)),
         "collected": list(_collected),
         "outcomes": dict(_outcomes),
@@ -80,6 +84,7 @@ def pytest_sessionfinish(session, exitstatus):
         "timeouts": list(_timeouts),
         "target_file": getattr(mod, "__file__", None) if mod else None,
     }
+    os.makedirs(out, exist_ok=True)
     tmp = os.path.join(out, "pytest.json.tmp")
     with open(tmp, "w") as fh:
         json.dump(data, fh, indent=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import os
 import platform
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from . import inner, scratch
 from .spec import Campaign, Mutation
-from .verdict import INVALID, KILLED, STALE, Verdict, baseline_problems, judge
+from .verdict import INVALID, KILLED, STALE, Verdict, baseline_problems, judge, suite_baseline_problems
 
 
 class BaselineFailed(RuntimeError):
@@ -53,6 +54,7 @@ class Outcome:
     time: str
     git_commit: str | None
     machine: dict
+    baseline_from: list[str] | None = None  # the suite's probe reports read as the baseline; None: run here
 
     @property
     def ok(self) -> bool:
@@ -142,6 +144,34 @@ def _baseline(campaign: Campaign, mutations, root: Path, jobs: int, artifacts: P
     return elapsed
 
 
+def _args(campaign: Campaign, m: Mutation) -> tuple[str, ...]:
+    """One killer failing in its body is a kill: once one has, the others need not run (a
+    killed mutation's killers mostly wait out their bounds before they fail, the heaviest
+    part of the campaign). Survivors must all run, so a mutation that names any runs whole."""
+    return campaign.pytest_args if m.survivors else (*campaign.pytest_args, "--maxfail=1")
+
+
+def _suite_baseline(campaign: Campaign, mutations, root: Path, probe_files: list[Path], progress) -> float:
+    """The baseline read from the suite's own runs of this tree instead of run again: the
+    same claim (every killer and survivor green on the unmutated code), which CI already
+    pays for in `make test` and `make examples`. The scratch copy's own set-up is still
+    proven by each mutation's probe (the mutated module imported from the copy)."""
+    t0 = time.monotonic()
+    probes: dict[str, dict | None] = {}
+    for f in probe_files:
+        try:
+            probes[str(f)] = json.loads(Path(f).read_text())
+        except (OSError, ValueError):
+            probes[str(f)] = None
+    ids = campaign.node_ids(mutations)
+    problems = suite_baseline_problems(ids, probes, str(root))
+    if problems:
+        raise BaselineFailed(problems, [str(f) for f in probe_files])
+    if progress:
+        progress(f"baseline: {len(ids)} tests green in the suite's own runs ({', '.join(map(str, probe_files))})")
+    return time.monotonic() - t0
+
+
 def _one(campaign: Campaign, m: Mutation, root: Path, artifacts: Path) -> Result:
     t0 = time.monotonic()
     copy = scratch.make(root, m.id)
@@ -154,7 +184,7 @@ def _one(campaign: Campaign, m: Mutation, root: Path, artifacts: Path) -> Result
             return Result(m, Verdict(INVALID, str(exc)), time.monotonic() - t0)
         target = scratch.module_name(m.file)
         r = inner.run(
-            copy, list(m.node_ids), campaign.pytest_args, artifacts / m.id, artifacts / f"{m.id}.log", m.timeout, target
+            copy, list(m.node_ids), _args(campaign, m), artifacts / m.id, artifacts / f"{m.id}.log", m.timeout, target
         )
         v = judge(
             killers=m.killers,
@@ -231,6 +261,7 @@ def run(
     jobs: int = 2,
     artifacts: str | Path,
     only: list[str] | None = None,
+    baseline_from: list[str | Path] | None = None,
     progress=None,
 ) -> Outcome:
     root, artifacts = Path(root).resolve(), Path(artifacts).resolve()
@@ -251,10 +282,23 @@ def run(
     inner.reset_abort()
     with _interruptible():
         try:
-            baseline_s = _baseline(campaign, mutations, root, jobs, artifacts, progress) if mutations else 0.0
+            if not mutations:
+                baseline_s = 0.0
+            elif baseline_from:
+                baseline_s = _suite_baseline(campaign, mutations, root, [Path(f) for f in baseline_from], progress)
+            else:
+                baseline_s = _baseline(campaign, mutations, root, jobs, artifacts, progress)
             results = _gather(one, mutations, jobs)
         except Interrupted:
             inner.abort_all()  # the interrupt may have landed outside _gather (baseline's copy)
             _after_interrupt()
             raise
-    return Outcome(results, baseline_s, time.monotonic() - t0, started, _git_commit(root), _machine())
+    return Outcome(
+        results,
+        baseline_s,
+        time.monotonic() - t0,
+        started,
+        _git_commit(root),
+        _machine(),
+        [str(f) for f in baseline_from] if baseline_from else None,
+    )

@@ -15,6 +15,7 @@ def to_json(outcome: Outcome) -> dict:
         "machine": outcome.machine,
         "ok": outcome.ok,
         "baseline_seconds": round(outcome.baseline_seconds, 1),
+        "baseline_from": outcome.baseline_from,
         "total_seconds": round(outcome.total_seconds, 1),
         "mutations": [
             {
@@ -56,7 +57,11 @@ def render_table(outcome: Outcome) -> str:
     lines.append(
         f"{len(outcome.results)} mutations: "
         f"{sum(r.verdict.verdict == 'killed' for r in outcome.results)} killed, {len(bad)} not ok "
-        f"(baseline {outcome.baseline_seconds:.0f} s, total {outcome.total_seconds:.0f} s)"
+        + (
+            f"(baseline from the suite's own runs, total {outcome.total_seconds:.0f} s)"
+            if outcome.baseline_from
+            else f"(baseline {outcome.baseline_seconds:.0f} s, total {outcome.total_seconds:.0f} s)"
+        )
         + "".join(f"; {r.mutation.id}: {r.verdict.verdict}" for r in bad)
     )
     # Named again after the count: a CI log is often read from its tail, where the table is cut.

@@ -97,6 +97,34 @@ def judge(
     return Verdict(SURVIVED, detail, [], survivors_red)
 
 
+def suite_baseline_problems(node_ids, probes: dict[str, dict | None], root: str) -> list[str]:
+    """Why the suite's own runs of the tree (`make test`, `make examples`, each with the probe
+    loaded) are not a valid baseline: each killer and survivor must have run there, and
+    passed, in runs started in this very tree. `probes`: file name -> its pytest.json."""
+    problems, outcomes = [], {}
+    for name, probe in probes.items():
+        if probe is None:
+            problems.append(f"{name}: not a probe report (missing or unreadable)")
+            continue
+        where = probe.get("invocation_dir")
+        if not where or os.path.realpath(where) != os.path.realpath(root):
+            problems.append(f"{name}: a run of {where or 'an unknown tree'}, not of {root}")
+            continue
+        for err in probe.get("collect_errors", []):
+            problems.append(f"{name}: collection error in {err['nodeid'] or '<session>'}")
+        outcomes.update(probe.get("outcomes", {}))
+    if problems:
+        return problems
+    for sel in node_ids:
+        ids = _matching(sel, outcomes)
+        if not ids:
+            problems.append(f"not run by the suite: {sel}")
+        for n in ids:
+            if outcomes[n] != "passed":
+                problems.append(f"not green in the suite: {n} ({outcomes[n]})")
+    return problems
+
+
 def baseline_problems(node_ids, probe: dict | None, timed_out: bool, returncode, not_found=()) -> list[str]:
     """Why the unmutated tree is not a valid baseline (empty list: it is)."""
     if timed_out:

@@ -58,6 +58,25 @@ def test_killed_mutation_and_working_tree_untouched(fake_tree, campaign, tmp_pat
     assert imports and all("/mutate-add-sub-" in r["file"] for r in imports)
 
 
+def test_a_kill_by_the_first_killer_skips_the_others_unless_survivors_are_named(fake_tree, campaign, tmp_path):
+    """Path: a mutation naming no survivors stops at its first kill (`--maxfail=1`, the
+    campaign's heaviest cost is killers waiting out their bounds); one naming survivors runs
+    them all, so a survivor gone red is still seen. Ablation: dropping `--maxfail` runs the
+    second killer (two kills); applying it with survivors leaves the survivor unrun."""
+    tree = fake_tree()
+    both = 'killers = ["tests/test_calc.py::test_add", "tests/test_calc.py::test_add_in_subprocess"]'
+    body = ADD_TO_SUB.replace('killers = ["tests/test_calc.py::test_add"]', both)
+    alone = one(campaign(tree, body.replace('survivors = ["tests/test_calc.py::test_unrelated"]', "")))
+    assert alone.verdict == KILLED and alone.killed_by == ["tests/test_calc.py::test_add"], alone
+    probe = json.loads((tmp_path / "artifacts" / "add-sub" / "pytest.json").read_text())
+    assert "tests/test_calc.py::test_add_in_subprocess" not in probe["outcomes"]
+    with_survivor = one(campaign(tree, body))
+    assert with_survivor.verdict == KILLED
+    assert with_survivor.killed_by == ["tests/test_calc.py::test_add", "tests/test_calc.py::test_add_in_subprocess"]
+    probe = json.loads((tmp_path / "artifacts" / "add-sub" / "pytest.json").read_text())
+    assert probe["outcomes"]["tests/test_calc.py::test_unrelated"] == "passed"
+
+
 def test_survivor_and_killer_in_a_subprocess(fake_tree, campaign, tmp_path):
     """Path: the mutated module imported in a child process is recorded there too and a
     killer that only fails through the child kills the mutation."""
@@ -325,6 +344,66 @@ def test_a_mutation_given_more_time_gives_it_to_its_baseline_too(fake_tree, writ
     monkeypatch.setattr(campaign_mod.inner, "run", recorded)
     run(load(write_config(tree, body, timeout=60)), tree, jobs=1, artifacts=tmp_path / "artifacts")
     assert limits == [(True, 90), (False, 90)], limits
+
+
+def _suite_run(tree, probe_dir, *args):
+    """The fake tree's own suite, as `make test` runs the project's: with the probe loaded."""
+    env = {**os.environ, "MUTATION_PROBE_DIR": str(probe_dir)}
+    argv = [sys.executable, "-m", "pytest", "-p", "mutation._pytest_probe", "-p", "no:cacheprovider"]
+    argv += ["-p", "no:stoplatency", "-q", *args]
+    subprocess.run(argv, cwd=tree, env=env, capture_output=True, timeout=120)
+    return probe_dir / "pytest.json"
+
+
+def test_the_baseline_is_read_from_the_suites_own_run_under_xdist(fake_tree, write_config, tmp_path, monkeypatch):
+    """Path: campaign._suite_baseline (`--baseline-from`, CI's campaign): the suite's own run
+    of the tree under xdist, its controller's probe report, stands for the baseline; no
+    baseline run is started, and the mutation is judged as before. Ablation: the campaign
+    running the baseline anyway turns it red."""
+    tree = fake_tree()
+    report = _suite_run(tree, tmp_path / "suite", "-n", "2", "tests")
+    assert set(json.loads(report.read_text())["outcomes"]) >= {
+        "tests/test_calc.py::test_add",
+        "tests/test_calc.py::test_unrelated",
+        "tests/test_calc.py::test_add_in_subprocess",
+    }
+    runs = []
+    real = campaign_mod.inner.run
+    monkeypatch.setattr(campaign_mod.inner, "run", lambda *a: runs.append(a[6]) or real(*a))
+    out = run(load(write_config(tree, ADD_TO_SUB)), tree, jobs=2, artifacts=tmp_path / "a", baseline_from=[report])
+    assert runs == ["calc"]  # the mutation's run only: no baseline run (target None)
+    assert one(out).verdict == KILLED and out.ok
+    assert out.baseline_from == [str(report)]
+
+
+@pytest.mark.parametrize("case", ["red", "not-run", "other-tree", "missing"])
+def test_a_suite_baseline_that_does_not_show_every_killer_green_here_is_refused(
+    fake_tree, write_config, tmp_path, case
+):
+    """Path: verdict.suite_baseline_problems: a killer red in the suite's run, a killer it did
+    not run, a report of another tree (a copy, another checkout) or no report at all is no
+    baseline: the campaign stops before any mutation. Ablation: accepting any of them
+    judges mutations against code never shown green."""
+    tree = fake_tree("\n\ndef test_broken():\n    assert calc.add(1, 1) == 3\n")
+    killer = {"red": "test_broken", "not-run": "test_add"}.get(case, "test_add")
+    body = ADD_TO_SUB.replace('::test_add"]', f'::{killer}"]')
+    if case == "other-tree":
+        other = fake_tree(name="other")
+        report = _suite_run(other, tmp_path / "suite", "tests")
+    elif case == "missing":
+        report = tmp_path / "nowhere" / "pytest.json"
+    else:
+        only = "tests/test_calc.py::test_unrelated" if case == "not-run" else "tests"
+        report = _suite_run(tree, tmp_path / "suite", only)
+    expected = {
+        "red": "not green in the suite: tests/test_calc.py::test_broken",
+        "not-run": "not run by the suite: tests/test_calc.py::test_add",
+        "other-tree": "a run of .*other, not of",
+        "missing": "not a probe report",
+    }[case]
+    with pytest.raises(BaselineFailed, match=expected):
+        run(load(write_config(tree, body)), tree, jobs=2, artifacts=tmp_path / "a", baseline_from=[report])
+    assert not (tmp_path / "a" / "add-sub").exists()  # no mutation ran
 
 
 def test_removed_killer_fails_the_baseline(fake_tree, campaign, tmp_path):

@@ -19,6 +19,7 @@ import pytest
 # The browser tests' own fixtures (chromium for the module, a fresh context per test).
 from test_dashboard_browser import browser, button, open_dashboard, page, row  # noqa: F401
 
+from runner.dashboard.snapshot import COMPACT_AFTER
 from runner.exitcodes import Exit
 from runner.files import identity_file
 
@@ -278,6 +279,37 @@ FULLY_SHOWN = """() => [...document.querySelectorAll('section[data-run-id]')].fi
   return !s.hidden && r.top >= 0 && r.bottom <= window.innerHeight;
 }).length"""
 VISIBLE = "() => [...document.querySelectorAll('section[data-run-id]')].filter((s) => !s.hidden)"
+
+
+def test_past_compact_after_runs_each_is_one_line_and_its_card_opens_on_demand(runs, dashboard, page):
+    """Path: page.js main.compact at its threshold, COMPACT_AFTER + 1 runs (the 300-run test
+    below is the acceptance at scale): the page is compact from its first render, every run
+    one line, a live run's card (its items and journal) shown only once asked for. Ablation:
+    dashboard-compact (`compact = false`) leaves every run a full card."""
+    threshold = COMPACT_AFTER  # what /api/runs serves the page as compact_after
+    done = runs.spec(name="done.toml", items=["a"], provider=["true"])
+    _start_many(runs, [(done, f"c-{n}") for n in range(threshold)])
+    sleeping = runs.spec(name="live.toml", items=["a", "b"], provider=["sleep", "3600"], stop={"kill_grace": 0.3})
+    _start_many(runs, [(sleeping, "live")], detach=True)
+    live = runs.RunDir(runs.tmp_path / "live")
+    try:
+        runs.wait_event(live, "session-start", item="a")
+        page.goto(dashboard().url)
+        page.wait_for_function(
+            f"() => document.querySelectorAll('section[data-run-id]').length === {threshold + 1}", polling=50
+        )
+        assert page.evaluate("document.getElementById('runs').classList.contains('compact')")
+        heights = page.evaluate(
+            "() => [...document.querySelectorAll('section[data-run-id]')].map((s) => s.getBoundingClientRect().height)"
+        )
+        assert max(heights) <= 48, heights
+        line = row(page, "live")
+        assert line.locator(".items").is_hidden()
+        line.get_by_role("button", name="details").click()
+        line.locator('.items li[data-status="running"]').wait_for()
+    finally:
+        runs.runner("stop", "--now", "--run-dir", live.path, timeout=120)
+        runs.wait_engine_exit(live)
 
 
 @pytest.mark.timeout(900)  # 300 real runs to make: minutes on a busy 2-core machine
