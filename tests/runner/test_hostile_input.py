@@ -166,8 +166,13 @@ def test_a_stop_racing_stop_now_is_never_reported_as_forced(runs, victim):
             t.start()
         for t in threads:
             t.join()
-        assert results["now"].returncode == Exit.OK, results["now"].stderr
-        assert results["hard"].returncode == Exit.OK, (results["hard"].returncode, results["hard"].stderr)
+        # As two `--now` at once (test_stop_edges): a busy machine may start one stopper
+        # only after the other's whole stop; it then finds the end recorded and says so.
+        for name, proc in results.items():
+            assert proc.returncode in (Exit.OK, Exit.NO_LIVE_RUN), (name, proc.returncode, proc.stderr)
+            if proc.returncode == Exit.NO_LIVE_RUN:
+                assert "end already recorded" in proc.stderr, (name, proc.stderr)
+        assert Exit.OK in {p.returncode for p in results.values()}, results
         stops = R.events(rd, "run-stop")
         assert len(stops) == 1, stops
         assert v.wait_gone(5)

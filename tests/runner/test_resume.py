@@ -151,11 +151,16 @@ def test_resume_after_a_hard_stop_in_each_phase(runs, tmp_path, phase):
     assert not R.tagged(sc.rd.run_id)
 
 
+BACKOFF = 5.0
+
+
 def test_resume_after_a_hard_stop_in_backoff(runs, tmp_path):
     """Path: hard stop during the retry backoff before a repair, then resume: the backoff is
     replayed in full and then the repair session runs once; item a is repaired once, done
-    once. (The backoff cannot be gated by a file, so it is short: 1 s.)"""
-    sc = Scenario(runs, tmp_path, "backoff", backoff=1.0)
+    once. (The backoff cannot be gated by a file; the stop must land inside it, so it is 5 s:
+    1 s was over, and the stop landed in verify, with four xdist workers at load 14, while
+    the resume replays it whole, so it is not longer.)"""
+    sc = Scenario(runs, tmp_path, "backoff", backoff=BACKOFF)
     R.wait_event(sc.rd, "phase-start", phase="backoff", item="a")
     stop(sc.rd)
     assert R.state(sc.rd).phase == "backoff"
@@ -164,7 +169,7 @@ def test_resume_after_a_hard_stop_in_backoff(runs, tmp_path):
 
     t0 = time.monotonic()
     assert resume_and_wait(sc.rd) == Exit.OK
-    assert time.monotonic() - t0 >= 1.0  # the backoff ran again, whole
+    assert time.monotonic() - t0 >= BACKOFF  # the backoff ran again, whole
     assert_each_item_done_once(sc.rd)
     assert sc.provider_calls() == ["a", "a", "b"]
     assert len(R.events(sc.rd, "phase-start", phase="backoff", item="a")) == 2

@@ -151,7 +151,10 @@ def test_stop_now_with_an_escapee_leaves_nothing_tagged(runs, victim, stop_laten
     assert not R.tagged(rd.run_id)
     R.wait_engine_exit(rd, timeout=5)
     stops = R.events(rd, "run-stop")
-    assert len(stops) == 1 and stops[0]["forced"] is True, stops
+    # `--now` lodges its request before its kill: an engine that reads it first (a busy
+    # machine slows the stopper between the two) records the stop itself, as a signalled
+    # stop (words.stopped says `--now` may be behind that), and is killed while it ends.
+    assert len(stops) == 1 and (stops[0]["forced"] is True or stops[0]["origin"] == "signal"), stops
 
 
 def _child_named(rd, name, timeout=10.0):
