@@ -104,7 +104,10 @@ def baseline_limit(campaign: Campaign, mutations, n_tests: int) -> float:
     limit is the largest a mutation of the campaign has: a mutation given more time of its
     own (a killer of 300 real runs) gets it in the baseline too."""
     per_run = max((len(m.node_ids) for m in mutations), default=1)
-    limit = max((m.timeout for m in mutations), default=campaign.timeout)
+    # Never below the campaign's own: a mutation given less (one that hangs by design)
+    # must not shorten the baseline, whose pytest start-up alone a busy machine can make
+    # outlast a few seconds (test_timeout's 3 s baseline was red beside other work).
+    limit = max([campaign.timeout, *(m.timeout for m in mutations)])
     return limit * max(1, math.ceil(n_tests / per_run))
 
 

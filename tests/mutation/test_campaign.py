@@ -406,6 +406,25 @@ def test_a_suite_baseline_that_does_not_show_every_killer_green_here_is_refused(
     assert not (tmp_path / "a" / "add-sub").exists()  # no mutation ran
 
 
+def test_a_mutation_given_less_time_leaves_its_baseline_the_campaigns(fake_tree, write_config, tmp_path, monkeypatch):
+    """Path: campaign.baseline_limit never goes below the campaign's limit: a mutation that
+    hangs by design with a 3 s limit of its own (test_timeout) left its baseline 3 s, which
+    a busy machine's pytest start-up outlasted (BaselineFailed). Recorded, not timed: the
+    limit each inner run is given."""
+    tree = fake_tree()
+    body = ADD_TO_SUB.replace('survivors = ["tests/test_calc.py::test_unrelated"]\n', "timeout = 3\n")
+    limits = []
+    real = campaign_mod.inner.run
+
+    def recorded(scratch, node_ids, pytest_args, probe_dir, log_path, timeout, target):
+        limits.append((target is None, timeout))
+        return real(scratch, node_ids, pytest_args, probe_dir, log_path, timeout, target)
+
+    monkeypatch.setattr(campaign_mod.inner, "run", recorded)
+    run(load(write_config(tree, body, timeout=60)), tree, jobs=1, artifacts=tmp_path / "artifacts")
+    assert limits == [(True, 60), (False, 3)], limits
+
+
 def test_removed_killer_fails_the_baseline(fake_tree, campaign, tmp_path):
     """Path: a killer removed from the suite is caught by the baseline (not collected)."""
     tree = fake_tree()
