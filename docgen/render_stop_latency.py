@@ -256,8 +256,13 @@ class Context(ReliabilitySection, BenchSection, StopModesSection):
             )
         if self.mutate:
             parts.append(
-                f"Ablations: `{self.mutate_name}`, the `make mutate` run of {self.mutate.get('time', '?')}, "
-                f"commit `{self.mutate.get('git_commit') or 'unknown'}`."
+                f"Ablations: `{self.mutate_name}`, the "
+                + (
+                    "`make mutate-ci` run (its baseline: the suite's own runs of the tree, every killer green there)"
+                    if self.mutate.get("baseline_from")
+                    else "`make mutate` run"
+                )
+                + f" of {self.mutate.get('time', '?')}, commit `{self.mutate.get('git_commit') or 'unknown'}`."
             )
         else:
             parts.append(f"Ablations: none recorded (`{self.mutate_name}` absent).")
