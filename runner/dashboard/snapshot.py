@@ -219,18 +219,24 @@ class Snapshots:
             return kept
         rd = entry.rd
         try:
+            # A dead run's stamp is what changes when it changes (_DEAD_WATCHED), taken
+            # before its read; a live run's also what its row shows besides, taken before
+            # the status model reads it (not for every dead run: ten lstats each).
             stamp = _fingerprint(rd.path, _DEAD_WATCHED)
             if kept is not None and kept.live is False and kept.stamp[: len(stamp)] == stamp:
                 return kept  # a dead run whose files are unchanged: nothing to read
-            stamp += _fingerprint(rd.path, _WATCHED)
-            if kept is not None and kept.stamp == stamp:
-                if time.monotonic() - kept.read_at < defaults.DASHBOARD_LIVE_MAX_AGE and _is_live(rd) == kept.live:
-                    return kept
+            if kept is not None and kept.live is not False:
+                stamp += _fingerprint(rd.path, _WATCHED)
+                if kept.stamp == stamp and time.monotonic() - kept.read_at < defaults.DASHBOARD_LIVE_MAX_AGE:
+                    if _is_live(rd) == kept.live:
+                        return kept
             cheap = run_list.row(rd)
             if cheap["live"] is False:  # ablate: dashboard-cheap-rows
                 self._folds.forget(rd)  # a fold is kept for live runs only
                 row, info = _finished_row(entry.name, rd, cheap), None
             else:
+                if len(stamp) == len(_DEAD_WATCHED):
+                    stamp += _fingerprint(rd.path, _WATCHED)
                 info = status.status_of(rd, self._folds)
                 row = _live_row(entry.name, info)
             kept = self._cache[entry.name] = _Cached(entry.name, rd, stamp, row["live"], row, info)
@@ -282,6 +288,8 @@ class _Cached:
 
 
 def _action_key(action: dict[str, Any] | None) -> str:
+    if action is None:  # most runs': no encoder made for each of them at every look
+        return "null"
     return json.dumps(action, sort_keys=True, default=str)
 
 
