@@ -156,7 +156,7 @@ class Snapshots:
                     stopping_kind=kind,
                 )
             )
-        fragment = json.dumps(out, default=str, separators=(",", ":")).encode()
+        fragment = _compact(out).encode()
         self._fragments[cached.name] = (key, fragment)
         return fragment
 
@@ -174,10 +174,8 @@ class Snapshots:
                 detail = _details(cached.rd, info)
             except Exception as exc:  # one unreadable run is one message, never a broken page
                 detail = {"items": [], "journal": [], "children": [], "damaged": [_exc_line(exc)]}
-        digest = hashlib.blake2b(
-            json.dumps(_without_clocks(detail), sort_keys=True, default=str).encode(), digest_size=12
-        ).digest()
-        body = json.dumps(detail, default=str, separators=(",", ":")).encode()
+        digest = hashlib.blake2b(_sorted(_without_clocks(detail)).encode(), digest_size=12).digest()
+        body = _compact(detail).encode()
         self._details[cached.name] = (cached.version, digest, body)
         return digest, body
 
@@ -260,6 +258,11 @@ def opened_names(query: str) -> tuple[str, ...]:
 
 
 _versions = itertools.count()
+_compact = json.JSONEncoder(default=str, separators=(",", ":")).encode
+"""A row's or a card's JSON as sent. The encoders are made once: json.dumps with any
+option makes one per call, and a first answer encodes two documents per run."""
+_sorted = json.JSONEncoder(sort_keys=True, default=str).encode
+"""What a digest is taken over (the same data, the same text, whatever its key order)."""
 
 
 class _Cached:
@@ -282,15 +285,13 @@ class _Cached:
         self.version = next(_versions)
         if row.get("live"):
             row["at"] = round(time.time(), 3)
-        self.digest = hashlib.blake2b(
-            json.dumps(_without_clocks(row), sort_keys=True, default=str).encode(), digest_size=12
-        ).digest()
+        self.digest = hashlib.blake2b(_sorted(_without_clocks(row)).encode(), digest_size=12).digest()
 
 
 def _action_key(action: dict[str, Any] | None) -> str:
     if action is None:  # most runs': no encoder made for each of them at every look
         return "null"
-    return json.dumps(action, sort_keys=True, default=str)
+    return _sorted(action)
 
 
 def _exc_line(exc: Exception) -> str:
