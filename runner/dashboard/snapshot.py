@@ -156,7 +156,7 @@ class Snapshots:
                     stopping_kind=kind,
                 )
             )
-        fragment = json.dumps(out, default=str, separators=(",", ":")).encode()
+        fragment = _compact(out).encode()
         self._fragments[cached.name] = (key, fragment)
         return fragment
 
@@ -174,10 +174,8 @@ class Snapshots:
                 detail = _details(cached.rd, info)
             except Exception as exc:  # one unreadable run is one message, never a broken page
                 detail = {"items": [], "journal": [], "children": [], "damaged": [_exc_line(exc)]}
-        digest = hashlib.blake2b(
-            json.dumps(_without_clocks(detail), sort_keys=True, default=str).encode(), digest_size=12
-        ).digest()
-        body = json.dumps(detail, default=str, separators=(",", ":")).encode()
+        digest = hashlib.blake2b(_sorted(_without_clocks(detail)).encode(), digest_size=12).digest()
+        body = _compact(detail).encode()
         self._details[cached.name] = (cached.version, digest, body)
         return digest, body
 
@@ -219,18 +217,24 @@ class Snapshots:
             return kept
         rd = entry.rd
         try:
+            # A dead run's stamp is what changes when it changes (_DEAD_WATCHED), taken
+            # before its read; a live run's also what its row shows besides, taken before
+            # the status model reads it (not for every dead run: ten lstats each).
             stamp = _fingerprint(rd.path, _DEAD_WATCHED)
             if kept is not None and kept.live is False and kept.stamp[: len(stamp)] == stamp:
                 return kept  # a dead run whose files are unchanged: nothing to read
-            stamp += _fingerprint(rd.path, _WATCHED)
-            if kept is not None and kept.stamp == stamp:
-                if time.monotonic() - kept.read_at < defaults.DASHBOARD_LIVE_MAX_AGE and _is_live(rd) == kept.live:
-                    return kept
+            if kept is not None and kept.live is not False:
+                stamp += _fingerprint(rd.path, _WATCHED)
+                if kept.stamp == stamp and time.monotonic() - kept.read_at < defaults.DASHBOARD_LIVE_MAX_AGE:
+                    if _is_live(rd) == kept.live:
+                        return kept
             cheap = run_list.row(rd)
             if cheap["live"] is False:  # ablate: dashboard-cheap-rows
                 self._folds.forget(rd)  # a fold is kept for live runs only
                 row, info = _finished_row(entry.name, rd, cheap), None
             else:
+                if len(stamp) == len(_DEAD_WATCHED):
+                    stamp += _fingerprint(rd.path, _WATCHED)
                 info = status.status_of(rd, self._folds)
                 row = _live_row(entry.name, info)
             kept = self._cache[entry.name] = _Cached(entry.name, rd, stamp, row["live"], row, info)
@@ -254,6 +258,11 @@ def opened_names(query: str) -> tuple[str, ...]:
 
 
 _versions = itertools.count()
+_compact = json.JSONEncoder(default=str, separators=(",", ":")).encode
+"""A row's or a card's JSON as sent. The encoders are made once: json.dumps with any
+option makes one per call, and a first answer encodes two documents per run."""
+_sorted = json.JSONEncoder(sort_keys=True, default=str).encode
+"""What a digest is taken over (the same data, the same text, whatever its key order)."""
 
 
 class _Cached:
@@ -276,13 +285,13 @@ class _Cached:
         self.version = next(_versions)
         if row.get("live"):
             row["at"] = round(time.time(), 3)
-        self.digest = hashlib.blake2b(
-            json.dumps(_without_clocks(row), sort_keys=True, default=str).encode(), digest_size=12
-        ).digest()
+        self.digest = hashlib.blake2b(_sorted(_without_clocks(row)).encode(), digest_size=12).digest()
 
 
 def _action_key(action: dict[str, Any] | None) -> str:
-    return json.dumps(action, sort_keys=True, default=str)
+    if action is None:  # most runs': no encoder made for each of them at every look
+        return "null"
+    return _sorted(action)
 
 
 def _exc_line(exc: Exception) -> str:

@@ -132,12 +132,10 @@ class RunDir:
         `run` (a --run-dir is the caller's choice; the id is not). Damaged if the file
         is not a small regular file holding an id of the documented shape."""
         try:
-            text = untrusted.read_text(self.run_id_file).strip()
+            text = untrusted.read_text(self.run_id_file)
         except FileNotFoundError:
             return self.path.name
-        if not RUN_ID_SHAPE.fullmatch(text):
-            raise Damaged(self.run_id_file, "not a run id (letters, digits, '.', '_', '-'; at most 128)")
-        return text
+        return checked_run_id(text, self.run_id_file)
 
     def measured_identity(self) -> str | None:
         """The identity of the directory this command opened, "<st_dev>-<st_ino>" (None
@@ -164,13 +162,10 @@ class RunDir:
 
     def _identity_record(self) -> tuple[str, str | None] | None:
         try:
-            text = untrusted.read_text(self.dir_identity_file).strip()
+            text = untrusted.read_text(self.dir_identity_file)
         except FileNotFoundError:
             return None
-        match = _DIR_IDENTITY_SHAPE.fullmatch(text)
-        if match is None:
-            raise Damaged(self.dir_identity_file, "not a directory identity (<device>-<inode> [<boot id>])")
-        return match.group(1), match.group(2)
+        return identity_record(text, self.dir_identity_file)
 
     def recorded_elsewhere(self) -> bool:
         """The identity was recorded in another boot, or on another machine: a volume
@@ -196,10 +191,7 @@ class RunDir:
         opened, so a copy, or a planted directory naming another run's id, derives a
         key that no process and no cgroup of any other run carries, whatever its files
         say. (The id is in it too: a removed directory's inode can be reused.)"""
-        here = self.measured_identity()
-        if not run_id or here is None:
-            return None
-        return f"{run_id}.{here}"  # ablate: dir-identity-key
+        return key_of(run_id, self.measured_identity())
 
     def exists(self) -> bool:
         """The directory holds a run (its frozen spec is there, whatever shape it is in:
@@ -329,15 +321,45 @@ class RunDir:
             fd = untrusted.open_regular(self.lock)
         except FileNotFoundError:
             return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return True
-            raise
-        finally:
-            os.close(fd)  # also drops the shared lock if we got it
-        return False
+        return held(fd)
+
+
+def held(fd: int) -> bool:
+    """Whether a live engine holds the lock `fd` is open on (RunDir.is_live's probe);
+    closes `fd`, which also drops the shared lock if the probe got it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise
+    finally:
+        os.close(fd)
+    return False
+
+
+def checked_run_id(text: str, source: str | os.PathLike[str]) -> str:
+    """The run id `run-id` holds (`text`, its content), if it has the documented shape."""
+    text = text.strip()
+    if not RUN_ID_SHAPE.fullmatch(text):
+        raise Damaged(source, "not a run id (letters, digits, '.', '_', '-'; at most 128)")
+    return text
+
+
+def identity_record(text: str, source: str | os.PathLike[str]) -> tuple[str, str | None]:
+    """(identity, boot or None) from the content of `dir-identity`, if of the shape written."""
+    match = _DIR_IDENTITY_SHAPE.fullmatch(text.strip())
+    if match is None:
+        raise Damaged(source, "not a directory identity (<device>-<inode> [<boot id>])")
+    return match.group(1), match.group(2)
+
+
+def key_of(run_id: str | None, here: str | None) -> str | None:
+    """The membership key of a run of id `run_id` in the directory whose measured
+    identity is `here` (RunDir.key)."""
+    if not run_id or here is None:
+        return None
+    return f"{run_id}.{here}"  # ablate: dir-identity-key
 
 
 def _make_dirs(path: Path) -> None:
@@ -373,7 +395,12 @@ def _copied(rd: RunDir) -> str | None:
         record = rd._identity_record()
     except Damaged:
         return None
-    here = rd.measured_identity()
+    return copied(record, rd.measured_identity())
+
+
+def copied(record: tuple[str, str | None] | None, here: str | None) -> str | None:
+    """The recorded identity (`record`: identity_record's) when it makes the directory
+    measured as `here` a copy, else None."""
     if record is None or here is None:
         return None
     recorded, boot = record
@@ -385,7 +412,11 @@ def _copied(rd: RunDir) -> str | None:
 def copy_origin(rd: RunDir) -> str | None:
     """None when `rd` is not a copy; else the run's own directory, or "" when it is not
     found beside the copy or under the default base."""
-    recorded = _copied(rd)
+    return origin_of_copy(rd, _copied(rd))
+
+
+def origin_of_copy(rd: RunDir, recorded: str | None) -> str | None:
+    """copy_origin, given what `copied` said of `rd`."""
     if recorded is None:
         return None
     original = _original_of(rd, recorded)

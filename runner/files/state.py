@@ -323,6 +323,15 @@ def parse(data: bytes, source: str | os.PathLike[str]) -> Any:
     return state
 
 
+def from_bytes(data: bytes, source: str | os.PathLike[str]) -> State:
+    """The state state.json's bytes hold (parse, then State.from_dict); Damaged, one line."""
+    parsed = parse(data, source)
+    try:
+        return State.from_dict(parsed, source)
+    except TypeError as e:  # a field of the right type but a shape from_dict cannot take
+        raise Damaged(source, f"malformed state: {' '.join(str(e).split())}") from None
+
+
 class StateStore:
     def __init__(self, path: str | os.PathLike[str], spare: Reserve | None = None) -> None:
         self.path = path
@@ -340,13 +349,10 @@ class StateStore:
         # The run directory is untrusted: no link followed, no FIFO waited on, a size
         # and depth cap (untrusted.py); every failure is Damaged, one line.
         try:
-            data = parse(untrusted.read_bytes(self.path, untrusted.STATE_CAP), self.path)
+            data = untrusted.read_bytes(self.path, untrusted.STATE_CAP)
         except FileNotFoundError:
             raise Damaged(self.path, "no state file") from None
-        try:
-            return State.from_dict(data, self.path)
-        except TypeError as e:  # a field of the right type but a shape from_dict cannot take
-            raise Damaged(self.path, f"malformed state: {' '.join(str(e).split())}") from None
+        return from_bytes(data, self.path)
 
     def load_or_none(self) -> State | None:
         """None when no state has been written yet (an engine that has only just started)."""

@@ -64,9 +64,11 @@ def open_regular(
     flags: int = os.O_RDONLY,
     follow: bool = False,
     shared: bool = False,
+    shown: str | os.PathLike[str] | None = None,
 ) -> int:
     """A descriptor on `path` if it is a regular file (no link followed, never blocks).
     FileNotFoundError propagates: a missing file is the caller's call, not damage.
+    `shown`: what a message calls a file opened relative to `dir_fd` (its full path).
 
     Below a pinned run directory (dirfd.py) the file is opened relative to its
     descriptor, no component followed if it is a link. A file opened for writing must
@@ -74,8 +76,20 @@ def open_regular(
     root in another user's directory, is given to that user (dirfd.own). `shared`: the
     caller takes a file with other links as it is (never given to anyone), and breaks
     the link before it writes (links.py) or only locks it."""
+    return _open_stat(path, dir_fd, flags, follow, shared, shown)[0]
+
+
+def _open_stat(
+    path: str | os.PathLike[str],
+    dir_fd: int | None,
+    flags: int,
+    follow: bool,
+    shared: bool,
+    shown: str | os.PathLike[str] | None,
+) -> tuple[int, os.stat_result]:
+    """open_regular's descriptor, with what fstat said of it (a reader needs its size)."""
     if dir_fd is not None or follow:
-        return _open_regular(path, dir_fd, flags, follow, shared=shared)
+        return _open_regular(path, dir_fd, flags, follow, shown, shared=shared)
     try:
         parent, name = dirfd.parent(path, create=bool(flags & os.O_CREAT))
     except (FileNotFoundError, Damaged):
@@ -83,10 +97,10 @@ def open_regular(
     except OSError as exc:
         raise Damaged(path, f"cannot open its directory ({exc.strerror or exc})") from None
     try:
-        fd = _open_regular(name, parent, flags, follow, shown=path, shared=shared)
-        if flags & (os.O_WRONLY | os.O_RDWR) and os.fstat(fd).st_nlink <= 1:
+        fd, st = _open_regular(name, parent, flags, follow, shown=path, shared=shared)
+        if flags & (os.O_WRONLY | os.O_RDWR) and st.st_nlink <= 1:
             dirfd.own(parent, fd)
-        return fd
+        return fd, st
     finally:
         os.close(parent)
 
@@ -99,7 +113,7 @@ def _open_regular(
     shown: str | os.PathLike[str] | None = None,
     *,
     shared: bool = False,
-) -> int:
+) -> tuple[int, os.stat_result]:
     shown = path if shown is None else shown
     try:
         nofollow = 0 if follow else os.O_NOFOLLOW
@@ -127,41 +141,66 @@ def _open_regular(
     if flags & (os.O_WRONLY | os.O_RDWR) and st.st_nlink > 1 and not shared:
         os.close(fd)
         raise Damaged(shown, f"has {st.st_nlink} hard links (never written through)")
-    return fd
+    return fd, st
 
 
 def read_bytes(
-    path: str | os.PathLike[str], cap: int = SMALL_CAP, *, dir_fd: int | None = None, follow: bool = False
+    path: str | os.PathLike[str],
+    cap: int = SMALL_CAP,
+    *,
+    dir_fd: int | None = None,
+    follow: bool = False,
+    shown: str | os.PathLike[str] | None = None,
 ) -> bytes:
     """`follow`: a path the user named (the spec to run) may be a link; a run-directory
-    file never is."""
-    fd = open_regular(path, dir_fd=dir_fd, follow=follow)
+    file never is. `shown`: what a message calls a file read relative to `dir_fd`."""
+    shown = path if shown is None else shown
+    fd, st = _open_stat(path, dir_fd, os.O_RDONLY, follow, False, shown)
     try:
-        if os.fstat(fd).st_size > cap:
-            raise Damaged(path, f"larger than its cap of {cap} bytes")
+        size = st.st_size
+        if size > cap:
+            raise Damaged(shown, f"larger than its cap of {cap} bytes")
+        # The first read asks for the size fstat gave and a byte more: a file that did not
+        # grow is read whole in one call, and its end is seen in it (all fstat saw, and
+        # less than asked). Reads of a fixed MiB each allocated and freed a MiB twice per
+        # state.json, a tenth of a 500-run `list`.
+        want = size + 1
         chunks, total = [], 0
         while True:
             try:
-                chunk = os.read(fd, min(1 << 20, cap + 1 - total))
+                chunk = os.read(fd, min(want, cap + 1 - total))
             except OSError as exc:
-                raise Damaged(path, f"cannot read ({exc.strerror or exc})") from None
+                raise Damaged(shown, f"cannot read ({exc.strerror or exc})") from None
             if not chunk:
                 break
             chunks.append(chunk)
             total += len(chunk)
             if total > cap:  # grew while we read it
-                raise Damaged(path, f"larger than its cap of {cap} bytes")
-        return b"".join(chunks)
+                raise Damaged(shown, f"larger than its cap of {cap} bytes")
+            if total == size and len(chunk) < want:
+                break
+            want = _GROWN_CHUNK
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
 
 
-def read_text(path: str | os.PathLike[str], cap: int = SMALL_CAP, *, dir_fd: int | None = None) -> str:
-    raw = read_bytes(path, cap, dir_fd=dir_fd)
+_GROWN_CHUNK = 64 * 1024
+"""What each read after the first asks for: its end, or what the file grew by meanwhile."""
+
+
+def read_text(
+    path: str | os.PathLike[str],
+    cap: int = SMALL_CAP,
+    *,
+    dir_fd: int | None = None,
+    shown: str | os.PathLike[str] | None = None,
+) -> str:
+    raw = read_bytes(path, cap, dir_fd=dir_fd, shown=shown)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise Damaged(path, f"not UTF-8 text (byte {exc.start})") from None
+        raise Damaged(path if shown is None else shown, f"not UTF-8 text (byte {exc.start})") from None
 
 
 _decoders: dict[Any, json.JSONDecoder] = {}

@@ -19,6 +19,7 @@ import errno
 import os
 import select
 import signal
+import stat
 import time
 from pathlib import Path
 
@@ -140,8 +141,29 @@ def leftover(key: str | None, root: Path | None = None) -> Path | None:
     if not key:
         return None
     root = root if root is not None else cgroup2_root()
-    path = None if root is None else root / "runner" / key
-    return path if path is not None and path.is_dir() and not path.is_symlink() else None
+    if root is None:
+        return None
+    try:
+        # One lstat of the path as a string: no pathlib for the many runs that have none.
+        st = os.stat(f"{root}/runner/{key}", follow_symlinks=False)
+    except OSError:
+        return None
+    return root / "runner" / key if stat.S_ISDIR(st.st_mode) else None
+
+
+def leftovers(root: Path | None = None) -> frozenset[str]:
+    """The names of every run cgroup there is (<cgroup2 root>/runner/<key>, a real
+    directory, not a link), in one look: a reader of many runs (`runner list`) asks of
+    each dead run whether its key is among them, rather than looking for each (leftover).
+    Empty where there is no cgroup2."""
+    root = root if root is not None else cgroup2_root()
+    if root is None:
+        return frozenset()
+    try:
+        with os.scandir(root / "runner") as it:
+            return frozenset(e.name for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return frozenset()
 
 
 def remove_leftover(key: str | None) -> Path | None:

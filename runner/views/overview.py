@@ -313,6 +313,8 @@ class FoldCache:
             return fold
 
     def forget(self, rd: RunDir) -> None:
+        if not self._folds:  # none kept (no live run): no path hashed for each dead one
+            return
         with self._lock:
             self._folds.pop(rd.path, None)
 

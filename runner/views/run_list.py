@@ -1,7 +1,8 @@
 """`runner list`: every run under the base directory, one row each: its id, status,
 attempt, items done of all, age. Each run is read on its own and cheaply (its state, its
-lock, its run-id, whether its cgroup is left; no process is looked at): a damaged run is a row that says what is
-damaged, never the end of the list.
+lock, its run-id, whether its cgroup is left; no process is looked at), through one
+descriptor of its directory: a damaged run is a row that says what is damaged, never
+the end of the list.
 """
 
 from __future__ import annotations
@@ -11,41 +12,58 @@ import time
 from pathlib import Path
 
 from runner.errors import Damaged
-from runner.files.rundir import RunDir, copy_origin, run_entries
-from runner.files.state import StateStore
+from runner.files.opened import OpenedRun
+from runner.files.rundir import RunDir, run_entries
 from runner.proc import cgroup, vanished
 from runner.views import status as model
 from runner.views.schema import RunRow
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Collection
 
-def row(rd: RunDir, cgroup_root: Path | None = None) -> RunRow:
-    """`cgroup_root`: the cgroup2 root (found once for the whole list), where a run whose
-    engine is dead may have left its cgroup."""
+
+def row(rd: RunDir, cgroups: Collection[str] | None = None) -> RunRow:
+    """`cgroups`: the names of the run cgroups there are (cgroup.leftovers, looked at once
+    for the whole list), among which a run whose engine is dead may have left its own;
+    None looks for this run's alone. The directory is opened once and each file read
+    relative to it (opened.py)."""
+    try:
+        run = OpenedRun(rd)
+    except OSError as exc:  # gone since it was listed, or not ours to read
+        return _row_without_files(
+            rd.path.name, str(rd.path), "unknown", None, f"{rd.path}: cannot open it ({exc.strerror or exc})"
+        )
+    with run:
+        return _row(run, cgroups)
+
+
+def _row(run: OpenedRun, cgroups: Collection[str] | None) -> RunRow:
     damaged: list[str] = []
 
     def note(exc: Damaged) -> None:
         damaged.append(" ".join(str(exc).split()))
 
     try:
-        run_id = rd.run_id
+        run_id = run.run_id()
     except Damaged as exc:
         note(exc)
-        run_id = rd.path.name
-    copy_of = copy_origin(rd)
+        run_id = run.rd.path.name
+    copy_of = run.copy_origin()
     live: bool | None
     try:
-        live = rd.is_live() and copy_of is None  # a `cp -al` copy shares the run's lock file
+        live = run.is_live() and copy_of is None  # a `cp -al` copy shares the run's lock file
     except (Damaged, OSError) as exc:
-        damaged.append(f"{rd.lock}: {exc}" if not isinstance(exc, Damaged) else " ".join(str(exc).split()))
+        damaged.append(f"{run.path('lock')}: {exc}" if not isinstance(exc, Damaged) else " ".join(str(exc).split()))
         live = None
     state_unreadable = False
     try:
-        state = StateStore(rd.state).load_or_none()
+        state = run.state()
     except Damaged as exc:
         note(exc)
         state, state_unreadable = None, True
     try:
-        created: float | None = os.lstat(rd.spec).st_mtime
+        created: float | None = run.lstat("spec.toml").st_mtime
     except OSError:
         created = None
     copy = copy_of is not None
@@ -53,7 +71,7 @@ def row(rd: RunDir, cgroup_root: Path | None = None) -> RunRow:
     items = list(state.items.values()) if state is not None else None
     return {
         "run_id": run_id,
-        "run_dir": str(rd.path),
+        "run_dir": str(run.rd.path),
         "status": status,
         "resumable": model.resumable(state, live, copy=copy),
         "live": live,
@@ -65,27 +83,35 @@ def row(rd: RunDir, cgroup_root: Path | None = None) -> RunRow:
         "updated": state.updated if state is not None and state.updated else None,
         "damaged": damaged,
         "copy_of": copy_of,
-        "orphaned_cgroup": _orphaned_cgroup(rd, run_id, live, copy, cgroup_root),
+        "orphaned_cgroup": _orphaned_cgroup(run, run_id, live, copy, cgroups),
     }
 
 
-def _orphaned_cgroup(rd: RunDir, run_id: str, live: bool | None, copy: bool, root: Path | None) -> str | None:
+def _orphaned_cgroup(
+    run: OpenedRun, run_id: str, live: bool | None, copy: bool, cgroups: Collection[str] | None
+) -> str | None:
     """The run's cgroup, when it exists while no engine of the run is live (its engine
     was killed before it could remove it: a SIGKILLed container's PID 1). A copy has
     none of its own; a live run's is in use."""
-    if live is not False or copy or root is None:
+    if live is not False or copy:
         return None
-    path = cgroup.leftover(rd.key(run_id), root)
-    return str(path) if path is not None else None
+    key = run.key(run_id)
+    if key is None:
+        return None
+    if cgroups is None:
+        path = cgroup.leftover(key)
+        return str(path) if path is not None else None
+    return str(cgroup.run_cgroup_path(key)) if key in cgroups else None
 
 
 def rows(base: str | os.PathLike[str]) -> list[RunRow]:
     """Every run under `base`, oldest first (run ids sort by their start time), then the
     live runs whose directory under `base` is gone, removed or unreachable (vanished.py:
     the kernel's word, no file is left to read), as status "vanished"."""
-    root = cgroup.cgroup2_root()
+    cgroups = cgroup.leftovers()
     out = [
-        row(e.rd, root) if e.rd is not None else _refused(Path(base), e.name, e.error) for e in run_entries(Path(base))
+        row(e.rd, cgroups) if e.rd is not None else _refused(Path(base), e.name, e.error)
+        for e in run_entries(Path(base))
     ]
     for v in vanished.engines(base):
         how = {
