@@ -327,13 +327,8 @@ def test_a_baseline_shard_gets_the_limits_of_the_mutations_it_runs_at_once(
     assert {limit for baseline, _, limit in limits[1:] if not baseline} == {60}, limits
 
 
-def test_a_mutation_given_more_time_gives_it_to_its_baseline_too(fake_tree, write_config, tmp_path, monkeypatch):
-    """Path: campaign.baseline_limit takes the largest limit a mutation has: one mutation
-    whose killer needs more than the campaign's limit (`timeout = 90`, beside 60) gets 90
-    s in the baseline too, not the campaign's 60 (dashboard-compact's 300 real runs
-    timed out there). Recorded, not timed: the limit each inner run is given."""
-    tree = fake_tree()
-    body = ADD_TO_SUB.replace('survivors = ["tests/test_calc.py::test_unrelated"]\n', "timeout = 90\n")
+def _recorded_limits(monkeypatch) -> list:
+    """(is the baseline, time limit) of each inner run, in order, the runs going ahead."""
     limits = []
     real = campaign_mod.inner.run
 
@@ -342,6 +337,17 @@ def test_a_mutation_given_more_time_gives_it_to_its_baseline_too(fake_tree, writ
         return real(scratch, node_ids, pytest_args, probe_dir, log_path, timeout, target)
 
     monkeypatch.setattr(campaign_mod.inner, "run", recorded)
+    return limits
+
+
+def test_a_mutation_given_more_time_gives_it_to_its_baseline_too(fake_tree, write_config, tmp_path, monkeypatch):
+    """Path: campaign.baseline_limit takes the largest limit a mutation has: one mutation
+    whose killer needs more than the campaign's limit (`timeout = 90`, beside 60) gets 90
+    s in the baseline too, not the campaign's 60 (dashboard-compact's 300 real runs
+    timed out there). Recorded, not timed: the limit each inner run is given."""
+    tree = fake_tree()
+    body = ADD_TO_SUB.replace('survivors = ["tests/test_calc.py::test_unrelated"]\n', "timeout = 90\n")
+    limits = _recorded_limits(monkeypatch)
     run(load(write_config(tree, body, timeout=60)), tree, jobs=1, artifacts=tmp_path / "artifacts")
     assert limits == [(True, 90), (False, 90)], limits
 
@@ -413,14 +419,7 @@ def test_a_mutation_given_less_time_leaves_its_baseline_the_campaigns(fake_tree,
     limit each inner run is given."""
     tree = fake_tree()
     body = ADD_TO_SUB.replace('survivors = ["tests/test_calc.py::test_unrelated"]\n', "timeout = 3\n")
-    limits = []
-    real = campaign_mod.inner.run
-
-    def recorded(scratch, node_ids, pytest_args, probe_dir, log_path, timeout, target):
-        limits.append((target is None, timeout))
-        return real(scratch, node_ids, pytest_args, probe_dir, log_path, timeout, target)
-
-    monkeypatch.setattr(campaign_mod.inner, "run", recorded)
+    limits = _recorded_limits(monkeypatch)
     run(load(write_config(tree, body, timeout=60)), tree, jobs=1, artifacts=tmp_path / "artifacts")
     assert limits == [(True, 60), (False, 3)], limits
 
