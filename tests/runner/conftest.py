@@ -91,6 +91,15 @@ class Runs:
         self.started.append(run_dir)
         return runs_helpers.start(spec_path, run_dir)
 
+    def finished(self, base, n):
+        """`n` completed one-item runs under tmp_path/`base` (each engine waited out): a
+        runs directory for the costs-per-run tests; returns its path."""
+        (self.tmp_path / base).mkdir()
+        for i in range(n):
+            rd = self.start(self.spec(name=f"{base}-{i}.toml", items=["a"], provider=["true"]), name=f"{base}/r{i:02d}")
+            runs_helpers.wait_engine_exit(rd)
+        return self.tmp_path / base
+
     def foreground(self, spec_path, name="run", **popen):
         """`runner run` in the foreground, as a terminal's user starts it (stdout and
         stderr pipes of text unless `popen` says otherwise); returns (Popen, RunDir)."""

@@ -131,11 +131,7 @@ def test_a_poll_reads_each_finished_run_a_fixed_number_of_times(runs, tmp_path, 
     real_status, real_open = status.status_of, os.open
     per_run = {}
     for n in (4, 12):
-        base = tmp_path / f"base-{n}"
-        base.mkdir()
-        for i in range(n):
-            rd = runs.start(runs.spec(name=f"s{n}-{i}.toml", items=["a"], provider=["true"]), name=f"base-{n}/r{i:02d}")
-            runs.wait_engine_exit(rd)
+        base = runs.finished(f"base-{n}", n)
         opened = []
         with monkeypatch.context() as mp:
             mp.setattr(defaults, "DASHBOARD_MIN_AGE", 0.0)

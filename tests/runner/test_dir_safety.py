@@ -468,6 +468,14 @@ def test_list_and_stop_all_find_a_live_engine_whose_directory_is_gone(runs, how)
         _kill_and_remove(run_id)
 
 
+def _trapping_run_in_call(runs):
+    """A run whose provider traps SIGTERM, once its engine is idle in the call: (RunDir,
+    run id, the engine's recorded identity)."""
+    rd = runs.start(runs.spec(provider=TRAP, stop=STOP))
+    R.wait_in_call(rd)
+    return rd, rd.run_id, identity_file.read(rd.engine_identity)
+
+
 def _half_remove(rd):
     """What an `rm -rf` that lost its race with a stopper leaves: every entry of the run
     directory removed, then a file a stopper made meanwhile (its request's lock), which
@@ -491,11 +499,7 @@ def test_a_half_removed_run_directory_stops_its_run(runs):
     run is left, and it made no file there (a second `rm -rf` of the directory then
     succeeds). The half-removed state is made by the test, once the engine is idle in its
     call. Ablation: half-removed-dir-is-gone (the engine and its children live on)."""
-    spec = runs.spec(provider=TRAP, stop=STOP)
-    rd = runs.start(spec)
-    R.wait_in_call(rd)
-    run_id = rd.run_id
-    engine = identity_file.read(rd.engine_identity)
+    rd, run_id, engine = _trapping_run_in_call(runs)
     try:
         left = _half_remove(rd)
         assert signals.wait_gone(engine, STOP["kill_grace"] + 2.0), "the engine lives on in its half-removed directory"
@@ -522,11 +526,7 @@ def test_every_stop_mode_stops_a_run_whose_directory_is_half_removed(runs, flags
     there. The engine cannot stop itself (SIGSTOPped before the directory is emptied, as
     a hung one would be); `runner list` shows it vanished, half removed. Ablation:
     half-removed-dir-vanished (no run there: exit NO_LIVE_RUN, the run left alive)."""
-    spec = runs.spec(provider=TRAP, stop=STOP)
-    rd = runs.start(spec)
-    R.wait_in_call(rd)
-    run_id = rd.run_id
-    engine = identity_file.read(rd.engine_identity)
+    rd, run_id, engine = _trapping_run_in_call(runs)
     try:
         os.kill(engine.pid, signal.SIGSTOP)
         left = _half_remove(rd)
@@ -567,11 +567,7 @@ def test_a_stop_whose_directory_is_emptied_while_it_lodges_writes_nothing_there(
     from runner.files import dirfd, stop_request
     from runner.files.rundir import resolve
 
-    spec = runs.spec(provider=TRAP, stop=STOP)
-    rd = runs.start(spec)
-    R.wait_in_call(rd)
-    run_id = rd.run_id
-    engine = identity_file.read(rd.engine_identity)
+    rd, run_id, engine = _trapping_run_in_call(runs)
     left = []
     pinned = resolve(str(rd.path))
     monkeypatch.setattr(stop_request, "_after_read", lambda old: left.extend(_half_remove(pinned)))

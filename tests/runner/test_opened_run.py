@@ -151,11 +151,7 @@ def test_list_opens_a_fixed_number_of_files_per_run(runs, tmp_path, monkeypatch)
     real_open = os.open
     per_run = {}
     for n in (3, 9):
-        base = tmp_path / f"base-{n}"
-        base.mkdir()
-        for i in range(n):
-            rd = runs.start(runs.spec(name=f"s{n}-{i}.toml", items=["a"], provider=["true"]), name=f"base-{n}/r{i:02d}")
-            runs.wait_engine_exit(rd)
+        base = runs.finished(f"base-{n}", n)
         opened = []
         with monkeypatch.context() as mp:
             mp.setattr(os, "open", lambda path, *a, _seen=opened, **k: _seen.append(path) or real_open(path, *a, **k))
