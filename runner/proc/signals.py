@@ -166,12 +166,14 @@ def refusal(pgid: int, protected: Collection[int] | None = None) -> str | None:
 def wait_gone(engine: Identity, timeout: float) -> bool:
     """Wait until the engine process is gone (a zombie counts as gone), event-driven: a
     pidfd becomes readable when the process exits, child of ours or not (every machine
-    the runner runs on has pidfd_open: cli.unsupported asks first)."""
+    the runner runs on has pidfd_open: cli.unsupported asks first). A stop signal to
+    this command (Ctrl-C) ends the wait at once however it lands (_Wakeup)."""
     deadline = time.monotonic() + timeout
     try:
         fd = os.pidfd_open(engine.pid)
     except OSError:
         return not identity.is_running(engine)  # gone already (ESRCH), or not ours to open
+    wake = _Wakeup()
     try:
         # The pidfd is only ours to trust once the start time still matches.
         if not identity.is_running(engine):
@@ -180,8 +182,54 @@ def wait_gone(engine: Identity, timeout: float) -> bool:
             left = deadline - time.monotonic()
             if left <= 0:
                 return not identity.is_running(engine)
-            select.select([fd], [], [], left)
+            ready, _, _ = select.select([fd, *wake.fds], [], [], left)
+            if wake.fds and wake.fds[0] in ready:
+                wake.drain()  # its handler (KeyboardInterrupt) runs by this call at the latest
             if not identity.is_running(engine):
                 return True
     finally:
+        wake.close()
         os.close(fd)
+
+
+class _Wakeup:
+    """The interpreter's wakeup fd, for the length of one wait: a pipe its C-level signal
+    handler writes each signal's number to the moment the signal arrives. A Python
+    handler (Ctrl-C's KeyboardInterrupt) only runs when the main thread runs bytecode: a
+    signal that lands after the interpreter's last check and before the select() blocks
+    (a waiter preempted there, on a busy machine), or on another thread, would otherwise
+    leave the select asleep for its whole timeout (an hour, for `runner wait`). Off the
+    main thread, or where a wakeup fd is set already (the engine's), none: `fds` empty."""
+
+    __slots__ = ("fds", "_previous")
+
+    def __init__(self) -> None:
+        self.fds: tuple[int, ...] = ()
+        self._previous = -1
+        r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            self._previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)  # ablate: wait-gone-wakes-on-signal
+        except ValueError:  # not the main thread: its signals are the main thread's to hear
+            os.close(r)
+            os.close(w)
+            return
+        if self._previous != -1:  # someone else's: given back untouched
+            signal.set_wakeup_fd(self._previous, warn_on_full_buffer=False)
+            os.close(r)
+            os.close(w)
+            return
+        self.fds = (r, w)
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.fds[0], 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        if self.fds:
+            signal.set_wakeup_fd(-1)  # before the close: the fd number may be reused
+            for fd in self.fds:
+                os.close(fd)
+            self.fds = ()

@@ -207,3 +207,53 @@ def test_pidfd_enoent_while_our_process_lives_is_retried_and_the_signal_lands(pr
     assert signals.signal_process(ident, signal.SIGKILL, vouch(ident)) is Delivery.SENT
     assert p.wait(timeout=5) == -signal.SIGKILL
     assert len(calls) == 3
+
+
+_INTERRUPTED_WAIT = r"""
+import signal, sys, threading, time
+from runner.proc import identity, signals
+
+engine = identity.current(int(sys.argv[1]))
+main = threading.get_native_id()
+
+
+def interrupt_from_here():
+    # The event: the main thread asleep in wait_gone's select (its only blocking call),
+    # not waiting for the interpreter's lock, which this thread holds while it reads.
+    while not any(w in open(f"/proc/self/task/{main}/wchan").read() for w in ("poll", "select")):
+        time.sleep(0.005)
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+
+threading.Thread(target=interrupt_from_here, daemon=True).start()
+try:
+    gone = signals.wait_gone(engine, 3600.0)  # `runner wait`'s slice
+except KeyboardInterrupt:
+    print("interrupted")
+else:
+    print(f"not interrupted: wait_gone returned {gone}")
+"""
+
+
+def test_a_signal_the_waiting_thread_did_not_take_still_ends_wait_gone(procs):
+    """Path: wait_gone's wakeup fd (signals._Wakeup), which a stop signal writes to the
+    moment it arrives, whichever thread's C handler takes it. Here another thread takes
+    a SIGINT while the main thread sleeps in wait_gone's select: the same state as a
+    Ctrl-C that lands after the interpreter's last check and just before the select
+    blocks (a `runner stop --graceful --wait` preempted there under load once slept
+    through its SIGINT). Without the wakeup fd the select sleeps out its hour (the
+    waiter is killed at 30 s); with it, KeyboardInterrupt at once.
+    Ablation: wait-gone-wakes-on-signal."""
+    engine = procs()
+    waiter = procs(
+        [sys.executable, "-c", _INTERRUPTED_WAIT, str(engine.pid)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = waiter.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a SIGINT did not end wait_gone's select within 30 s of its 3600 s")
+    assert out.strip() == "interrupted", (out, err)
+    assert engine.poll() is None
