@@ -159,8 +159,13 @@ def crash_and_resume(work: Path, kills: int, rng: random.Random) -> dict:
                     os.killpg(engine.pgid, signal.SIGKILL)
                     group_kills += 1
                 elif how < 0.3 and children:
-                    os.killpg(children[0].pgid, signal.SIGKILL)
+                    # The engine first: a call killed while its engine lives is the
+                    # call's failure, which the engine records (the run then ends
+                    # FAILED). Here both die in one crash, as on a machine's OOM or
+                    # reboot, whichever the machine runs first (a busy one once let the
+                    # engine see its call die between the two kills).
                     os.kill(engine.pid, signal.SIGKILL)
+                    os.killpg(children[0].pgid, signal.SIGKILL)
                     child_kills += 1
                 else:
                     os.kill(engine.pid, signal.SIGKILL)
