@@ -183,7 +183,7 @@ def wait_gone(engine: Identity, timeout: float) -> bool:
             if left <= 0:
                 return not identity.is_running(engine)
             ready, _, _ = select.select([fd, *wake.fds], [], [], left)
-            if wake.fds and wake.fds[0] in ready:
+            if wake.fd is not None and wake.fd in ready:
                 wake.drain()  # its handler (KeyboardInterrupt) runs by this call at the latest
             if not identity.is_running(engine):
                 return True
@@ -199,37 +199,46 @@ class _Wakeup:
     signal that lands after the interpreter's last check and before the select() blocks
     (a waiter preempted there, on a busy machine), or on another thread, would otherwise
     leave the select asleep for its whole timeout (an hour, for `runner wait`). Off the
-    main thread, or where a wakeup fd is set already (the engine's), none: `fds` empty."""
+    main thread, or where a wakeup fd is set already (the engine's), none: `fd` is None.
+    Python cannot read back the warn_on_full_buffer flag of a wakeup fd set already: it
+    is set back with the flag off (no caller of wait_gone has one today)."""
 
-    __slots__ = ("fds", "_previous")
+    __slots__ = ("fd", "_write")
 
     def __init__(self) -> None:
-        self.fds: tuple[int, ...] = ()
-        self._previous = -1
+        self.fd: int | None = None  # the read end, the one a select waits on
+        self._write: int | None = None
         r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            self._previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)  # ablate: wait-gone-wakes-on-signal
+            previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)  # ablate: wait-gone-wakes-on-signal
         except ValueError:  # not the main thread: its signals are the main thread's to hear
             os.close(r)
             os.close(w)
             return
-        if self._previous != -1:  # someone else's: given back untouched
-            signal.set_wakeup_fd(self._previous, warn_on_full_buffer=False)
+        if previous != -1:  # someone else's: theirs again
+            signal.set_wakeup_fd(previous, warn_on_full_buffer=False)
             os.close(r)
             os.close(w)
             return
-        self.fds = (r, w)
+        self.fd, self._write = r, w
+
+    @property
+    def fds(self) -> list[int]:
+        """What a select waits on: the read end, or nothing."""
+        return [] if self.fd is None else [self.fd]
 
     def drain(self) -> None:
+        if self.fd is None:
+            return
         try:
-            while os.read(self.fds[0], 512):
+            while os.read(self.fd, 512):
                 pass
         except BlockingIOError:
             pass
 
     def close(self) -> None:
-        if self.fds:
+        if self.fd is not None and self._write is not None:
             signal.set_wakeup_fd(-1)  # before the close: the fd number may be reused
-            for fd in self.fds:
-                os.close(fd)
-            self.fds = ()
+            os.close(self.fd)
+            os.close(self._write)
+            self.fd = self._write = None
