@@ -1,6 +1,7 @@
 """stop_request.py: ordered, never-downgraded stop requests under concurrent stoppers; torn
 files read graceful; single atomic consume; STOP / PAUSE files; archiving for resume."""
 
+import fcntl
 import json
 import os
 import subprocess
@@ -136,6 +137,38 @@ def test_handwritten_hard_request_without_origin_is_hard(rd):
     rd.stop_request.write_text('{"mode": "hard"}')
     req = stop_request.peek(rd)
     assert (req.mode, req.origin, req.unreadable) == (Mode.HARD, Origin.UNKNOWN, False)
+
+
+def test_a_held_request_lock_is_retried_within_a_millisecond_then_less_often(rd, monkeypatch):
+    """Path: stop_request._Locked's pauses, FIRST_RETRY doubled up to FILE_POLL. The
+    engine is woken by the very rename of a request and finds its lodger still closing
+    the lock nearly every time: a first pause of FILE_POLL put 10 ms on every stop that
+    lodges (the engine's consume, and its stop, behind it). The lock is held by another
+    open file (as a lodger holds it); each pause is recorded, not slept, and the lock is
+    let go at the sixth. Ablation: `request-lock-retries-soon` (the first pause is
+    FILE_POLL: red)."""
+    from runner import defaults
+
+    stop_request.lodge(rd, Mode.HARD, Origin.SIGNAL)
+    holder = os.open(rd.stop_request_lock, os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    pauses = []
+
+    def pause(seconds):
+        pauses.append(seconds)
+        if len(pauses) == 6:
+            os.close(holder)  # the lodger is done
+
+    monkeypatch.setattr(stop_request.time, "sleep", pause)
+    try:
+        got = stop_request.consume(rd)
+    finally:
+        if len(pauses) < 6:
+            os.close(holder)
+    assert got is not None and got.mode is Mode.HARD
+    first = stop_request.FIRST_RETRY
+    assert first <= defaults.FILE_POLL / 10
+    assert pauses == [first, 2 * first, 4 * first, 8 * first, 16 * first, min(32 * first, defaults.FILE_POLL)]
 
 
 def test_consume_is_single_and_archives(rd):
