@@ -76,6 +76,29 @@ def test_kill_work_empties_it_confirmed_by_populated_0(spawn, cg):
     assert cg.members("all") == []
 
 
+def test_an_empty_cgroup_is_not_killed_and_a_populated_one_is(spawn, cg, monkeypatch):
+    """Path: RunCgroup.kill's first read: `populated 0` already, and no cgroup.kill is
+    written (the engine's clean-up after every contained stop lands here: the write
+    would wait behind the engine's own migration out of its cgroup, the lock it holds
+    for an RCU grace period, 7 ms measured). With a process in work/ it is written, and
+    the process dies. Ablation: `empty-cgroup-not-killed` (the empty one is written to:
+    red)."""
+    written = []
+    real = Path.write_text
+
+    def spy(self, *args, **kwargs):
+        written.append(self.name)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", spy)
+    assert cg.kill("work", timeout=2)
+    assert "cgroup.kill" not in written, "an empty cgroup was killed"
+    v = spawn("trap-term", cgroup=cg)
+    assert cg.kill("work", timeout=2)
+    assert written.count("cgroup.kill") == 1
+    assert v.wait_gone(2)
+
+
 def test_kill_everything_reaches_the_env_scrubbers_grandchild_only_through_the_cgroup(spawn, cg):
     """The scrubbed grandchild traps SIGTERM, has no tag, left the group: of all routes,
     only the cgroup kill reaches it. Ablation: delete the line ending `# cgroup-kill` in
@@ -104,6 +127,42 @@ def test_enter_engine_moves_the_caller(cg):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert f"0::/{(cg.path / 'engine').relative_to(cgroup_mod.cgroup2_root())}" in out.stdout
+
+
+_LEAVE_ONCE = """
+import os, sys
+from runner.proc.cgroup import RunCgroup
+group = RunCgroup.open(sys.argv[1])
+group.enter_engine()
+group.leave_in_background()
+assert group._left is not None and group._left.wait(30), "the parked thread never left"
+home = group._home_procs
+writes = []
+real = os.write
+def counting(fd, data):
+    if fd == home:
+        writes.append(data)
+    return real(fd, data)
+os.write = counting
+group.remove()
+print(len(writes), open("/proc/self/cgroup").read().strip())
+"""
+
+
+def test_the_engines_exit_migrates_it_once_not_twice(cg):
+    """Path: RunCgroup.leave, once out: the engine's clean-up (remove) writes nothing to
+    its home cgroup.procs when the thread parked at start-up already took it out beside
+    the stop's kill. The write would migrate it again, and after a trapping call's kill
+    grace wait out another RCU grace period on the exit a stopper waits for (about 12 ms
+    measured, after every record). A real engine-side cgroup, a real migration: the
+    process enters the run's engine/, leaves through the thread, then removes the cgroup.
+    Ablation: `leave-once` (the second write comes back: red)."""
+    out = subprocess.run([sys.executable, "-c", _LEAVE_ONCE, str(cg.path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    writes, where = out.stdout.split(maxsplit=1)
+    assert writes == "0", f"the exit migrated the engine again ({writes} writes to its home cgroup.procs)"
+    assert "/runner/" not in where, f"the engine did not leave the run's cgroup: {where}"
+    assert not cg.path.exists()
 
 
 def test_kill_from_inside_spares_the_caller_and_kills_the_rest(spawn, cg):
