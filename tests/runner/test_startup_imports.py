@@ -131,3 +131,18 @@ def test_a_stop_now_that_writes_nothing_loads_no_record_writer(runs):
     loaded = imported(proc.stderr)
     assert {"runner.control.stop", "runner.control.stop_record"} <= loaded  # loaded: else this proves nothing
     assert loaded & WRITERS == set()
+
+
+def test_a_stop_exits_without_the_interpreters_teardown(runs):
+    """Path: runner/__main__.py's exit of a stop: its lines flushed, then os._exit, with
+    no teardown of the modules it loaded (the other end of its start-up). A real `runner
+    stop --now` of a live run under PYTHONVERBOSE, where the teardown says itself
+    (`# cleanup[...] removing ...`); its stdout is a pipe, block-buffered, so its line
+    arrives only through the flush. Ablation `stop-skips-teardown` (no os._exit: red)."""
+    rd = runs.start(runs.spec(provider=["sleep", "60"]))
+    runs.wait_event(rd, "phase-start", phase="session")
+    proc = runs.runner("stop", "--now", "--run-dir", rd.path, env=dict(os.environ, PYTHONVERBOSE="1"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("runner: run ") and "stopped" in proc.stdout  # flushed
+    assert "# code object from" in proc.stderr  # verbose was on: its silence below proves something
+    assert "# cleanup[" not in proc.stderr
