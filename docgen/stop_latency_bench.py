@@ -432,6 +432,29 @@ class BenchSection:
             f"{imports}"
             f"| `{command} stop --now`, cooperative run | {ms(s['wall_median_s'])} | {ms(s['cpu_median_s'])} |\n"
             f"| in Python start-ups | {part['startups']:.2f} (goal 2) | {cpu} |"
+        ) + self._stopper_cost_split(part)
+
+    @staticmethod
+    def _stopper_cost_split(part: dict[str, object]) -> str:
+        """The `--now` samples split at the request lodged and the engine gone."""
+        sp: dict = part.get("split") or {}  # type: ignore[assignment]
+        floor = part.get("floor_startups")
+        mini: dict = part.get("minimal_imports") or {}  # type: ignore[assignment]
+        if not sp.get("n") or not isinstance(floor, float) or not mini:
+            return ""
+        ms = lambda x: f"{x * 1000:.1f} ms"  # noqa: E731
+        to_request, engine, after = (
+            ms(sp[k]) for k in ("to_request_median_s", "engine_stop_median_s", "after_engine_median_s")
+        )
+        verdict = "above the goal: out of reach for any stopper" if floor > 2 else "within the goal"
+        return (
+            f"\n\nThe same `--now` samples (n={sp['n']}), split at the request lodged and the engine gone:\n\n"
+            "| span | wall (median) |\n|---|---|\n"
+            f"| the command's start to its request lodged (start-up, imports, proofs) | {to_request} |\n"
+            f"| the request lodged to the engine gone (the engine's own stop) | {engine} |\n"
+            f"| the engine gone to the command's exit (its record step, its result) | {after} |\n"
+            f"| `python -c '{mini['what']}'`, what reading a run needs imported | {ms(mini['wall_median_s'])} |\n"
+            f"| that plus the engine's own stop, in Python start-ups (the floor) | {floor:.2f} ({verdict}) |"
         )
 
     def bench_goals(self) -> str:

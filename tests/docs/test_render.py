@@ -377,7 +377,10 @@ def test_renders_the_stoppers_cost_part_the_bench_itself_wrote(render_mod, tmp_p
     """Path: the benchmark's real writer of the cost part (bench/stopper_cost.py through
     `python -m bench.stoppers --parts cost`, one sample each) feeds the renderer: the bare
     start-up, the stop's start-up and imports alone, and the whole `runner stop --now` of a
-    cooperative run (exit 0), MEASURED, with the ratio in start-ups in wall and CPU time."""
+    cooperative run (exit 0), MEASURED, with the ratio in start-ups in wall and CPU time;
+    then the same sample split at its request lodged and its engine gone (both seen: the
+    archived request and the bench's pidfd on the engine), and the floor (the minimal
+    imports plus the engine's own stop)."""
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench.stoppers", "--parts", "cost", "--cost-n", "1", "--json", str(out)],
@@ -395,6 +398,13 @@ def test_renders_the_stoppers_cost_part_the_bench_itself_wrote(render_mod, tmp_p
         assert row in doc
     assert f"| `{part['command']} stop --now`, cooperative run | " in doc
     assert f"| in Python start-ups | {part['startups']:.2f} (goal 2) | {part['startups_cpu']:.2f} |" in doc
+    split = part["split"]
+    assert split["n"] == 1
+    lodged, engine, after = split["samples"][0]
+    assert lodged > 0 and engine > 0 and after >= 0
+    assert abs(lodged + engine + after - part["samples"]["stop_now"][0][0]) < 1e-6
+    assert "| the request lodged to the engine gone (the engine's own stop) | " in doc
+    assert f"(the floor) | {part['floor_startups']:.2f} (" in doc
 
 
 STOP_MODES = (
