@@ -89,21 +89,30 @@ def _reachable(pid: int, fd: str, st: os.stat_result) -> bool:
 
 
 def gone_why(pid: int, key: str | None) -> str | None:
-    """REMOVED when engine `pid` holds a removed directory open (link count 0: its run
-    directory is the only one an engine pins); UNREACHABLE when the directory its tag
-    `key` names (its identity, "<dev>-<ino>") is out of reach from the path the kernel
-    gives for it; EMPTIED when that directory is reached but holds no run any more (half
-    removed: its spec.toml gone); else None."""
+    """REMOVED when the directory engine `pid` pinned, the one its tag `key` names, is
+    removed (link count 0); judged by that one alone: an engine stopped (SIGSTOP, a
+    hang) while it held a subdirectory open a moment (its children/, its archive/),
+    which an `rm -rf` removed, is not a removed run when its own directory is there
+    (half removed, say). With no identity in its tag, any removed directory it holds.
+    UNREACHABLE when the directory its tag `key` names (its identity, "<dev>-<ino>") is
+    out of reach from the path the kernel gives for it; EMPTIED when that directory is
+    reached but holds no run any more (half removed: its spec.toml gone); else None."""
     identity_part = key.rpartition(".")[2] if key is not None else ""
     pinned: tuple[str, os.stat_result] | None = None
+    removed = False  # some directory it holds is removed
     for fd, st in identity.descriptors(pid):
         if not stat.S_ISDIR(st.st_mode):
             continue
-        if st.st_nlink == 0:
-            return REMOVED
+        removed = removed or st.st_nlink == 0
         if f"{st.st_dev}-{st.st_ino}" == identity_part:
             pinned = (fd, st)
-    if pinned is None or not _same_mount_namespace(pid):
+    if pinned is None:
+        # No identity in its tag (an engine of an older runner): the one directory an
+        # engine pins for its life is its run directory.
+        return REMOVED if removed else None
+    if pinned[1].st_nlink == 0:  # ablate: removed-is-the-pinned-dir
+        return REMOVED
+    if not _same_mount_namespace(pid):
         return None
     reachable = _reachable(pid, *pinned)  # ablate: unreachable-dir-vanished
     if not reachable:

@@ -491,6 +491,54 @@ def _half_remove(rd):
     return sorted(os.listdir(rd.path))
 
 
+_PINS_DIR_AND_SUBDIR = """
+import os, sys
+run = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+sub = os.open(os.path.join(sys.argv[1], "children"), os.O_RDONLY | os.O_DIRECTORY)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("removal", ["half", "whole"])
+def test_a_removed_subdirectory_held_open_is_not_a_removed_run(tmp_path, removal):
+    """Path: vanished.gone_why judges REMOVED by the directory the tag's identity names
+    alone. A process pins a run directory and, at that moment, its children/ too (an
+    engine SIGSTOPped, or hung, while it wrote a snapshot there); an `rm -rf` that lost
+    its race (everything removed, the run directory left with a stopper's lock file in
+    it) makes it EMPTIED, half removed, not REMOVED; with the run directory removed too,
+    REMOVED. Found red under two CPU hogs: `runner list` called a half-removed run
+    "removed" when its SIGSTOPped engine held children/ open. Ablation:
+    `removed-is-the-pinned-dir` (any removed directory it holds: REMOVED, red)."""
+    from runner.proc import vanished
+
+    run_dir = tmp_path / "run"
+    (run_dir / "children").mkdir(parents=True)
+    (run_dir / "spec.toml").write_text("")
+    st = os.stat(run_dir)
+    key = f"20260101-000000-abcdef.{st.st_dev}-{st.st_ino}"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _PINS_DIR_AND_SUBDIR, str(run_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        assert vanished.gone_why(holder.pid, key) is None
+        shutil.rmtree(run_dir / "children")
+        (run_dir / "spec.toml").unlink()
+        if removal == "half":
+            (run_dir / "stop-request.lock").touch()
+            assert vanished.gone_why(holder.pid, key) == vanished.EMPTIED
+        else:
+            shutil.rmtree(run_dir)
+            assert vanished.gone_why(holder.pid, key) == vanished.REMOVED
+    finally:
+        holder.kill()
+        holder.communicate(timeout=30)
+
+
 def test_a_half_removed_run_directory_stops_its_run(runs):
     """Path: the engine's watchdog sees its pinned run directory hold no spec.toml any more
     (dirfd.gone: half removed, an `rm -rf` whose last rmdir failed; inotify's IN_DELETE
