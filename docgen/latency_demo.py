@@ -10,16 +10,10 @@ the exit status and the lines of the "stop latency" section and pytest's closing
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
-import shutil
-import subprocess
 import sys
-import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
+
+import demo_run
 
 HERE = Path(__file__).resolve().parent.parent / "docs"  # the documents: templates, data, output
 SUITE = HERE.parent / "examples" / "guide" / "test_first_stop.py"
@@ -35,31 +29,14 @@ def summary_lines(stdout: str) -> list[str]:
 
 
 def run() -> dict:
-    with tempfile.TemporaryDirectory(prefix="latency-demo-") as tmp:
-        shutil.copy(SUITE, tmp)
-        env = {**os.environ, "COLUMNS": "80", "PYTEST_ADDOPTS": ""}
-        env.pop("PYTEST_XDIST_AUTO_NUM_WORKERS", None)
-        argv = [sys.executable, "-m", *COMMAND[:1], "-p", "no:cacheprovider", "-p", "no:xdist", *COMMAND[1:]]
-        done = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise SystemExit(f"latency_demo: the run failed ({done.returncode}):\n{done.stdout}{done.stderr}")
-    return {
-        "command": " ".join(COMMAND),
-        "exit_status": done.returncode,
-        "report": summary_lines(done.stdout),
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"kernel": platform.release(), "python": platform.python_version(), "cpus": os.cpu_count()},
-    }
+    record, printed = demo_run.run(SUITE, COMMAND, summary_lines, "latency-demo-")
+    if record["exit_status"] != 0:
+        raise SystemExit(f"latency_demo: the run failed ({record['exit_status']}):\n{printed}")
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="latency_demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=HERE / "stop-latency-demo.json")
-    args = ap.parse_args(argv)
-    doc = run()
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    print("\n".join(doc["report"]))
-    return 0
+    return demo_run.main("latency_demo", __doc__ or "", HERE / "stop-latency-demo.json", run, argv)
 
 
 if __name__ == "__main__":

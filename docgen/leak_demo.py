@@ -10,16 +10,10 @@ teardown errors, the leak summary and pytest's closing line).
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
-import shutil
-import subprocess
 import sys
-import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
+
+import demo_run
 
 HERE = Path(__file__).resolve().parent.parent / "docs"  # the documents: data, output
 SUITE_DIR = Path(__file__).resolve().parent
@@ -36,29 +30,11 @@ def report_lines(stdout: str) -> list[str]:
 
 
 def run() -> dict:
-    with tempfile.TemporaryDirectory(prefix="leak-demo-") as tmp:
-        shutil.copy(SUITE, tmp)
-        env = {**os.environ, "COLUMNS": "80", "PYTEST_ADDOPTS": ""}
-        env.pop("PYTEST_XDIST_AUTO_NUM_WORKERS", None)
-        argv = [sys.executable, "-m", *COMMAND[:1], "-p", "no:cacheprovider", "-p", "no:xdist", *COMMAND[1:]]
-        done = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=120)
-    return {
-        "command": " ".join(COMMAND),
-        "exit_status": done.returncode,
-        "report": report_lines(done.stdout),
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"kernel": platform.release(), "python": platform.python_version(), "cpus": os.cpu_count()},
-    }
+    return demo_run.run(SUITE, COMMAND, report_lines, "leak-demo-")[0]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="leak_demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=HERE / "process-leaks-demo.json")
-    args = ap.parse_args(argv)
-    doc = run()
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    print("\n".join(doc["report"]))
-    return 0
+    return demo_run.main("leak_demo", __doc__ or "", HERE / "process-leaks-demo.json", run, argv)
 
 
 if __name__ == "__main__":
