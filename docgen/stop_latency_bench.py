@@ -446,7 +446,7 @@ class BenchSection:
         to_request, engine, after = (
             ms(sp[k]) for k in ("to_request_median_s", "engine_stop_median_s", "after_engine_median_s")
         )
-        verdict = "above the goal: out of reach for any stopper" if floor > 2 else "within the goal"
+        verdict = "above the goal of 2 before any of the stop's own work" if floor > 2 else "within the goal of 2"
         return (
             f"\n\nThe same `--now` samples (n={sp['n']}), split at the request lodged and the engine gone:\n\n"
             "| span | wall (median) |\n|---|---|\n"
