@@ -450,6 +450,97 @@ def _clean(rd: RunDir, tree: Any, key: str | None, foreground: subprocess.Popen[
         zoo.kill([(i.pid, i.start_ticks) for i in sweep.tagged(key)])
 
 
+WAITERS = ("wait", "graceful-wait", "foreground")
+"""The waiters held against a `runner stop --now` (issue 38.3): each must say STOPPED,
+whoever recorded the stop."""
+WAITER_COMMAND = {"wait": "wait", "graceful-wait": "stop --graceful --wait", "foreground": "run"}
+
+
+def _holds_pidfd_of(waiter: int, pid: int) -> bool:
+    """`waiter` holds a pidfd of `pid` (its fdinfo names it): it is waiting on that
+    process's exit, an event the kernel shows, not a moment."""
+    try:
+        fds = os.listdir(f"/proc/{waiter}/fdinfo")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            with open(f"/proc/{waiter}/fdinfo/{fd}") as f:
+                if f"Pid:\t{pid}\n" in f.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def waiter_cell(work: Path, waiter: str, containment: str) -> dict[str, Any]:
+    """One trial of a waiter against `runner stop --now`: a run whose provider traps
+    SIGTERM, the waiter (`runner wait`, `stop --graceful --wait`, or the foreground `runner
+    run` itself) waiting on its engine (it holds the engine's pidfd: an event), then
+    `--now`. The waiter must exit STOPPED; the `--now` exit 0 with nothing of the run
+    alive; one run-stop; the state stopped. Everything of it is killed before this
+    returns."""
+    n = next(_SERIAL)
+    name = f"w{os.getpid()}-{n}-{waiter}-{containment}"
+    base = work / name
+    base.mkdir(parents=True, exist_ok=True)
+    rd = RunDir(base / name)
+    tree = make_tree("trapping", work / "trees", zoo.SLEEP)
+    spec = _spec(work / f"{name}.toml", tree.argv, containment)
+    trial: dict[str, Any] = {"mode": f"{waiter}-vs-now", "victim": "trapping", "containment": containment}
+    problems: list[str] = []
+    trial["problems"] = problems
+    proc: subprocess.Popen[str] | None = None
+    key: str | None = None
+    cgroup: Path | None = None
+    try:
+        argv = [*RUNNER, "run", str(spec), "--run-dir", str(rd.path)]
+        if waiter != "foreground":
+            started = runner("run", spec, "--run-dir", rd.path, "--detach")
+            if started.returncode != 0:
+                problems.append(f"run did not start: {started.stderr.strip()}")
+                return trial
+            argv = [*RUNNER, *WAITER_COMMAND[waiter].split(), "--run-dir", str(rd.path)]
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        _wait_for("an engine identity", rd.engine_identity.exists)
+        tree.adopt(timeout=30)
+        key = rd.key(rd.run_id)
+        if rd.cgroup_file.exists():
+            cgroup = Path(rd.cgroup_file.read_text().strip())
+        engine = identity_file.read(rd.engine_identity).pid
+        if waiter != "foreground":
+            _wait_for("the waiter waiting on the engine", lambda: _holds_pidfd_of(proc.pid, engine))
+        t0 = time.monotonic()
+        now = runner("stop", "--now", "--run-dir", rd.path)
+        out, _ = proc.communicate(timeout=120)
+        trial["elapsed_s"] = round(time.monotonic() - t0, 3)
+        left = _left(tree, key, cgroup)
+        trial.update(code=proc.returncode, now_code=now.returncode, left_at_exit=len(left), said=out[-400:])
+        if proc.returncode != Exit.STOPPED:
+            problems.append(f"the waiter exited {proc.returncode}, not {int(Exit.STOPPED)}: {out.strip()[-300:]}")
+        if now.returncode != Exit.OK:
+            problems.append(f"--now exited {now.returncode}: {(now.stdout + now.stderr).strip()[-300:]}")
+        if now.returncode == 0 and left:
+            problems.append(f"--now exit 0 with pids {left} of the run alive")
+        if "killed ()" in now.stdout + now.stderr + out:
+            problems.append("an empty 'killed ()'")
+        _wait_for("the engine's exit", lambda: not rd.is_live())
+        records = journal.read(rd.journal)
+        trial["run_stops"] = sum(r.get("event") == "run-stop" for r in records)
+        if trial["run_stops"] != 1:
+            problems.append(f"{trial['run_stops']} run-stop records")
+        state = StateStore(rd.state).load()
+        if not (state.stopped and state.status == "stopped"):
+            problems.append(f"state says {state.status}, stopped {state.stopped}")
+    except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        problems.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        _clean(rd, tree, key, proc)
+    return trial
+
+
 def tally(trials: list[dict[str, Any]]) -> dict[str, Any]:
     """The closing figures of many trials: per mode, trials, problems, exit 0 with
     something left, sessions recorded failed, run-stops other than one, resumes that did
@@ -479,6 +570,8 @@ def soak(work: Path, trials: int, containments: tuple[str, ...] = CONTAINMENTS) 
                 for mode in MODES:
                     for victim in VICTIMS:
                         out.append(cell(work, mode, victim, containment, dashboard=dashboard))
+                for waiter in WAITERS:
+                    out.append(waiter_cell(work, waiter, containment))
     finally:
         dashboard.close()
         zoo.sweep(work / "trees")

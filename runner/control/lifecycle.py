@@ -355,7 +355,9 @@ def _foreground(
             display.tick()
     if init:
         reap_every_zombie(proc)
-    if code < 0:  # killed by a signal: the state says what the run was
+    if stopping is not None:
+        stopping.close()  # its own mark: what follows waits for the other stoppers'
+    if code < 0:  # killed by a signal: the state says what the run was, once recorded
         code = waiting.run_outcome(rd)
     if display is not None:
         display.finish(code)

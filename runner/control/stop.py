@@ -40,6 +40,12 @@ The locks a stop takes, and what each guarantees (said here once):
   engine's consume (one rename) are each one step. Held for milliseconds; waited for
   REQUEST_LOCK_WAIT at most (files/stop_request.py), after which the stopper goes on
   with its signal and names the file.
+- The stoppers' mark (files/stoppers.py): a shared OFD lock on `lock` (independent of
+  its flock), taken by every stopper before its first signal and dropped once its record
+  is written or given up. Never waited for by a stopper (shared: stoppers mark side by
+  side); a waiter (`runner wait`, a foreground, the status model) that sees the engine
+  gone reads the record only once no mark is held, so a run a `--now` killed is
+  "stopping", never "crashed", until its record lands.
 - The kill takes none. Every signal is proven, each process's through its own pidfd,
   so stoppers kill side by side: a second one never waits for a first one's kill (the
   stop.lock that queued forcing stoppers held the second behind a frozen first for a
@@ -62,7 +68,7 @@ from runner.control.stop_record import engine_left, record_forced_stop
 from runner.control.stop_result import RecordedBy, StopFacts, StopResult, build, graceful_lodged
 from runner.errors import ControlFileError, Damaged, NoLiveRun, RunLocked, Unwritable
 from runner.events import Event, Mode, Origin, StopKind
-from runner.files import dirfd, stop_request
+from runner.files import dirfd, stop_request, stoppers
 from runner.files.journal import Journal
 from runner.files.rundir import RunDir, refuse_copy, resolve
 from runner.ident import Identity
@@ -90,6 +96,14 @@ def stop(
     if kind.mode == Mode.GRACEFUL:
         return _graceful(rd, origin or Origin.FILE)
     s = Stop(rd, kind, origin, grace=grace, kill_grace=kill_grace, channel=channel)
+    try:
+        return _stop(s)
+    finally:
+        s.close()
+
+
+def _stop(s: Stop) -> StopResult:
+    rd, kind = s.rd, s.kind
     if dirfd.gone(rd.path):
         if s.view.engine is None:
             return _vanished_at(str(rd.path))  # gone before it could be read: found by its engine
@@ -155,6 +169,16 @@ class Stop:
         self.kill_grace = self.view.stop.kill_grace if kill_grace is None else kill_grace
         self.channel = self.view.stop.channel if channel is None else channel
         self.facts = StopFacts(kind, self.view)
+        # This stopper's mark, from before its first signal until its record: a waiter
+        # that sees the engine gone reads the record only once no stopper holds one
+        # (files/stoppers.py), never "crashed" in between.
+        self._mark = stoppers.mark(rd)
+
+    def close(self) -> None:
+        """This stopper's mark dropped: its record is written, or it has given up (a
+        foreground that waits for the run's end drops its own before it waits)."""
+        stoppers.unmark(self._mark)
+        self._mark = None
 
     # -- 2. ask ---------------------------------------------------------------------
 
@@ -255,6 +279,7 @@ class Stop:
                 self.view.cgroup.remove()
             except OSError:
                 pass  # still populated (an unkillable member) or removed by the engine
+        self.close()  # the record is written (or could not be): waiters may read it
         ended = f.recorded_by in (RecordedBy.ENGINE, RecordedBy.OTHER, RecordedBy.FINISHED)
         if no_live_run and f.found == 0 and not f.left_alone and ended:  # ablate: stop-total-dead-engine
             raise NoLiveRun(

@@ -222,7 +222,8 @@ class Snapshots:
             # the status model reads it (not for every dead run: ten lstats each).
             stamp = _fingerprint(rd.path, _DEAD_WATCHED)
             if kept is not None and kept.live is False and kept.stamp[: len(stamp)] == stamp:
-                return kept  # a dead run whose files are unchanged: nothing to read
+                if kept.row.get("status") != "stopping":  # a stopper at work ends without a write if killed
+                    return kept  # a dead run whose files are unchanged: nothing to read
             if kept is not None and kept.live is not False:
                 stamp += _fingerprint(rd.path, _WATCHED)
                 if kept.stamp == stamp and time.monotonic() - kept.read_at < defaults.DASHBOARD_LIVE_MAX_AGE:

@@ -67,13 +67,14 @@ def _row(run: OpenedRun, cgroups: Collection[str] | None) -> RunRow:
     except OSError:
         created = None
     copy = copy_of is not None
-    status = model.run_status(state, live, copy=copy, state_unreadable=state_unreadable)
+    at_work = not copy and model.stopper_at_work(run.rd, state, live)
+    status = model.run_status(state, live, copy=copy, state_unreadable=state_unreadable, at_work=at_work)
     items = list(state.items.values()) if state is not None else None
     return {
         "run_id": run_id,
         "run_dir": str(run.rd.path),
         "status": status,
-        "resumable": model.resumable(state, live, copy=copy),
+        "resumable": model.resumable(state, live, copy=copy, at_work=at_work),
         "live": live,
         "attempt": state.attempt if state is not None else None,
         "items": len(items) if items is not None else None,

@@ -5,7 +5,8 @@ all read, so that none of them can say something else of the same run.
 It decides, once each:
 - the run's status word (run_status): the state's, except a copy ("copy") and a run
   whose engine died without recording an end ("crashed", where state.json still says
-  "running"), and "starting" / "unknown" before or without a readable state;
+  "running"; "stopping" while a stopper that killed it is at work, its record to come),
+  and "starting" / "unknown" before or without a readable state;
 - whether `runner resume` may continue it (resumable);
 - whether it is stopping (a stop asked for or taken, and the run not yet ended), and
   whether the engine holds at a PAUSE (pause_held);
@@ -21,7 +22,7 @@ import time
 
 from runner.control import survey
 from runner.errors import Damaged
-from runner.files import stop_request
+from runner.files import stop_request, stoppers
 from runner.files.rundir import RunDir, copy_line
 from runner.files.state import State, StateStore
 from runner.proc import identity
@@ -38,22 +39,32 @@ RESUMABLE_STATUSES = ("stopped", "crashed", "running")
 "running" is an engine that died without recording an end."""
 
 
-def run_status(state: State | None, live: bool | None, *, copy: bool, state_unreadable: bool = False) -> str:
+def run_status(
+    state: State | None, live: bool | None, *, copy: bool, state_unreadable: bool = False, at_work: bool = False
+) -> str:
     """The run's status word. `live`: a live engine holds the lock (None: the lock file is
-    damaged, so nothing is concluded from it)."""
+    damaged, so nothing is concluded from it). `at_work`: a stopper holds its mark on the
+    run (files/stoppers.py): an engine it killed has not had its stop recorded yet, and
+    the run is "stopping" until the record lands, never "crashed" meanwhile."""
     if copy:
         return "copy"  # read-only: never stopped or resumed; its records are shown as copied
     if state is None:
         return "unknown" if state_unreadable or live is False else "starting"
     if state.status == "running" and live is False:  # ablate: crashed-decision
-        return "crashed"  # no engine, and it never wrote how the run ended
+        return "stopping" if at_work else "crashed"  # no engine, and nothing recorded how the run ended (yet)
     return state.status
 
 
-def resumable(state: State | None, live: bool | None, *, copy: bool) -> bool:
-    """`runner resume` continues it: no live engine, not a copy, and its last attempt was
-    stopped or never finished."""
-    if live is not False or copy or state is None:
+def stopper_at_work(rd: RunDir, state: State | None, live: bool | None) -> bool:
+    """A stopper is at work on a run whose engine is gone and whose end is not recorded
+    (asked only then: one probe of `lock`)."""
+    return live is False and state is not None and state.status == "running" and stoppers.at_work(rd)
+
+
+def resumable(state: State | None, live: bool | None, *, copy: bool, at_work: bool = False) -> bool:
+    """`runner resume` continues it: no live engine, not a copy, no stopper at work on it,
+    and its last attempt was stopped or never finished."""
+    if live is not False or copy or state is None or at_work:
         return False
     return state.stopped or state.status in RESUMABLE_STATUSES
 
@@ -208,14 +219,15 @@ def status_of(rd: RunDir, folds: overview.FoldCache | None = None) -> RunStatus:
     ending = bool(live) and not copy and fold.ended == "stopped" and state is not None and state.status == "running"
     taken = running and fold.run_t0 is not None and stop_request.taken_since(rd, fold.run_t0)  # ablate: stopping-taken
     items = item_rows(fold, state, running, now)
-    is_stopping = ending or stopping(running, pending, fold, taken)
+    at_work = not copy and stopper_at_work(rd, state, live)
+    word = run_status(state, live, copy=copy, state_unreadable=state_unreadable, at_work=at_work)
+    is_stopping = ending or stopping(running, pending, fold, taken) or word == "stopping"
     kind = stopping_kind(is_stopping, pending, fold)
-    word = run_status(state, live, copy=copy, state_unreadable=state_unreadable)
     done = sum(1 for r in items if r["status"] == "done")
     failed = sum(1 for r in items if r["status"] == "failed")
     held = running and fold.pause_held
     paused = stop_request.pause_file(rd)
-    resumable_now = resumable(state, live, copy=copy)
+    resumable_now = resumable(state, live, copy=copy, at_work=at_work)
     said = words.status(
         word,
         stop=fold.stop,

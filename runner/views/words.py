@@ -140,7 +140,7 @@ def status(
 ) -> str:
     """The run's status as one sentence: `word` (status.run_status's, or "vanished",
     "gone") said for people."""
-    if stopping_kind is not None and word == "running":
+    if (stopping_kind is not None and word == "running") or word == "stopping":
         return stopping(stopping_kind)
     if word == "stopped":
         return stopped(stop, stop_origin)
