@@ -6,7 +6,7 @@
      |    +-- ControlFileError   a control file that cannot be acted on
      +-- Damaged                 exit DAMAGED: a file of the run directory cannot be read
      |    +-- IdentityError      a malformed identity file (never read as "nothing to kill")
-     |    +-- Unwritable         exit NOT_RECORDED: no space, or a read-only file system
+     |    +-- Unwritable         exit NOT_RECORDED: no space, a read-only file system, EIO
      +-- NoLiveRun               exit NO_LIVE_RUN
      +-- Crashed                 exit CRASHED: the engine died without recording an end
      +-- DirectoryGone           exit STOPPED (or what was left alive): the run directory
@@ -88,9 +88,10 @@ class IdentityError(Damaged):
     pass
 
 
-DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
-"""A write refused by the file system itself (full, over quota, read-only): no file is
-damaged and the runner has no bug; what could not be written is said, not blamed."""
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+"""A write refused by the file system itself (full, over quota, read-only), or an I/O
+error (a failing disk, a file system shut down): no file is damaged and the runner has
+no bug; what could not be written (or read) is said, not blamed."""
 
 
 def disk_fault(exc: BaseException) -> bool:
@@ -99,10 +100,11 @@ def disk_fault(exc: BaseException) -> bool:
 
 class Unwritable(Damaged):
     """A run-directory file that could not be written because the file system refused
-    (no space, over quota, read-only). Not damage: a Damaged subclass only so that every
-    place that goes on without an unreadable file goes on without an unwritable one; a
-    stopper reports it apart (Survey.unwritten) and, where what could not be written is
-    the record of a stop, exits NOT_RECORDED."""
+    (no space, over quota, read-only), or not read or written for an I/O error. Not
+    damage: a Damaged subclass only so that every place that goes on without an
+    unreadable file goes on without an unwritable one; a stopper reports it apart
+    (Survey.unwritten) and, where what could not be written is the record of a stop,
+    exits NOT_RECORDED."""
 
     exit_code = Exit.NOT_RECORDED
 

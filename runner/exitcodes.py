@@ -50,8 +50,8 @@ class Exit(IntEnum):
     named; run `runner stop` again."""
     NOT_RECORDED = 17
     """The stop ended every process of the run, but could not be recorded: a full disk
-    with the engine's reserve gone, or a read-only file system (the line says which file
-    and why)."""
+    with the engine's reserve gone, a read-only file system, or an I/O error (EIO: a
+    failing disk, a file system shut down); the line says which file and why."""
     OTHER_PID_NAMESPACE = 18
     """The run lives in a pid namespace whose processes this command cannot see (the
     line names both namespaces); nothing was signalled."""

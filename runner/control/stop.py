@@ -191,6 +191,11 @@ class Stop:
         origin = self.origin or (Origin.FILE if self.kind.waits and not use_signal else Origin.SIGNAL)
         try:
             stop_request.lodge(self.rd, Mode.HARD, origin)  # ablate: stop-lodges-first
+        except stop_request.RequestLockHeld as exc:
+            # Another stopper holds the request's lock past its bound: contention, not
+            # damage; this stop goes on by its signal and says so on a line of its own.
+            self.facts.said.append(f"{exc}; this stop went on by its signal")  # ablate: lock-wait-is-not-damage
+            use_signal = self.kind.waits
         except (ControlFileError, Damaged) as exc:
             if not dirfd.gone(self.rd.path):  # gone: said once, by the result
                 view.note(exc)

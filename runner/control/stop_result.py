@@ -54,6 +54,7 @@ class StopFacts(Value):
         "unproven",
         "left_alone",
         "vanished",
+        "said",
     )
 
     def __init__(self, kind: StopKind, view: Survey) -> None:
@@ -77,6 +78,8 @@ class StopFacts(Value):
         self.left_alone: list[int] = []
         """Their pids: something of the run may be alive, never an exit 0."""
         self.vanished: str | None = None  # the run directory that went away during the stop
+        self.said: list[str] = []
+        """Lines of their own that change no code (another stopper held the request's lock)."""
 
     @property
     def found(self) -> int:
@@ -141,7 +144,7 @@ def build(f: StopFacts) -> StopResult:
         if r is not None
         else ""
     )
-    notes = []
+    notes = list(f.said)
     if f.unproven:
         notes.append(
             "left alone, not proven the run's (calls its dead engine recorded, without any run's tag and out of "

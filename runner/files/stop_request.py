@@ -60,6 +60,12 @@ _after_read: Callable[[StopRequest | None], object] | None = None
 before it writes. A test parks one stopper there to race a second one deterministically."""
 
 
+class RequestLockHeld(ControlFileError):
+    """stop-request.lock held by another process past REQUEST_LOCK_WAIT: contention, not
+    damage (nothing in the directory is wrong). A hard stop goes on by its signal and
+    says so on a line of its own; its code is its stop's."""
+
+
 FIRST_RETRY = 0.0005
 """The first pause of a wait for stop-request.lock, doubled up to FILE_POLL. The lock is
 held for a read and a rename: the engine, woken by the very rename of a request, finds
@@ -99,9 +105,9 @@ class _Locked:
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:  # ablate: request-lock-bounded
-                        raise ControlFileError(
-                            f"{path}: held by another process for {defaults.REQUEST_LOCK_WAIT}s (a stopper "
-                            "frozen while it lodges?): the request is not written"
+                        raise RequestLockHeld(
+                            f"{path}: another stopper holds it (held past REQUEST_LOCK_WAIT, "
+                            f"{defaults.REQUEST_LOCK_WAIT}s: frozen while it lodges?): the request is not written"
                         ) from None
                     time.sleep(pause)
                     pause = min(2 * pause, defaults.FILE_POLL)

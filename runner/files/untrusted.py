@@ -95,6 +95,8 @@ def _open_stat(
     except (FileNotFoundError, Damaged):
         raise
     except OSError as exc:
+        if exc.errno in DISK_ERRNOS:  # an I/O error: the file system's, not the directory's
+            raise Unwritable.of(path, exc, "open its directory") from None
         raise Damaged(path, f"cannot open its directory ({exc.strerror or exc})") from None
     try:
         fd, st = _open_regular(name, parent, flags, follow, shown=path, shared=shared)
@@ -127,13 +129,15 @@ def _open_regular(
             raise Damaged(shown, "not a regular file") from None
         if exc.errno == errno.ENOTDIR:
             raise Damaged(shown, "a parent is not a directory") from None
-        if exc.errno in DISK_ERRNOS:  # the file system refused a write: not damage
-            raise Unwritable.of(shown, exc, "open") from None
+        if exc.errno in DISK_ERRNOS:  # the file system refused a write, or failed (EIO): not damage
+            raise Unwritable.of(shown, exc, "open") from None  # ablate: io-error-is-not-damage
         raise Damaged(shown, f"cannot open ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)
     except OSError as exc:
         os.close(fd)
+        if exc.errno in DISK_ERRNOS:
+            raise Unwritable.of(shown, exc, "stat") from None
         raise Damaged(shown, f"cannot stat ({exc.strerror or exc})") from None
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -170,6 +174,8 @@ def read_bytes(
             try:
                 chunk = os.read(fd, min(want, cap + 1 - total))
             except OSError as exc:
+                if exc.errno in DISK_ERRNOS:
+                    raise Unwritable.of(shown, exc, "read") from None
                 raise Damaged(shown, f"cannot read ({exc.strerror or exc})") from None
             if not chunk:
                 break
@@ -281,6 +287,8 @@ def list_dir(path: str | os.PathLike[str]) -> list[str]:
     except OSError as exc:
         if exc.errno in (errno.ENOTDIR, errno.ELOOP):
             raise Damaged(path, "not a directory (or a symlink, never followed)") from None
+        if exc.errno in DISK_ERRNOS:
+            raise Unwritable.of(path, exc, "open") from None
         raise Damaged(path, f"cannot open ({exc.strerror or exc})") from None
     try:
         return sorted(os.listdir(fd))

@@ -8,18 +8,21 @@ support the test is skipped with the reason.
 """
 
 import contextlib
+import fcntl
 import os
+import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import runs as R
 
 from runner.exitcodes import Exit
 from runner.files import identity_file, reserve
 from runner.files.rundir import RunDir
-from runner.proc import identity
+from runner.proc import identity, reaper
 
 TMPFS_SIZE = "4m"
 KILL_GRACE = 0.3
@@ -365,3 +368,62 @@ def test_read_only_disk_under_a_live_run_the_engine_stops_it_and_says_not_record
     assert proc.returncode == Exit.NOT_RECORDED, (out, err)
     assert "could not be recorded" in out.strip().splitlines()[-1], out
     _stopped(runs, proc, rd)
+
+
+EXT4_IOC_SHUTDOWN = 0x8004587D
+"""_IOR('X', 125, __u32): ext4's shutdown, what `xfs_io -x -c shutdown` asks; from then
+on every operation on the file system fails with EIO (a disk gone bad)."""
+EXT4_GOING_FLAGS_NOLOGFLUSH = 2
+
+
+def _shut_down(mnt):
+    fd = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.ioctl(fd, EXT4_IOC_SHUTDOWN, struct.pack("I", EXT4_GOING_FLAGS_NOLOGFLUSH))
+    except OSError as exc:
+        pytest.skip(f"cannot shut down an ext4 here (EXT4_IOC_SHUTDOWN: {exc.strerror})")
+    finally:
+        os.close(fd)
+
+
+def test_an_io_error_during_a_stop_is_not_damage(ext4, tmp_path):
+    """Path: an I/O error is a disk fault, never damage (issue 38.4): errors.DISK_ERRNOS
+    holds EIO, and untrusted.py's open, stat and read say Unwritable for it. The run
+    directory's file system is shut down (EXT4_IOC_SHUTDOWN: every operation EIO) in the
+    middle of a `runner stop --now`, once its SIGTERM has reached the provider (which
+    says so in a file outside that file system: an event): every process of the run
+    is gone, and the stop exits NOT_RECORDED with one line naming the I/O error, never
+    DAMAGED. The run is managed by hand (no `runs` fixture: its teardown reads the dead
+    file system). Ablation: `io-error-is-not-damage` (DAMAGED "cannot open
+    (Input/output error)": red)."""
+    mnt, _ = ext4
+    got = tmp_path / "got-term"
+    provider = R.sh('trap "echo >> \\"$1\\"" TERM; while :; do sleep 0.05; done', str(got))
+    spec = R.write_spec(tmp_path / "spec.toml", provider=provider, stop={"kill_grace": 1.0, "containment": "group"})
+    rd = R.start(spec, mnt / "run")
+    run_id = rd.run_id
+    key = rd.key(run_id)
+    stopper = None
+    try:
+        R.wait_event(rd, "session-start")
+        stopper = subprocess.Popen(
+            [*R.RUNNER, "stop", "--now", "--run-dir", str(rd.path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        R.wait_file(got)
+        _shut_down(mnt)
+        out, err = stopper.communicate(timeout=60)
+    finally:
+        if stopper is not None and stopper.poll() is None:
+            stopper.kill()
+            stopper.wait()
+        left = R.tagged(run_id)
+        reaper.kill_tagged(key, 0.2)
+    assert stopper.returncode == Exit.NOT_RECORDED, (stopper.returncode, out, err)
+    line = err.strip().splitlines()[0]
+    assert "could not be recorded" in line and "Input/output error" in line, err
+    assert "damaged" not in err, err
+    assert not left, f"pids {left} of the run outlived the stop"

@@ -267,20 +267,43 @@ def test_a_frozen_lodger_holding_the_request_lock_bounds_the_next_stop(runs, vic
     """Path: stop-request.lock, waited REQUEST_LOCK_WAIT at most (stop_request._Locked),
     by a stopper and by the engine's consume. A process holds it (as a stopper frozen
     while it lodges would): `runner stop` still reaches the engine by its signal, names
-    the file, and the run stops; the engine's consume gives up on it too. Ablation:
-    `request-lock-bounded` (red: the stopper and the engine wait forever)."""
+    the file, and the run stops; the engine's consume gives up on it too. Contention is
+    not damage (issue 38.4): the stop exits OK, its line says another stopper holds the
+    lock. Ablations: `request-lock-bounded` (red: the stopper and the engine wait
+    forever), `lock-wait-is-not-damage` (red: DAMAGED after a complete, recorded stop)."""
     rd, v = runs.live_trap_term(victim, stop={"kill_grace": KILL_GRACE})
     fd = os.open(rd.stop_request_lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         worst = StopKind.HARD.worst(kill_grace=KILL_GRACE)
         proc, elapsed = _stop_within(runs, worst + START_MARGIN, "--run-dir", rd.path)
-        assert proc.returncode in (Exit.OK, Exit.DAMAGED), proc.stderr
-        assert "stop-request.lock" in proc.stderr + proc.stdout, proc.stderr
+        assert proc.returncode == Exit.OK, proc.stderr
+        said = proc.stderr + proc.stdout
+        assert "stop-request.lock: another stopper holds it" in said and "damaged" not in said, said
         assert elapsed < worst + START_MARGIN
         assert v.wait_gone(5)
     finally:
         os.close(fd)
+    runs.wait_engine_exit(rd)
+    assert len(runs.events(rd, "run-stop")) == 1 and runs.state(rd).stopped
+
+
+def test_now_behind_a_held_request_lock_is_not_damaged(runs, victim):
+    """Path: Stop.ask's RequestLockHeld (issue 38.4), for `--now`: another process holds
+    stop-request.lock past REQUEST_LOCK_WAIT; the `--now` kills everything, records the
+    stop, exits OK (never DAMAGED) and says on a line of its own that another stopper
+    holds the lock. Ablation: `lock-wait-is-not-damage` (DAMAGED: red)."""
+    rd, v = runs.live_trap_term(victim, stop={"kill_grace": KILL_GRACE})
+    fd = os.open(rd.stop_request_lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        proc, _ = _stop_within(runs, NOW_WORST + START_MARGIN, "--now", "--run-dir", rd.path)
+    finally:
+        os.close(fd)
+    said = proc.stderr + proc.stdout
+    assert proc.returncode == Exit.OK, said
+    assert "another stopper holds it" in said and "damaged" not in said, said
+    assert v.wait_gone(5) and not runs.tagged(rd.run_id)
     runs.wait_engine_exit(rd)
     assert len(runs.events(rd, "run-stop")) == 1 and runs.state(rd).stopped
 
