@@ -64,13 +64,14 @@ import time
 
 from runner import defaults
 from runner.control import survey
-from runner.control.stop_record import engine_left, record_forced_stop
+from runner.control.stop_record import engine_left, record_forced_stop, who_recorded
 from runner.control.stop_result import RecordedBy, StopFacts, StopResult, build, graceful_lodged
 from runner.errors import ControlFileError, Damaged, NoLiveRun, RunLocked, Unwritable
 from runner.events import Event, Mode, Origin, StopKind
 from runner.files import dirfd, stop_request, stoppers
 from runner.files.journal import Journal
 from runner.files.rundir import RunDir, refuse_copy, resolve
+from runner.files.state import StateStore
 from runner.ident import Identity
 from runner.proc import identity, membership, reaper, signals, sweep
 
@@ -123,8 +124,11 @@ def _stop(s: Stop) -> StopResult:
     s.ask()
     if kind.waits:
         s.wait_engine()
-    if not s.facts.gone_in_grace:
-        s.kill()
+    if not s.facts.gone_in_grace or not s.end_recorded():
+        # An engine gone within the grace with nothing recorded did not stop the run
+        # itself (another stopper's `--now` killed it, or it died): what it left is
+        # killed here, as for any dead engine, never passed over with an exit 0.
+        s.kill()  # ablate: gone-unrecorded-engine-is-dead
     return s.finish()
 
 
@@ -314,6 +318,17 @@ class Stop:
             if members.proof(call.pid, call.start_ticks) is None and _of_no_run(call.pid):
                 f.left_alone.append(call.pid)
                 f.unproven.append(f"pid {call.pid} ({sweep.comm(call.pid)})")
+
+    def end_recorded(self) -> bool:
+        """The attempt's end is recorded: its stop (by the engine or another stopper), or
+        the run's own completion. Read without a lock: a record is never taken back."""
+        try:
+            state = StateStore(self.rd.state).load()
+        except (Damaged, OSError):
+            return False
+        return who_recorded(self.rd, state) is not None or (
+            state.status in ("completed", "failed") and not state.stopped
+        )
 
     def _engine_gone(self) -> bool:
         """No engine of this run is left: the lock is free (or, with the lock damaged, no

@@ -144,6 +144,9 @@ def build(f: StopFacts) -> StopResult:
         if r is not None
         else ""
     )
+    # What this stop's own kill did, in parentheses; nothing at all when it killed
+    # nothing (its engine gone within the grace): never an empty "killed ()".
+    did = f" ({killed})" if killed else ""
     notes = list(f.said)
     if f.unproven:
         notes.append(
@@ -186,9 +189,11 @@ def build(f: StopFacts) -> StopResult:
         if f.gone_in_grace and f.found == 0:
             head = f"{run} stopped by its engine in {f.elapsed:.3f}s"
         elif f.fallback:
-            head = f"engine did not honor the stop within grace {f.grace}s; force-killed: {run} killed ({killed})"
+            head = f"engine did not honor the stop within grace {f.grace}s; force-killed: {run} killed{did}"
+        elif killed:
+            head = f"{run} killed{did}"
         else:
-            head = f"{run} killed ({killed})"
+            head = f"{run} stopped: its engine was gone within the grace"
         message = f"{head}; every process is gone, but the stop could not be recorded: {why}"
     elif f.recorded_by == RecordedBy.FINISHED or f.finished_as is not None:
         message = f"{run} had already {f.finished_as or 'finished'}; the stop arrived late"
@@ -211,13 +216,17 @@ def build(f: StopFacts) -> StopResult:
             "(`runner resume` continues the run)"
         )
     elif f.engine_dead:
-        message = f"its engine was dead: {run} killed ({killed})"
+        message = f"its engine was dead: {run} killed{did}"
     elif f.fallback:
         if code == Exit.OK:
             code = Exit.STOP_FORCED  # this very stopper forced the engine: only then
-        message = f"engine did not honor the stop within grace {f.grace}s; force-killed: {run} killed ({killed})"
+        message = f"engine did not honor the stop within grace {f.grace}s; force-killed: {run} killed{did}"
+    elif killed:
+        message = f"{run} killed{did}"
     else:
-        message = f"{run} killed ({killed})"
+        # Its engine was gone within the grace (another stopper's `--now` killed it, say)
+        # and nobody had recorded the stop yet: this stop recorded it, and killed nothing.
+        message = f"{run} stopped: its engine was gone within the grace; this stop recorded it and killed nothing"
     return StopResult(
         code,
         message,

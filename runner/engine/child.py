@@ -52,6 +52,7 @@ class Result(Value):
         "reap",
         "output_error",
         "killed_by",
+        "oom_kills",
     )
 
     def __init__(
@@ -65,6 +66,7 @@ class Result(Value):
         reap: ReapReport | None,
         output_error: str | None = None,
         killed_by: str | None = None,
+        oom_kills: int = 0,
     ) -> None:
         self.argv = argv
         self.returncode = returncode
@@ -75,6 +77,7 @@ class Result(Value):
         self.reap = reap
         self.output_error = output_error  # why the output could not be kept (a full disk)
         self.killed_by = killed_by  # how a leader that died of a signal died: its name, or oom.OOM
+        self.oom_kills = oom_kills  # processes of the call the OOM killer killed (oom.call_kills rose)
 
 
 class _Capture:
@@ -200,6 +203,7 @@ def run_child(
     # The OOM killer's count before the call: a SIGKILL while it rose was for memory.
     memory = registry.cgroup.path / "work" if registry.cgroup is not None else None
     oom_before = oom.kills(memory)
+    oom_call_before = oom.call_kills(memory)  # any process of the call, not only its leader
     t0 = time.monotonic()
     popen: subprocess.Popen[bytes] | None = None
     entry: Entry | None = None
@@ -298,6 +302,7 @@ def run_child(
     stopped = registry.killed_by_stop(entry)
     died = returncode < 0 and not stopped and timed_out is None
     killed_by = oom.killed_by(returncode, oom_before, oom.kills(memory)) if died else None
+    oom_kills = oom.rose(oom_call_before, oom.call_kills(memory)) if not stopped else 0
     return Result(
         argv=str_argv,
         returncode=returncode,
@@ -308,6 +313,7 @@ def run_child(
         reap=reap,
         output_error=capture.error,
         killed_by=killed_by,
+        oom_kills=oom_kills,
     )
 
 

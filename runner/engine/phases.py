@@ -65,6 +65,8 @@ def outcome(result: Result) -> Outcome:
 
 def _how(result: Result) -> str:
     """How a failed command died, when a signal ended it (": killed by ..."), else ""."""
+    if result.oom_kills:  # any process of the call, its leader or not
+        return f": {oom.out_of_memory(result.oom_kills)}"
     return f": {oom.describe(result.killed_by)}" if result.killed_by else ""
 
 
@@ -258,6 +260,7 @@ class Phases:
             outcome=verdict,
             rc=result.returncode,
             killed_by=result.killed_by,
+            oom_kills=result.oom_kills,
             duration=round(result.duration, 4),
         )
         if verdict == STOPPED:
@@ -279,6 +282,7 @@ class Phases:
                 outcome=verdict,
                 rc=result.returncode,
                 killed_by=result.killed_by,
+                oom_kills=result.oom_kills,
             )
             if verdict == STOPPED:
                 for skipped in range(index + 1, len(hooks)):
@@ -300,6 +304,7 @@ class Phases:
                     outcome=verdict,
                     rc=result.returncode,
                     killed_by=result.killed_by,
+                    oom_kills=result.oom_kills,
                     fixable=check.fixable,
                 )
                 if verdict == STOPPED:

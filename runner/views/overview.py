@@ -116,13 +116,13 @@ class Fold:
         elif event == Event.SESSION_START and item is not None:
             self.sessions[item] = self.sessions.get(item, 0) + 1
         elif event == Event.SESSION_END:
-            self.result = _outcome_text(rec.get("outcome"), rec.get("rc"), rec.get("killed_by"))
+            self.result = _outcome_text(rec.get("outcome"), rec.get("rc"), rec.get("killed_by"), rec.get("oom_kills"))
             if item is not None and rec.get("outcome") in (Outcome.FAILED, Outcome.TIMEOUT):
                 self.failures[item] = self._failure(str(rec.get("kind")), rec, None, item)
         elif event == Event.HOOK_RESULT:
             if rec.get("outcome") != Outcome.PASSED and self.result is None:
                 self.result = f"{rec.get('hook')}[{rec.get('index')}] " + _outcome_text(
-                    rec.get("outcome"), rec.get("rc"), rec.get("killed_by")
+                    rec.get("outcome"), rec.get("rc"), rec.get("killed_by"), rec.get("oom_kills")
                 )
         elif event == Event.VERIFY_RESULT:
             index = rec.get("index")
@@ -196,6 +196,7 @@ class Fold:
             "command": command,
             "rc": rc if isinstance(rc, int) and not isinstance(rc, bool) else None,
             "killed_by": killed_by if isinstance(killed_by, str) else None,
+            "oom_kills": _count(rec.get("oom_kills")),
         }
 
     def duration(self, item: str, now: float | None = None) -> float:
@@ -227,17 +228,24 @@ def describe(failure: Failure, phase: bool = True) -> str:
         parts.append(f"`{shlex.join(failure['command'])}`")
     elif failure["index"] is not None:
         parts.append(f"[{failure['index']}]")
-    parts.append(_outcome_text(failure["outcome"], failure["rc"], failure.get("killed_by")))
+    parts.append(_outcome_text(failure["outcome"], failure["rc"], failure.get("killed_by"), failure.get("oom_kills")))
     return " ".join(parts)
 
 
-def _outcome_text(outcome: object, rc: object, killed_by: object = None) -> str:
+def _count(value: object) -> int | None:
+    """A journal's count: a positive int, else None (the journal is untrusted)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _outcome_text(outcome: object, rc: object, killed_by: object = None, oom_kills: object = None) -> str:
     if outcome == Outcome.PASSED:
         return "passed"
     if outcome == Outcome.TIMEOUT:
         return "timed out"
     if outcome == Outcome.STOPPED:
         return "stopped"
+    if (n := _count(oom_kills)) is not None:  # any process of the call, its leader or not
+        return oom.out_of_memory(min(n, 1 << 20))
     if isinstance(killed_by, str):  # the journal is untrusted: only a string is worded
         return oom.describe(killed_by[:40])
     return f"exited {rc}" if isinstance(rc, int) and not isinstance(rc, bool) and rc >= 0 else f"failed (rc {rc})"

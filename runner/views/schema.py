@@ -26,6 +26,7 @@ class Failure(TypedDict):
     command: list[str] | None  # its argv (item substituted); None when the spec is unreadable
     rc: int | None  # its exit code; None when it was killed on a timeout
     killed_by: str | None  # the signal that killed it by name, "oom" for the OOM killer; None
+    oom_kills: int | None  # processes of the call the OOM killer killed (its memory cgroup's count rose); None
 
 
 class ItemRow(TypedDict):

@@ -5,6 +5,7 @@ cgroup of the test's own with a small limit, then allocates past it."""
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import runs as R
 
+from runner.files.rundir import RunDir
 from runner.proc import cgroup as cgroupmod
 from runner.proc import oom
 
@@ -81,3 +83,41 @@ def test_a_signal_is_named_not_numbered():
     assert oom.killed_by(-15, 3, 4) == "SIGTERM"
     assert oom.killed_by(1, 3, 4) is None and oom.killed_by(None, None, None) is None
     assert "out of memory" in oom.describe(oom.OOM) and oom.describe("SIGTERM") == "killed by SIGTERM"
+
+
+def test_an_oom_kill_of_any_process_of_the_call_is_named(runs, memory_cgroup, tmp_path):
+    """Path: oom.call_kills (issue 38.5): the OOM-kill count of the memory cgroup the
+    call's processes are in (the run's cgroup's memory.events where the memory controller
+    runs there; else the engine's own memory cgroup, which its calls inherit: v2
+    memory.events or v1 memory.oom_control), read before and after each call. The run's
+    engine is started inside a memory-limited cgroup (a container's limit); the provider
+    is `bash -c 'python3 -c HOG; exit $?'`: the kernel kills the child, not the leader,
+    which exits 137. The journal's session-end says `oom_kills: 1`, the item's reason and
+    `runner status` "out of memory (the kernel killed 1 process)". Ablation:
+    `oom-from-memory-events` (nothing said of memory: red)."""
+    limit = memory_cgroup.parent / (
+        "memory.limit_in_bytes" if (memory_cgroup.parent / "memory.limit_in_bytes").exists() else "memory.max"
+    )
+    limit.write_text(f"{256 * 1024 * 1024}\n")  # room for the engine; the child's gigabyte is past it
+    spec = runs.spec(provider=["bash", "-c", f'"{sys.executable}" -c "{HOG}"; exit $?'], stop={"containment": "group"})
+    run_dir = tmp_path / "run"
+    runs.started.append(run_dir)
+    started = subprocess.run(
+        ["sh", "-c", 'echo $$ > "$1" && shift && exec "$@"', "sh", str(memory_cgroup)]
+        + [*R.RUNNER, "run", str(spec), "--run-dir", str(run_dir), "--detach"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 0, started.stderr
+    rd = RunDir(run_dir)
+    runs.wait_engine_exit(rd)
+    (end,) = runs.events(rd, "session-end")
+    assert (end["outcome"], end["rc"], end["killed_by"], end.get("oom_kills")) == ("failed", 137, None, 1), end
+    (failed,) = runs.events(rd, "item-failed")
+    assert "out of memory (the kernel killed 1 process)" in failed["reason"], failed
+    info = json.loads(runs.runner("status", "--json", "--run-dir", rd.path).stdout)
+    (item,) = info["items"]
+    assert item["failure"]["oom_kills"] == 1, item
+    text = runs.runner("status", "--run-dir", rd.path).stdout
+    assert "out of memory (the kernel killed 1 process)" in text, text

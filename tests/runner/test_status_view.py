@@ -120,6 +120,7 @@ def test_finished_run_names_the_failing_verify(runs):
         "command": command,
         "rc": 9,
         "killed_by": None,
+        "oom_kills": None,
     }
     assert items["b"]["reason"] == f"verify `{shlex.join(command)}` exited 9"
     assert [items[i]["status"] for i in "ac"] == ["done", "done"] and items["a"]["reason"] is None

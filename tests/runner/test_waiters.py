@@ -14,6 +14,7 @@ real `--now` stoppers, in the stop-modes matrix's spirit (reliability/modes.py).
 import json
 import os
 import signal
+import subprocess
 import threading
 
 import pytest
@@ -193,3 +194,40 @@ def test_the_stoppers_mark_is_taken_and_dropped(runs, victim):
     empty = runs.tmp_path / "empty"
     empty.mkdir()
     assert stoppers.mark(type(rd)(empty)) is None and os.listdir(empty) == []
+
+
+def test_a_plain_stop_that_loses_its_engine_to_another_stopper_kills_what_is_left(runs, tmp_path):
+    """Path: stop._stop's kill after a grace in which the engine went without recording
+    anything (Stop.end_recorded), and stop_result.build's words (issue 38.7). The engine
+    is frozen (its own stop never runs); a plain `runner stop` lodges its request and
+    waits for it (an event: the request file); the test kills the engine as a racing
+    `--now` would, and nothing records: the plain stop finds its engine gone within the
+    grace, kills what is left (the provider traps SIGTERM), records the stop, exits 0
+    with nothing of the run alive, and its line never says an empty "killed ()".
+    Ablation: `gone-unrecorded-engine-is-dead` (exit 0 with the provider alive: red)."""
+    got = tmp_path / "got-term"
+    provider = R.sh('trap "echo >> \\"$1\\"" TERM; while :; do sleep 0.05; done', str(got))
+    rd = runs.start(runs.spec(provider=provider, stop={**STOP, "grace": 60.0}))
+    runs.wait_in_call(rd)
+    engine = identity_file.read(rd.engine_identity).pid
+    os.kill(engine, signal.SIGSTOP)
+    plain = subprocess.Popen(
+        [*R.RUNNER, "stop", "--run-dir", str(rd.path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        R.wait_file(rd.stop_request)
+        os.kill(engine, signal.SIGKILL)
+        out, err = plain.communicate(timeout=60)
+    finally:
+        if plain.poll() is None:
+            plain.kill()
+            plain.wait()
+    left = runs.tagged(rd.run_id)
+    assert plain.returncode == Exit.OK, (out, err)
+    assert not left, f"exit 0 with pids {left} of the run alive: {err}"
+    assert "()" not in out + err, out + err
+    assert len(runs.events(rd, "run-stop")) == 1 and runs.state(rd).stopped
