@@ -15,7 +15,8 @@ One path, in steps:
    classifies each call's death, reads it so (a session killed by a stop is stopped,
    never failed). Then the hard stop SIGTERMs the engine.
 3. wait (hard): up to `grace` for the engine's own stop.
-4. kill (now; hard past its grace; any stop of a dead engine): `_kill`, the same
+4. kill (now; hard past its grace, or when its engine went within the grace with
+   nothing recorded: a racing `--now` killed it; any stop of a dead engine): `_kill`, the same
    reach whatever the mode: the recorded groups and pids, each call's lineage read
    before the first signal (what dropped its tag or left its group while its parent
    lives), the tag sweep, the cgroup kill (reaper.kill_everything).
