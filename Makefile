@@ -207,11 +207,11 @@ $(BENCH_STAMP): $(STAMP)
 # would run), so that it is rendered even when --check fails.
 BENCH_JSON ?= docs/bench.json
 BENCH_ARGS ?=
-bench: $(BENCH_STAMP) bytecode init
+bench: $(BENCH_STAMP) bytecode init browser
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
 	$(PY) bench/process_leaks_cost.py --n 400 --rounds 3 --live 500 --hogs 2 --json docs/process-leaks-bench.json
-	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,runs,dashboard,plugin,pid1,cost --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
+	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,runs,dashboard,traffic,plugin,pid1,cost --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
 		$(PY) docgen/render_stop_latency.py && $(PY) docgen/render_plugin.py && exit $$status
 
 # CI's reduced stop benchmark (n=1, `timeout -k` and the two runner stops, small scale
