@@ -246,15 +246,13 @@ def run_args(volume: Volume, name: str) -> list[str]:
 
 
 def container_cgroups(cid: str) -> list[str]:
-    """Every cgroup directory named after the container, under /sys/fs/cgroup."""
-    found = []
-    for hierarchy in Path("/sys/fs/cgroup").iterdir():
-        for path in (hierarchy / "libpod_parent").glob(f"*{cid}*") if hierarchy.is_dir() else []:
-            found.append(str(path))
-        for path in hierarchy.glob(f"*/*{cid}*") if hierarchy.is_dir() else []:
-            if str(path) not in found:
-                found.append(str(path))
-    return found
+    """Every cgroup directory named after the container, up to three levels under
+    /sys/fs/cgroup (v1: a controller's libpod_parent/; v2: a slice)."""
+    root = Path("/sys/fs/cgroup")
+    found: set[str] = set()
+    for pattern in (f"*{cid}*", f"*/*{cid}*", f"*/*/*{cid}*"):
+        found.update(str(p) for p in root.glob(pattern) if p.is_dir())
+    return sorted(found)
 
 
 def processes_of(cid: str) -> list[int]:
