@@ -9,15 +9,17 @@
 2. **The image**: `pip wheel` makes a wheelhouse of the project and its dependencies
    outside the image; `podman build --network none` builds examples/kubernetes/Containerfile
    FROM the base (`--build-arg BASE`), installing from the wheelhouse alone.
-3. **Stops**: `podman stop` at each moment of a run (its spec: three short items whose
-   provider traps SIGTERM, marks it on the volume and holds on, so that a stop waits
-   out the kill grace): right after the
-   start (before the engine starts, or in its start-up), in an item's session (its
-   journal says `session-start`), and in the kill grace (a SIGTERM to tini first; the
-   provider marks the engine's SIGTERM; then `podman stop`). Each: the exit code is one the Job's
-   podFailurePolicy ignores (job.yaml: a stop is not a failure), 4 (STOPPED) once the
-   engine had started; no process of the container is left (its cgroup gone, no process
-   in it); the run directory on the volume says `stopped`, with the stop in its journal.
+3. **Stops**: `podman stop` before the engine starts (the image's tini holding a shell
+   in place of the entrypoint, which marks the volume: exit 143, tini's for a child
+   killed by SIGTERM, and no run), then at each moment of a run (its spec: three short
+   items whose provider traps SIGTERM, marks it on the volume and holds on, so that a
+   stop waits out the kill grace): right after `podman run` returns (in the engine's
+   start-up), in an item's session (its journal says `session-start`), and in the kill
+   grace (a SIGTERM to tini first; the provider marks the engine's SIGTERM; then
+   `podman stop`). Each: the exit code is one the Job's podFailurePolicy ignores
+   (job.yaml: a stop is not a failure), 4 (STOPPED) once the engine had started; no
+   process of the container is left (its cgroup gone, no process in it); the run
+   directory on the volume says `stopped`, with the stop in its journal.
 4. **Resume**: a second `podman run` on a stopped run's volume resumes it to the end
    (exit 0, `completed`), and a third says it already completed (exit 0).
 
@@ -230,8 +232,14 @@ class Volume:
         podman("volume", "rm", "-f", self.name, check=False)
 
 
-def run_args(volume: Volume, name: str) -> list[str]:
+HELD = json.dumps(["/usr/bin/tini", "-s", "--", "/bin/sh", "-c", "touch /runs/held; while :; do sleep 0.05; done"])
+"""The image's own PID 1 (tini) holding a shell before the entrypoint: the moment before
+`runner` exists, reached by an event (the shell's file on the volume), not by a delay."""
+
+
+def run_args(volume: Volume, name: str, *, held: bool = False) -> list[str]:
     return [
+        *(["--entrypoint", HELD] if held else []),
         "--name",
         name,
         "--network",
@@ -247,12 +255,26 @@ def run_args(volume: Volume, name: str) -> list[str]:
 
 def container_cgroups(cid: str) -> list[str]:
     """Every cgroup directory named after the container, up to three levels under
-    /sys/fs/cgroup (v1: a controller's libpod_parent/; v2: a slice)."""
-    root = Path("/sys/fs/cgroup")
-    found: set[str] = set()
-    for pattern in (f"*{cid}*", f"*/*{cid}*", f"*/*/*{cid}*"):
-        found.update(str(p) for p in root.glob(pattern) if p.is_dir())
-    return sorted(found)
+    /sys/fs/cgroup (v1: a controller's libpod_parent/; v2: a slice). Others' cgroups come
+    and go meanwhile: one that vanishes while looked at is skipped."""
+    found: list[str] = []
+    level = ["/sys/fs/cgroup"]
+    for _ in range(3):
+        deeper = []
+        for parent in level:
+            try:
+                entries = list(os.scandir(parent))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if not entry.is_dir(follow_symlinks=False):
+                        continue
+                except OSError:
+                    continue
+                (found if cid in entry.name else deeper).append(entry.path)
+        level = deeper
+    return found
 
 
 def processes_of(cid: str) -> list[int]:
@@ -270,10 +292,24 @@ def processes_of(cid: str) -> list[int]:
 def stop_at(moment: str, ignored: set[int]) -> Volume:
     """One run stopped by `podman stop` at `moment`; the checks of step 3."""
     volume = Volume(moment)
-    name = f"stoplatency-check-{moment}-{uuid.uuid4().hex[:6]}"
-    cid = podman("run", "-d", *run_args(volume, name)).stdout.strip()
     try:
-        if moment == "session":
+        return _stop_at(moment, ignored, volume)
+    except BaseException:
+        volume.remove()  # a failed check leaves no volume behind
+        raise
+
+
+def _stop_at(moment: str, ignored: set[int], volume: Volume) -> Volume:
+    name = f"stoplatency-check-{moment}-{uuid.uuid4().hex[:6]}"
+    cid = podman("run", "-d", *run_args(volume, name, held=moment == "before-engine")).stdout.strip()
+    try:
+        if moment == "before-engine":
+            deadline = time.monotonic() + 30
+            while not (volume.path / "held").exists():
+                if time.monotonic() > deadline:
+                    raise SystemExit("container: the held shell never started")
+                time.sleep(0.01)
+        elif moment == "session":
             volume.wait_event("session-start")
         elif moment == "kill-grace":
             volume.wait_event("session-start")
@@ -306,12 +342,11 @@ def stop_at(moment: str, ignored: set[int]) -> Volume:
         problems.append(f"exit {code} is not one the Job's podFailurePolicy ignores ({sorted(ignored)})")
     if started and (code != 4 or status != "stopped" or not stops):
         problems.append(f"the engine had started: want exit 4, stopped, a run-stop record (got {code}, {status})")
-    if moment != "start" and not started:
+    if moment in ("session", "kill-grace") and not started:
         problems.append("the engine never started")
     if left or cgroups:
         problems.append(f"left behind: processes {left}, cgroups {cgroups}")
     if problems:
-        volume.remove()
         raise SystemExit(f"container: podman stop {moment}: " + "; ".join(problems))
     return volume
 
@@ -361,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="stoplatency-container-") as tmp:
         try:
             build(base(args.base), Path(tmp))
-            for moment in ("start", "session", "kill-grace"):
+            for moment in ("before-engine", "start", "session", "kill-grace"):
                 volumes.append(stop_at(moment, ignored))
             resume_twice(volumes[1])
         finally:
