@@ -434,3 +434,24 @@ def test_after_its_first_answer_the_page_is_sent_what_changed_and_a_live_row_rea
     finally:
         assert runs.runner("stop", "--now", "--run-dir", live.path).returncode == Exit.OK
         runs.wait_engine_exit(live)
+
+
+def test_a_card_closed_and_opened_again_shows_its_details_again(runs, dashboard, page):
+    """Path: page.js's layout and poll: a closed card drops its details, and opened
+    again it asks for them anew (`new=`), since the server sends an open card's details
+    after the page's cursor only when they changed (twice: the card's journal each time
+    it is open, none while it is closed)."""
+    from playwright.sync_api import expect
+
+    for name in ("done-1", "done-2"):
+        rd = runs.start(runs.spec(name=f"{name}.toml", provider=["true"]), name=name)
+        runs.wait_engine_exit(rd)
+    dash = dashboard()
+    open_dashboard(page, dash, "done-1", "completed")
+    toggle = row(page, "done-1").locator("button.toggle")
+    journal = row(page, "done-1").locator("ol.journal li")
+    for _ in range(2):
+        toggle.click()
+        expect(journal.last).to_contain_text("complete")
+        toggle.click()
+        expect(journal).to_have_count(0)

@@ -386,6 +386,9 @@ function layout(row) {
   if (open) opened.add(row.root.dataset.runId);
   else {
     opened.delete(row.root.dataset.runId);
+    // Opened again, its details are asked for anew (`new=`): the page kept none (also
+    // when it is opened again before the next answer).
+    askedOpen.delete(row.root.dataset.runId);
     if (row.detail !== null) {
       row.detail = null; // closed: its details are no longer asked for, nor kept
       if (r && !r.error) renderDetail(row, r, sinceRead(r));
@@ -605,7 +608,7 @@ async function poll() {
       const data = await r.json();
       etag = r.headers.get("ETag");
       etagOpen = query;
-      askedOpen = asked;
+      askedOpen = new Set([...asked].filter((n) => opened.has(n))); // a card closed meanwhile kept nothing
       if (typeof data.cursor === "string") cursor = data.cursor;
       render(data);
       retick(); // the rows not sent: their clocks tick on
