@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
-.PHONY: venv bytecode browser init test test-loaded test-loaded-ci measure mutate mutate-ci docs docs-check bench bench-ci lint soak soak-short screenshot examples leak-demo leaks-strangers
+.PHONY: venv bytecode browser init container test test-loaded test-loaded-ci measure mutate mutate-ci docs docs-check bench bench-ci lint soak soak-short screenshot examples leak-demo leaks-strangers
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
 # 12 ms at every interpreter start (every victim, engine and runner command pays it).
@@ -54,6 +54,23 @@ init:
 		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tini >/dev/null 2>&1 || \
 		  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tini >/dev/null; }; }; } || \
 		echo "make: no tini could be installed: run-local's tests skip and the soak's run-local row fails" >&2
+
+# The container recipe run by a real runtime (examples/kubernetes/podman_check.py): podman,
+# runc and debootstrap from Debian's packages (installed where this user may: root,
+# apt-get), a local Debian base made by debootstrap and cached outside the checkout
+# (/var/cache/pytest-stoplatency as root), a wheelhouse made here and an image built with
+# no network; then `podman stop` before the engine starts, in a session and in the kill
+# grace, each checked (exit code against job.yaml's podFailurePolicy, nothing left, the
+# stop recorded), and a second and third run on the same volume (resumed, completed).
+# CONTAINER_BASE=IMAGE builds FROM a registry's base instead.
+CONTAINER_BASE ?=
+container: $(STAMP)
+	@command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 || \
+		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc debootstrap >/dev/null 2>&1 || \
+		  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends podman runc debootstrap >/dev/null; }; }; } || \
+		{ echo "make: container: no podman could be installed (not root, or no apt-get): nothing to run" >&2; exit 1; }
+	$(PY) examples/kubernetes/podman_check.py $(if $(CONTAINER_BASE),--base $(CONTAINER_BASE))
 
 # Lint, format, types and architecture: ruff (lint and format check), mypy (strict on
 # runner/; see [tool.mypy] in pyproject.toml) and import-linter (runner/'s allowed import
@@ -207,11 +224,11 @@ $(BENCH_STAMP): $(STAMP)
 # would run), so that it is rendered even when --check fails.
 BENCH_JSON ?= docs/bench.json
 BENCH_ARGS ?=
-bench: $(BENCH_STAMP) bytecode init
+bench: $(BENCH_STAMP) bytecode init browser
 	mkdir -p $(ARTIFACTS)
 	$(PY) bench/membership_cost.py --n 1000 --json $(ARTIFACTS)/bench-membership.json
 	$(PY) bench/process_leaks_cost.py --n 400 --rounds 3 --live 500 --hogs 2 --json docs/process-leaks-bench.json
-	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,runs,dashboard,plugin,pid1,cost --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
+	$(PY) -m bench.stoppers --parts stoppers,scale,load,items,journal,runs,dashboard,traffic,plugin,pid1,cost --json $(BENCH_JSON) --check $(BENCH_ARGS); status=$$?; \
 		$(PY) docgen/render_stop_latency.py && $(PY) docgen/render_plugin.py && exit $$status
 
 # CI's reduced stop benchmark (n=1, `timeout -k` and the two runner stops, small scale

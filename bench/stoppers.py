@@ -1,10 +1,11 @@
 """`make bench`: the runner's stop beside the other stoppers, at scale and under load.
 
     python -m bench.stoppers [--n 5] [--sizes 1,10,100,1000] [--scale-n 3] [--load-runs 50]
-                             [--parts stoppers,scale,load,items,journal,runs,dashboard,plugin,pid1,cost] [--merge]
+                             [--parts stoppers,scale,load,items,journal,runs,dashboard,traffic,plugin,pid1,cost]
+                             [--merge]
                              [--json docs/bench.json] [--check] [--ci]
 
-Ten parts (the first three by default; `make bench` runs all ten), in one run, each
+Eleven parts (the first three by default; `make bench` runs all eleven), in one run, each
 printed as a table and written to the JSON with every raw sample (machine, date, commit, n):
 
 - **stoppers** (the stop-conformance kit, pytest_stoplatency/kit/: its measure.py): the
@@ -25,6 +26,9 @@ printed as a table and written to the JSON with every raw sample (machine, date,
   10, 100 and 500 runs under one directory, beside the runner before issue 32.
 - **dashboard** (bench/dashboard.py): the dashboard server's CPU with 60 runs and one
   page polling, beside the previous commit's dashboard and unconditional polls.
+- **traffic** (bench/dashboard_traffic.py): with 500 runs, the first `/api/runs` beside
+  two CPU hogs, and the real page's bytes per second on the wire with three runs live
+  and with none.
 - **plugin** (bench/plugin_idle.py): a one-test pytest session with the plugin installed
   but unused, against the same session with `-p no:stoplatency`.
 - **pid1** (bench/pid1_window.py): how long a container's PID 1 (`runner` without an
@@ -57,7 +61,7 @@ from typing import Any
 from pytest_stoplatency.kit import adapters, measure, runs, zoo
 from runner import defaults
 
-from . import dashboard, goals, load, many_runs, pid1_window, plugin_idle, scale, sizes, stopper_cost
+from . import dashboard, dashboard_traffic, goals, load, many_runs, pid1_window, plugin_idle, scale, sizes, stopper_cost
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_GRACE = defaults.KILL_GRACE
@@ -65,7 +69,7 @@ KILL_GRACE = defaults.KILL_GRACE
 (`[stop] kill_grace`) and given to every other stopper as its grace."""
 
 
-PARTS = ("stoppers", "scale", "load", "items", "journal", "runs", "dashboard", "plugin", "pid1", "cost")
+PARTS = ("stoppers", "scale", "load", "items", "journal", "runs", "dashboard", "traffic", "plugin", "pid1", "cost")
 
 
 def _ids(text: str) -> list[str]:
@@ -281,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
             stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}
             doc["dashboard"] = {**dashboard.run(), **stamp, "seconds": round(time.monotonic() - t, 1)}
             print("\nThe dashboard with a page open:\n" + dashboard.table(doc["dashboard"]) + "\n")
+        if "traffic" in args.parts:
+            t = time.monotonic()
+            stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}
+            doc["traffic"] = {**dashboard_traffic.run(), **stamp, "seconds": round(time.monotonic() - t, 1)}
+            print("\nThe dashboard's traffic with 500 runs:\n" + dashboard_traffic.table(doc["traffic"]) + "\n")
         if "plugin" in args.parts:
             t = time.monotonic()
             stamp = {"date": doc["date"], "git_commit": doc["git_commit"], "loadavg_at_start": _loadavg()}

@@ -32,6 +32,8 @@ stated through {{bound:...}}, which resolves to a constant a test asserts, or
     {{bench_stoppers}}        the runner's stops beside other stoppers (docs/bench.json), MEASURED
     {{bench_scale_load}}      the stop at 1 to 1,000 processes and with many runs at once
     {{bench_dashboard}}       the dashboard server's CPU with a page open, beside its reference
+    {{bench_traffic}}         the dashboard's first answer beside CPU hogs and an open page's
+                              bytes per second, at 500 runs
                               (docs/bench.json), MEASURED
     {{bench_runs}}            list, stop --all, the dashboard's first answer and its memory over
                               polls, with 10, 100 and 500 runs under one directory, before and now,
@@ -334,6 +336,7 @@ def render(template: str, ctx: Context) -> str:
             "stop_modes",
             "directory_gone",
             "bench_dashboard",
+            "bench_traffic",
             "bench_goals",
             "bench_runs",
             "bench_container_init",

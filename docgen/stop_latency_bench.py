@@ -262,6 +262,36 @@ class BenchSection:
             f"{connections.MAX_CONNECTIONS} connections.\n\n" + "\n".join(rows)
         )
 
+    def bench_traffic(self) -> str:
+        part = self._bench_part("traffic")
+        if not part:
+            return self._bench_absent("The dashboard's traffic")
+        if "live_window" not in part:
+            return f"{self._part_tag(part)}: not measured ({part.get('error', 'no page')})."
+        f, lw, iw = part["first_poll_loaded"], part["live_window"], part["idle_window"]
+        kb = lambda x: f"{x / 1000:,.1f} KB"  # noqa: E731
+        rows = [
+            "| at {:,} runs | figure |".format(part["runs"]),
+            "|---|---|",
+            f"| the first `/api/runs` of a dashboard just started, beside {f['hogs']} CPU hogs (median of "
+            f"{len(f['samples_s'])}) | {_measured(f['seconds'])} ({_measured(f['cpu_s'])} of the server's CPU; "
+            f"load {f['loadavg'][0]:.1f}) |",
+            f"| that whole answer | {kb(f['answer_bytes'])} ({kb(f['answer_gzip_bytes'])} gzip-compressed, as sent "
+            "to a browser) |",
+            f"| the page, {part['live']} runs live, over {lw['seconds']:g} s | {kb(lw['bytes_per_s'])}/s, "
+            f"{lw['polls_per_s']:g} polls a second, the largest answer {lw['largest_answer_bytes']:,} B |",
+            f"| the page, nothing live, over {iw['seconds']:g} s | {kb(iw['bytes_per_s'])}/s, "
+            f"{iw['polls_per_s']:g} polls a second ({iw['not_modified']} of {iw['polls']} answered 304) |",
+        ]
+        return (
+            f"{self._part_tag(part)}. {part['runs']:,} real runs under one directory, {part['live']} of them live "
+            "beside them (items of 0.3 s each: their rows change at nearly every poll). The first answer: a "
+            "server just started, request to last byte, beside CPU hogs (`while True: pass`). The page: Debian's "
+            "chromium (Playwright) in a 1280 px window on the dashboard, every byte of its `/api/runs` answers as "
+            "Chrome received them (headers included), after a warm-up that holds its first answer; then the live "
+            "runs stopped, the same page while nothing is live.\n\n" + "\n".join(rows)
+        )
+
     def bench_runs(self) -> str:
         part = self._bench_part("runs")
         if not part:
@@ -538,6 +568,25 @@ class BenchSection:
                         f"| within ±{goals['poll_memory_mb']:g} MB of the first poll's | at most {off:g} MB off · "
                         f"{self._verdict(off, goals['poll_memory_mb'])} |"
                     )
+        traffic = self._bench_part("traffic")
+        if traffic and "live_window" in traffic and "page_bytes_per_s_at_500_runs_3_live" in goals:
+            first = traffic["first_poll_loaded"]
+            want = goals["first_poll_s_at_500_runs_loaded"]
+            rows.append(
+                f"| {traffic['runs']:,} runs: the dashboard's first `/api/runs` beside {first['hogs']} CPU hogs "
+                f"| within {_measured(want)} | {_measured(first['seconds'])} (load {first['loadavg'][0]:.1f}) · "
+                f"{self._verdict(first['seconds'], want)} |"
+            )
+            rate, want = traffic["live_window"]["bytes_per_s"], goals["page_bytes_per_s_at_500_runs_3_live"]
+            rows.append(
+                f"| {traffic['runs']:,} runs, {traffic['live']} live: an open page's traffic | at most "
+                f"{want / 1000:g} KB/s | {rate / 1000:,.1f} KB/s · {self._verdict(rate, want)} |"
+            )
+            polls, want = traffic["idle_window"]["polls_per_s"], goals["page_polls_per_s_idle"]
+            rows.append(
+                f"| {traffic['runs']:,} runs, nothing live: an open page's polls | at most {want:g} a second "
+                f"| {polls:g} a second · {self._verdict(polls, want)} |"
+            )
         journal = self._bench_part("journal")
         if journal and journal.get("large"):
             fresh, big = journal["fresh"], max(journal["large"], key=lambda s: s["journal_bytes"])

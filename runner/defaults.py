@@ -145,7 +145,10 @@ ticks, each short, so the foreground is back to its signals at once."""
 
 # `runner dashboard`
 DASHBOARD_POLL = 0.25
-"""The page asks the server for every run's state this often (the issue's bound: 0.5 s)."""
+"""The page asks the server for every run's state this often while a run is live (the
+issue's bound: 0.5 s)."""
+DASHBOARD_IDLE_POLL = 1.0
+"""And this often while no run is live (issue 42: at most once a second)."""
 DASHBOARD_MIN_AGE = 0.1
 """Polls closer together than this (several pages open) share one snapshot."""
 DASHBOARD_GONE_SHOWN = 300.0

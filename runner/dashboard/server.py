@@ -8,6 +8,12 @@ its own (actions.py), so a poll is never queued behind a stop that takes seconds
                                 named (the page's open cards); X-Runner-Token required;
                                 with the ETag of the last answer in If-None-Match, 304
                                 and no body while nothing shown has changed
+         [&since=CURSOR&new=c]  only what changed after the answer that gave CURSOR
+                                (and the details of the cards in `new`, opened since)
+
+An answer larger than GZIP_MIN is sent gzip-compressed to a client that accepts it (the
+page's first answer at 500 runs: some 240 KB of repetitive JSON). It carries no secret:
+the token is a request header, never echoed in a body.
     POST /api/runs/<run>/<act>  a button (X-Runner-Token, own Origin): 202, or 403 / 404 / 409
 
 GET never changes anything. A request whose Host header names no host the dashboard
@@ -17,12 +23,14 @@ answers to is refused whatever it asks (security.py). A request's failure is its
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import re
 import signal
 import socket
 import sys
+import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -33,12 +41,14 @@ from urllib.parse import unquote, urlsplit
 from runner.dashboard import connections, security
 from runner.dashboard.actions import ACTIONS, Actions
 from runner.dashboard.runs import Base, NotARun
-from runner.dashboard.snapshot import Snapshots, opened_names
+from runner.dashboard.snapshot import Snapshots, cursor_of, opened_names
 from runner.errors import BadInput, printable
 from runner.exitcodes import Exit
 
 BODY_CAP = connections.BODY_CAP
 """A button's POST carries no body; anything larger is refused unread."""
+GZIP_MIN = 1024
+"""An answer at least this large is compressed for a client that accepts gzip."""
 ACTIONS_JOIN = 60.0
 """At exit, how long the dashboard waits for the stops it started (each is bounded)."""
 _STATIC = {
@@ -73,6 +83,18 @@ class DashboardServer(HTTPServer):
         self.snapshots = Snapshots(base, self.actions)
         self.guard = security.Guard(token, address[0], self.server_address[1], allowed_hosts)
         self.assets = {path: (_asset(name), ctype) for path, (name, ctype) in _STATIC.items()}
+        self._gzipped: tuple[bytes, bytes] | None = None  # the last body compressed, and it so
+        self._gzip_lock = threading.Lock()
+
+    def gzipped(self, body: bytes) -> bytes:
+        """`body` compressed; the whole answer, kept per ETag, is compressed once."""
+        with self._gzip_lock:
+            kept = self._gzipped
+            if kept is not None and kept[0] is body:
+                return kept[1]
+            out = gzip.compress(body, compresslevel=5, mtime=0)
+            self._gzipped = (body, out)
+            return out
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # One line, never a traceback dump per broken connection.
@@ -97,6 +119,19 @@ class DashboardServer(HTTPServer):
         return not handler.close_connection
 
 
+def _accepts_gzip(header: str | None) -> bool:
+    """Whether Accept-Encoding names gzip with a weight above 0."""
+    for part in (header or "").lower().split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip() == "gzip":
+            q = params.strip().removeprefix("q=").strip()
+            try:
+                return not q or float(q) > 0
+            except ValueError:
+                return False
+    return False
+
+
 def _asset(name: str) -> bytes:
     return (resources.files(__package__) / "static" / name).read_bytes()
 
@@ -106,7 +141,7 @@ class Handler(BaseHTTPRequestHandler):
     connection: the connection goes back to the selector between requests)."""
 
     server: DashboardServer
-    protocol_version = "HTTP/1.1"  # keep-alive: the page polls four times a second
+    protocol_version = "HTTP/1.1"  # keep-alive: the page polls up to four times a second
 
     def __init__(self, conn: connections.Connection, server: DashboardServer) -> None:
         self.request = self.connection = conn.sock
@@ -149,11 +184,24 @@ class Handler(BaseHTTPRequestHandler):
                     self._json(HTTPStatus.FORBIDDEN, {"error": f"missing or wrong {security.TOKEN_HEADER}"})
                 else:
                     opened = opened_names(url.query)
-                    etag, data = self.server.snapshots.answer(self.headers.get("If-None-Match"), opened)
+                    etag, data = self.server.snapshots.answer(
+                        self.headers.get("If-None-Match"),
+                        opened,
+                        cursor_of(url.query),
+                        opened_names(url.query, "new"),
+                    )
                     status = HTTPStatus.OK if data is not None else HTTPStatus.NOT_MODIFIED
                     # The server's clock, for the page's ticking clocks: in a header, so
                     # that a body is built once per ETag, and a 304 carries it too.
-                    self._send(status, data, "application/json", etag, {"X-Runner-Now": f"{time.time():.3f}"})
+                    extra = {"X-Runner-Now": f"{time.time():.3f}", "Vary": "Accept-Encoding"}
+                    if (
+                        data is not None
+                        and len(data) >= GZIP_MIN
+                        and _accepts_gzip(self.headers.get("Accept-Encoding"))
+                    ):
+                        data = self.server.gzipped(data)
+                        extra["Content-Encoding"] = "gzip"
+                    self._send(status, data, "application/json", etag, extra)
             else:
                 self._json(HTTPStatus.NOT_FOUND, {"error": "no such page"})
         except (BrokenPipeError, ConnectionResetError):

@@ -21,6 +21,15 @@ defaults.DASHBOARD_LIVE_MAX_AGE). Each answer carries an ETag over what it shows
 poll that finds nothing changed is answered 304; and an answer's body is built once per
 ETag and kept, so that polling allocates nothing per poll (the server's memory rose
 with every poll at 500 runs).
+
+What changed is all that a page is sent (issue 42: a whole answer at 500 runs is some
+240 KB, and with runs live every poll was one): each row, each open card's details and
+the list of names carry the sequence number of their last change (a change of what the
+digest covers, never a ticking clock), and an answer carries a cursor, this server's
+epoch and the last sequence number given. A poll that sends its cursor back
+(`?since=`) is answered with the rows and details changed after it, and the names only
+when they changed (a run came or went); a cursor of another server, or none, gets the
+whole answer (`"full": true`).
 """
 
 from __future__ import annotations
@@ -29,9 +38,11 @@ import hashlib
 import itertools
 import json
 import os
+import secrets
 import threading
 import time
 from typing import Any
+from urllib.parse import unquote
 
 from runner import defaults
 from runner.dashboard.actions import Actions
@@ -78,8 +89,16 @@ class Snapshots:
         self._seen: set[str] = set()
         self._gone: dict[str, float] = {}  # name -> when it was first missed
         # (when, the rows with their actions, base exists, their digest, rows by name)
-        self._rows: tuple[float, list[tuple[_Cached, Any]], bool, Any, dict[str, _Cached]] | None = None
+        self._rows: tuple[float, list[tuple[_Cached, Any]], bool, Any, dict[str, _Cached], bool] | None = None
         self._body: tuple[str, bytes] | None = None  # the last answer's ETag and body
+        # What changed when: the sequence number of the last change of each row (of what
+        # its digest covers, and its action), of each open card's details and of the
+        # list of names; a cursor names this server (its epoch) and a sequence number.
+        self.epoch = secrets.token_hex(4)
+        self._seq = 0
+        self._row_seq: dict[str, tuple[bytes, str, int]] = {}  # name -> (digest, action key, seq)
+        self._detail_seq: dict[str, tuple[bytes, int]] = {}  # name -> (digest, seq)
+        self._names: tuple[tuple[str, ...], int] = ((), 0)  # the names shown and their seq
 
     def json(self, opened: tuple[str, ...] = ()) -> bytes:
         """The page's data as JSON bytes (what a poll without If-None-Match gets)."""
@@ -87,9 +106,17 @@ class Snapshots:
         assert body is not None
         return body
 
-    def answer(self, if_none_match: str | None, opened: tuple[str, ...] = ()) -> tuple[str, bytes | None]:
+    def answer(
+        self,
+        if_none_match: str | None,
+        opened: tuple[str, ...] = (),
+        since: str | None = None,
+        new: tuple[str, ...] = (),
+    ) -> tuple[str, bytes | None]:
         """(ETag, body) for a page that has the cards of `opened` open; the body is None
-        when `if_none_match` is the current ETag."""
+        when `if_none_match` is the current ETag. `since`: the cursor of the page's last
+        answer, which then gets only what changed after it (and the details of the cards
+        in `new`, opened since); a cursor that is not this server's gets the whole answer."""
         with self._lock:
             now = time.monotonic()
             if self._rows is None or now - self._rows[0] >= defaults.DASHBOARD_MIN_AGE:
@@ -98,11 +125,21 @@ class Snapshots:
                 # a poll then costs what its open cards cost, whatever the number of runs).
                 shown = [(c, self.actions.last(c.name)) for c in rows]
                 rows_digest = hashlib.blake2b(str(exists).encode(), digest_size=12)
+                live = False
                 for cached, action in shown:
+                    key = _action_key(action)
                     rows_digest.update(cached.digest)
-                    rows_digest.update(_action_key(action).encode())
-                self._rows = (now, shown, exists, rows_digest, {c.name: c for c in rows})
-            _, shown, exists, rows_digest, by_name = self._rows
+                    rows_digest.update(key.encode())
+                    self._mark_row(cached.name, cached.digest, key)
+                    live = live or cached.live is not False or (action is not None and action.get("state") == "running")
+                names = tuple(c.name for c in rows)
+                if names != self._names[0]:
+                    self._names = (names, self._next())
+                    for name in set(self._row_seq) - set(names):
+                        del self._row_seq[name]
+                        self._detail_seq.pop(name, None)
+                self._rows = (now, shown, exists, rows_digest, {c.name: c for c in rows}, live)
+            _, shown, exists, rows_digest, by_name, live = self._rows
             want = [n for n in dict.fromkeys(opened) if n in by_name][:OPEN_MAX]
             digest = rows_digest.copy()
             details = [(name, self._detail(by_name[name])) for name in want]
@@ -111,28 +148,56 @@ class Snapshots:
             etag = f'"{digest.hexdigest()}"'
             if if_none_match is not None and if_none_match == etag:  # ablate: dashboard-304
                 return etag, None
+            after = self._cursor_seq(since)
+            # Once a second while nothing is live: nothing but a user's own command can
+            # change then (issue 42: at most once a second).
+            poll = defaults.DASHBOARD_POLL
+            poll = poll if live else defaults.DASHBOARD_IDLE_POLL  # ablate: dashboard-idle-poll
+            head: dict[str, Any] = {
+                "full": after is None,
+                "cursor": f"{self.epoch}.{self._seq}",
+                "base_exists": exists,
+                "poll_ms": round(poll * 1000),
+            }
+            if after is not None:  # ablate: dashboard-delta
+                fresh = set(new)
+                runs = b",".join(self._fragment(c, a) for c, a in shown if self._row_seq[c.name][2] > after)
+                sent = [(n, body) for n, (_, body) in details if n in fresh or self._detail_seq[n][1] > after]
+                if self._names[1] > after:
+                    head["names"] = list(self._names[0])
+                return etag, _document(head, runs, sent)
             if self._body is not None and self._body[0] == etag:
                 return etag, self._body[1]
-            head = {
-                "base": str(self.base.path),
-                "base_exists": exists,
-                "poll_ms": round(defaults.DASHBOARD_POLL * 1000),
-                "compact_after": COMPACT_AFTER,
-                "escalations": controls.ESCALATIONS,
-                "labels": controls.LABELS,
-            }
-            runs = b",".join(self._fragment(c, action) for c, action in shown)
-            opened_json = b",".join(json.dumps(name).encode() + b":" + body for name, (_, body) in details)
-            body = (
-                json.dumps(head, separators=(",", ":")).encode()[:-1]
-                + b',"runs":['
-                + runs
-                + b'],"details":{'
-                + opened_json
-                + b"}}"
+            head.update(
+                base=str(self.base.path),
+                compact_after=COMPACT_AFTER,
+                escalations=controls.ESCALATIONS,
+                labels=controls.LABELS,
             )
+            runs = b",".join(self._fragment(c, action) for c, action in shown)
+            body = _document(head, runs, [(n, body) for n, (_, body) in details])
             self._body = (etag, body)  # ablate: dashboard-body-kept
             return etag, body
+
+    def _next(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _mark_row(self, name: str, digest: bytes, action_key: str) -> None:
+        """A row's sequence number moves on when what it shows changes (not its clocks)."""
+        kept = self._row_seq.get(name)
+        if kept is None or kept[0] != digest or kept[1] != action_key:
+            self._row_seq[name] = (digest, action_key, self._next())
+
+    def _cursor_seq(self, since: str | None) -> int | None:
+        """The sequence number of a cursor this server gave; None for any other."""
+        if since is None:
+            return None
+        epoch, _, seq = since.partition(".")
+        if epoch != self.epoch or not seq.isdigit() or len(seq) > 18:
+            return None
+        value = int(seq)
+        return value if value <= self._seq else None
 
     def _fragment(self, cached: _Cached, action: dict[str, Any] | None) -> bytes:
         """The row's JSON with its action, and the stop and buttons the dashboard's own
@@ -177,6 +242,9 @@ class Snapshots:
         digest = hashlib.blake2b(_sorted(_without_clocks(detail)).encode(), digest_size=12).digest()
         body = _compact(detail).encode()
         self._details[cached.name] = (cached.version, digest, body)
+        seen = self._detail_seq.get(cached.name)
+        if seen is None or seen[0] != digest:
+            self._detail_seq[cached.name] = (digest, self._next())
         return digest, body
 
     def _compute(self) -> tuple[list[_Cached], bool]:
@@ -246,16 +314,37 @@ class Snapshots:
             return _Cached(entry.name, rd, ("raised",), None, _error_row(entry.name, _exc_line(exc)))
 
 
-def opened_names(query: str) -> tuple[str, ...]:
-    """The run names of `?open=a,b` (each of a run id's shape; at most OPEN_MAX)."""
+def opened_names(query: str, key: str = "open") -> tuple[str, ...]:
+    """The run names of `?open=a,b` (or of `key`: `new`; each of a run id's shape; at
+    most OPEN_MAX)."""
     names: list[str] = []
     for part in query.split("&"):
-        key, _, value = part.partition("=")
-        if key == "open":
-            from urllib.parse import unquote
-
+        name, _, value = part.partition("=")
+        if name == key:
             names += [n for n in unquote(value).split(",") if RUN_ID_SHAPE.fullmatch(n)]
     return tuple(names[:OPEN_MAX])
+
+
+def cursor_of(query: str) -> str | None:
+    """The cursor of `?since=` (at most 64 characters), or None."""
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if name == "since" and 0 < len(value) <= 64:
+            return unquote(value)
+    return None
+
+
+def _document(head: dict[str, Any], runs: bytes, details: list[tuple[str, bytes]]) -> bytes:
+    """An answer's JSON: the head's keys, the rows' and the details' kept fragments."""
+    opened_json = b",".join(json.dumps(name).encode() + b":" + body for name, body in details)
+    return (
+        json.dumps(head, separators=(",", ":")).encode()[:-1]
+        + b',"runs":['
+        + runs
+        + b'],"details":{'
+        + opened_json
+        + b"}}"
+    )
 
 
 _versions = itertools.count()

@@ -3,6 +3,7 @@ never changing anything, run names that cannot leave the base directory, and dam
 vanishing runs shown as error rows while the server goes on. Every run is a real one
 (`runner run --detach`); the server is a real `python -m runner dashboard` process."""
 
+import gzip
 import http.client
 import json
 import os
@@ -10,9 +11,11 @@ import shutil
 import signal
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
+from runner import defaults
 from runner.exitcodes import Exit
 from runner.files import identity_file
 
@@ -327,6 +330,7 @@ def test_a_live_runs_ticking_clocks_alone_change_no_etag(runs, victim, dashboard
     data = json.loads(body)
     row = data["runs"][0]
     assert row["live"] is True and isinstance(row["at"], float) and data["details"]["run"]["children"], data
+    assert data["poll_ms"] == round(defaults.DASHBOARD_POLL * 1000)  # a run is live: four polls a second
     time.sleep(2.5)  # past LIVE_MAX_AGE twice: the row was read again
     status, after, _ = request(dash, "GET", "/api/runs?open=run", {**good, "If-None-Match": headers["ETag"]})
     assert status == 304, after
@@ -406,3 +410,51 @@ def test_a_stop_in_progress_is_stopping(runs, victim, dashboard):
     runs.wait_engine_exit(rd)
     row = wait_row(dash, "run", status="stopped")
     assert row["stopping"] is False
+
+
+def test_a_poll_with_its_cursor_gets_only_what_changed(runs, dashboard):
+    """Path: snapshot.Snapshots.answer with ?since= (issue 42): the first answer is whole
+    (`full`, every row, a cursor); a poll that sends its cursor back gets only the rows
+    changed after it (one run's state.json damaged), the names only when a run
+    came, an open card's details only when they changed or the card is new (`new=`), and
+    a cursor of another server gets the whole answer again. With nothing live the page is
+    told to poll once a second; a large answer is gzip-compressed for a client that
+    accepts it. Ablations dashboard-delta (every answer whole) and dashboard-idle-poll
+    (four polls a second with nothing live) turn it red."""
+    made = {name: finished_run(runs, name) for name in ("a", "b", "c")}
+    dash = dashboard()
+    good = {"X-Runner-Token": dash.token}
+
+    def get(query="", **extra):
+        status, headers, body = request(dash, "GET", f"/api/runs{query}", {**good, **extra})
+        assert status == 200, (status, body[:200])
+        return headers, json.loads(body)
+
+    _, first = get()
+    assert first["full"] is True and [r["name"] for r in first["runs"]] == ["a", "b", "c"]
+    assert first["poll_ms"] == round(defaults.DASHBOARD_IDLE_POLL * 1000)
+    cursor = first["cursor"]
+    time.sleep(0.2)  # past MIN_AGE: the server looks again
+    _, same = get(f"?since={cursor}")
+    assert (same["full"], same["runs"], same["details"], "names" in same) == (False, [], {}, False), same
+    Path(made["b"].state).write_bytes(b"{ torn")  # b's row changes (its state is damaged)
+    time.sleep(0.2)
+    _, delta = get(f"?since={cursor}")
+    assert [r["name"] for r in delta["runs"]] == ["b"] and "names" not in delta, delta
+    cursor = delta["cursor"]
+    finished_run(runs, "d")
+    time.sleep(0.2)
+    _, came = get(f"?since={cursor}")
+    assert [r["name"] for r in came["runs"]] == ["d"] and came["names"] == ["a", "b", "c", "d"], came
+    cursor = came["cursor"]
+    _, opened = get(f"?open=a&since={cursor}&new=a")
+    assert list(opened["details"]) == ["a"] and opened["runs"] == [], opened
+    time.sleep(0.2)
+    _, again = get(f"?open=a&since={opened['cursor']}")
+    assert again["details"] == {} and again["runs"] == [], again
+    _, other = get("?since=deadbeef.1")
+    assert other["full"] is True and len(other["runs"]) == 4
+    plain = request(dash, "GET", "/api/runs", good)[2]
+    status, headers, packed = request(dash, "GET", "/api/runs", {**good, "Accept-Encoding": "gzip, deflate"})
+    assert (status, headers.get("Content-Encoding")) == (200, "gzip") and gzip.decompress(packed) == plain
+    assert len(packed) < len(plain)

@@ -17,6 +17,7 @@ import time
 import pytest
 
 # The browser tests' own fixtures (chromium for the module, a fresh context per test).
+from dashboard_browser import status_is
 from test_dashboard_browser import browser, button, open_dashboard, page, row  # noqa: F401
 
 from runner.dashboard.snapshot import COMPACT_AFTER
@@ -387,3 +388,70 @@ def test_three_hundred_runs_forty_live_are_compact_rows_counted_filtered_and_ope
         runs.runner("stop", "--all", "--now", "--runs-dir", runs.tmp_path, timeout=300)
         for path in [*live, crashed.path]:
             runs.wait_engine_exit(runs.RunDir(path))
+
+
+def test_after_its_first_answer_the_page_is_sent_what_changed_and_a_live_row_reads_whole(runs, dashboard, page):
+    """Path: page.js's poll with its cursor (?since=) and render's merge of a partial
+    answer, over snapshot.Snapshots.answer (issue 42): the page's first answer is whole,
+    every later one carries only what changed (a run that comes: its row and the names);
+    the page shows the run that came, newest first, and keeps the others. At 1280 px a
+    live row's item and phase are shown whole (page.css: the line's flexible column,
+    where the sentence gives way first) and end before the buttons. Ablation
+    dashboard-page-cursor (the page never sends its cursor: every answer whole) turns it
+    red."""
+    from playwright.sync_api import expect
+
+    for name in ("done-1", "done-2"):
+        rd = runs.start(runs.spec(name=f"{name}.toml", provider=["true"]), name=name)
+        runs.wait_engine_exit(rd)
+    live = runs.start(
+        runs.spec(name="live.toml", items=["alpha"], provider=["sleep", "3600"], stop={"kill_grace": 0.3}), name="live"
+    )
+    runs.wait_event(live, "phase-start", phase="session")
+    try:
+        dash = dashboard()
+        answers = []
+        page.on("response", lambda r: answers.append(r) if "/api/runs" in r.url and r.request.method == "GET" else None)
+        open_dashboard(page, dash, "live", "running")
+        doing = row(page, "live").locator("[data-field=doing]")
+        expect(doing).to_contain_text("item alpha · session")
+        clipped = doing.evaluate("(d) => d.scrollWidth > d.clientWidth")
+        ends, buttons = doing.evaluate(
+            "(d) => [d.getBoundingClientRect().right,"
+            " d.closest('.head').querySelector('.buttons').getBoundingClientRect().left]"
+        )
+        assert not clipped and ends <= buttons, (doing.text_content(), ends, buttons)
+        late = runs.start(runs.spec(name="late.toml", provider=["true"]), name="late")
+        runs.wait_engine_exit(late)
+        status_is(page, "late", "completed")
+        order = page.evaluate("() => [...document.querySelectorAll('section.run')].map((s) => s.dataset.runId)")
+        assert order == ["live", "late", "done-2", "done-1"], order
+        bodies = [(a.url, a.json()) for a in list(answers) if a.status == 200]
+        assert bodies[0][1]["full"] is True and "since=" not in bodies[0][0], bodies[0]
+        assert all(b["full"] is False and "since=" in url for url, b in bodies[1:]), [u for u, _ in bodies]
+        came = [b for _, b in bodies if "names" in b]
+        assert came and {r["name"] for r in came[-1]["runs"]} <= {"late", "live"}, came
+    finally:
+        assert runs.runner("stop", "--now", "--run-dir", live.path).returncode == Exit.OK
+        runs.wait_engine_exit(live)
+
+
+def test_a_card_closed_and_opened_again_shows_its_details_again(runs, dashboard, page):
+    """Path: page.js's layout and poll: a closed card drops its details, and opened
+    again it asks for them anew (`new=`), since the server sends an open card's details
+    after the page's cursor only when they changed (twice: the card's journal each time
+    it is open, none while it is closed)."""
+    from playwright.sync_api import expect
+
+    for name in ("done-1", "done-2"):
+        rd = runs.start(runs.spec(name=f"{name}.toml", provider=["true"]), name=name)
+        runs.wait_engine_exit(rd)
+    dash = dashboard()
+    open_dashboard(page, dash, "done-1", "completed")
+    toggle = row(page, "done-1").locator("button.toggle")
+    journal = row(page, "done-1").locator("ol.journal li")
+    for _ in range(2):
+        toggle.click()
+        expect(journal.last).to_contain_text("complete")
+        toggle.click()
+        expect(journal).to_have_count(0)

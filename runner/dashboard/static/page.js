@@ -8,10 +8,12 @@
 // updated in place, never rebuilt, so that a button does not move or vanish under the
 // pointer between two polls. Which buttons apply when is the server's say
 // (runner/views/controls.py); from a click on a stop until the server has seen it, the
-// page applies the server's own escalation rule.
+// page applies the server's own escalation rule. After its first answer the page sends
+// back the answer's cursor (?since=) and is sent only what changed: the rows and open
+// cards changed since, and the runs' names when a run came or went.
 "use strict";
 
-let pollMs = 250; // until the server says (runner/defaults.py: DASHBOARD_POLL)
+let pollMs = 250; // until the server says (runner/defaults.py: DASHBOARD_POLL, DASHBOARD_IDLE_POLL)
 const TOKEN = new URLSearchParams(location.search).get("token") || "";
 const HEADER = "X-Runner-Token";
 const ACTIONS = ["stop", "stop-now", "stop-graceful", "pause", "unpause", "resume"];
@@ -35,6 +37,9 @@ let nameFilter = "";
 let compact = false;
 let etag = null;
 let etagOpen = ""; // the open cards the ETag was given for
+let cursor = null; // the last answer's cursor: the next answer says what changed after it
+let order = []; // the runs' names, in the server's order
+let askedOpen = new Set(); // the cards the last answer was asked with
 let received = { at: 0, now: 0 }; // the last answer: performance.now() and the server's clock
 
 // Control characters (C0, DEL, C1) and the bidirectional embeddings, overrides and
@@ -123,7 +128,12 @@ function makeRow(name) {
     buttons.append(b);
     byAction.set(action, b);
   }
-  head.append(toggle, title, status, words, count, doing, age, paused, pending, buttons);
+  // What the run does now (its item and phase), its sentence and its badges share the
+  // line's one flexible column: the sentence gives way first, so that a live row's item
+  // and phase stay whole at 1280 px beside four buttons.
+  const line = el("span", "line");
+  line.append(doing, words, paused, pending);
+  head.append(toggle, title, status, count, age, line, buttons);
   const card = el("div", "card");
   const meta = el("div", "meta muted user");
   const problem = el("div", "problem user");
@@ -374,7 +384,16 @@ function layout(row) {
   const r = row.data;
   const open = !collapsed && r && !r.error;
   if (open) opened.add(row.root.dataset.runId);
-  else opened.delete(row.root.dataset.runId);
+  else {
+    opened.delete(row.root.dataset.runId);
+    // Opened again, its details are asked for anew (`new=`): the page kept none (also
+    // when it is opened again before the next answer).
+    askedOpen.delete(row.root.dataset.runId);
+    if (row.detail !== null) {
+      row.detail = null; // closed: its details are no longer asked for, nor kept
+      if (r && !r.error) renderDetail(row, r, sinceRead(r));
+    }
+  }
   show(row.toggle, !(r && r.error));
   setText(row.toggle, collapsed ? "▸" : "▾");
   row.toggle.setAttribute("aria-expanded", String(!collapsed));
@@ -486,31 +505,56 @@ function render(data) {
   if (data.escalations) ESCALATIONS = data.escalations;
   if (typeof data.compact_after === "number") COMPACT_AFTER = data.compact_after;
   const main = document.getElementById("runs");
-  setText(document.getElementById("base"), escaped(data.base) + (data.base_exists ? "" : " (no such directory yet)"));
-  const runs = (data.runs || []).slice().reverse(); // newest first: run ids sort by start time
-  compact = runs.length > COMPACT_AFTER; // # ablate: dashboard-compact
-  main.classList.toggle("compact", compact);
-  const names = new Set(runs.map((r) => r.name));
+  if (typeof data.base === "string") main.dataset.base = data.base;
+  setText(document.getElementById("base"), escaped(main.dataset.base || "") + (data.base_exists ? "" : " (no such directory yet)"));
+  const changed = data.runs || [];
+  // The whole answer names every run; a later one names them only when a run came or went.
+  const names = data.full ? changed.map((r) => r.name) : data.names;
+  if (names) order = names;
+  const shown = new Set(order);
   for (const [name, row] of rows) {
-    if (!names.has(name)) {
+    if (!shown.has(name)) {
       row.root.remove();
       rows.delete(name);
       opened.delete(name);
     }
   }
+  compact = order.length > COMPACT_AFTER; // # ablate: dashboard-compact
+  main.classList.toggle("compact", compact);
   const details = data.details || {};
-  runs.forEach((r, i) => {
+  const touched = new Set();
+  for (const r of changed) {
+    if (!shown.has(r.name)) continue;
     let row = rows.get(r.name);
     if (!row) {
       row = makeRow(r.name);
       rows.set(r.name, row);
     }
-    row.detail = details[r.name] || (opened.has(r.name) ? row.detail : null);
-    update(row, r);
-    if (main.children[i] !== row.root) main.insertBefore(row.root, main.children[i] || null);
-  });
-  show(document.getElementById("empty"), runs.length === 0);
-  renderSummary(runs.length);
+    row.data = r;
+    touched.add(row);
+  }
+  for (const [name, d] of Object.entries(details)) {
+    const row = rows.get(name);
+    if (row) {
+      row.detail = d;
+      touched.add(row);
+    }
+  }
+  for (const row of rows.values()) {
+    if (data.full && !details[row.root.dataset.runId] && !opened.has(row.root.dataset.runId)) row.detail = null;
+  }
+  for (const row of touched) if (row.data) update(row, row.data);
+  if (names || touched.size) {
+    // Newest first: run ids sort by start time.
+    for (let i = order.length - 1, at = 0; i >= 0; i--) {
+      const row = rows.get(order[i]);
+      if (!row) continue;
+      if (main.children[at] !== row.root) main.insertBefore(row.root, main.children[at] || null);
+      at++;
+    }
+  }
+  show(document.getElementById("empty"), order.length === 0);
+  renderSummary(order.length);
 }
 
 // Between two answers the clocks still tick: the stopping counter, the phase's clock,
@@ -535,7 +579,7 @@ function pollSoon() {
 
 function openQuery() {
   const names = [...opened].sort();
-  return names.length ? `?open=${encodeURIComponent(names.join(","))}` : "";
+  return names.length ? `open=${encodeURIComponent(names.join(","))}` : "";
 }
 
 async function poll() {
@@ -543,9 +587,17 @@ async function poll() {
   const conn = document.getElementById("conn");
   try {
     const query = openQuery();
+    const asked = new Set(opened);
     const headers = { [HEADER]: TOKEN };
     if (etag && etagOpen === query) headers["If-None-Match"] = etag;
-    const r = await fetch(`/api/runs${query}`, { headers, cache: "no-store" });
+    const params = query ? [query] : [];
+    if (cursor) {
+      params.push(`since=${encodeURIComponent(cursor)}`); // # ablate: dashboard-page-cursor
+      // The cards opened since the last answer: their details whatever their age.
+      const fresh = [...asked].filter((n) => !askedOpen.has(n)).sort();
+      if (fresh.length) params.push(`new=${encodeURIComponent(fresh.join(","))}`);
+    }
+    const r = await fetch(`/api/runs${params.length ? "?" + params.join("&") : ""}`, { headers, cache: "no-store" });
     const now = Number(r.headers.get("X-Runner-Now"));
     if (now > 0) received = { at: performance.now(), now };
     if (r.status === 304) {
@@ -556,17 +608,22 @@ async function poll() {
       const data = await r.json();
       etag = r.headers.get("ETag");
       etagOpen = query;
+      askedOpen = new Set([...asked].filter((n) => opened.has(n))); // a card closed meanwhile kept nothing
+      if (typeof data.cursor === "string") cursor = data.cursor;
       render(data);
+      retick(); // the rows not sent: their clocks tick on
       setText(conn, `live · updated ${new Date().toLocaleTimeString()}`);
       conn.classList.remove("bad");
     } else {
       etag = null;
+      cursor = null;
       setText(conn, r.status === 403 ? "refused: open the URL `runner dashboard` printed (it carries the token)"
         : `the dashboard answered ${r.status}; retrying`);
       conn.classList.add("bad");
     }
   } catch (e) {
     etag = null;
+    cursor = null; // a dashboard started again gives a whole answer anyway
     setText(conn, "the dashboard is not answering; retrying");
     conn.classList.add("bad");
   }
