@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     shadow = runner_shadowed()
-    if shadow is not None:
+    if shadow is not None:  # ablate: kit-names-runner-shadow
         print(
             f"{PROG}: `runner` is shadowed by {shadow}, not this distribution's runner package: the kit imports "
             "runner.defaults, runner.proc and runner.files; rename that module or run from another directory",

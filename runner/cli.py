@@ -195,7 +195,7 @@ def version() -> str:
 def error_line(text: str) -> str:
     """A usage error's one line, with one `runner` prefix: a message that names its
     command already ("runner stop: --wait: ...", argparse's "runner: ...") keeps it."""
-    return text if text.startswith(("runner:", "runner ")) else f"runner: {text}"
+    return text if text.startswith(("runner:", "runner ")) else f"runner: {text}"  # ablate: one-usage-prefix
 
 
 def _command_named(argv: Sequence[str] | None) -> str | None:

@@ -241,11 +241,11 @@ def asked_by(kind: str, engine_origin: str | None) -> str:
     engine records the origin of the request it honored: `signal` or `file`, the channel,
     or `dashboard`); else whoever asked first (Ctrl-C, the engine itself)."""
     if engine_origin in ("signal", "file", None):
-        return f"with {_COMMANDS.get(kind, '`runner stop`')}"
+        return f"with {_COMMANDS.get(kind, '`runner stop`')}"  # ablate: stop-line-names-command
     if engine_origin == "dashboard":
         return f"from the dashboard ({_BUTTONS.get(kind, 'Stop')})"
     if engine_origin == "ctrl-c":
-        return "by Ctrl-C in the terminal of `runner run`, before this stop"
+        return "with Ctrl-C in the terminal of `runner run`"
     if engine_origin == "vanished":
         return "by its engine, its run directory removed, before this stop"
     if engine_origin == "disk":

@@ -148,3 +148,4 @@ class RunRow(TypedDict):
     damaged: list[str]
     copy_of: str | None  # a copy of a run: the run's own directory, "" when not found; else None
     orphaned_cgroup: str | None  # the run's cgroup, left while no engine of it is live
+    pause: str | None  # a live run's PAUSE: "held" (the engine holds there), "asked" (not yet); else None
