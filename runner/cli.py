@@ -67,7 +67,11 @@ def _add_resume(p: argparse.ArgumentParser) -> None:
 def _add_stop(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help=RUN_DIR_HELP)
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--now", action="store_true", help="kill every process of the run at once")
+    mode.add_argument(
+        "--now",
+        action="store_true",
+        help="SIGTERM to every process of the run at once, then SIGKILL to what is left after the kill grace",
+    )
     mode.add_argument("--graceful", action="store_true", help="finish the phase in flight, then stop")
     p.add_argument("--wait", action="store_true", help="with --graceful: wait for the run to end")
     p.add_argument("--all", action="store_true", help=STOP_ALL_HELP)

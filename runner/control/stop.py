@@ -166,7 +166,7 @@ class Stop:
         use_signal = self.kind.waits and self.channel in ("signal", "auto")
         origin = self.origin or (Origin.FILE if self.kind.waits and not use_signal else Origin.SIGNAL)
         try:
-            stop_request.lodge(self.rd, Mode.HARD, origin)  # ablate: stop-lodges-first
+            stop_request.lodge(self.rd, Mode.HARD, origin, self.kind.name)  # ablate: stop-lodges-first
         except (ControlFileError, Damaged) as exc:
             if not dirfd.gone(self.rd.path):  # gone: said once, by the result
                 view.note(exc)
@@ -373,7 +373,7 @@ def _graceful(rd: RunDir, origin: Origin) -> StopResult:
     if not rd.is_live():
         raise NoLiveRun(f"{rd.path}: no live engine")
     try:
-        request = stop_request.lodge(rd, Mode.GRACEFUL, origin)
+        request = stop_request.lodge(rd, Mode.GRACEFUL, origin, "graceful")
     except Unwritable as exc:  # nothing was asked of the engine: not a stop that went unrecorded
         raise ControlFileError(
             f"{exc}: the graceful stop is not lodged (`runner stop` still reaches the engine by signal)"

@@ -66,7 +66,8 @@ class StopRecord(TypedDict):
     mode: str | None  # hard or graceful
     forced: bool  # a stopper recorded it (the engine was killed, not asked)
     fallback: bool  # the hard stop's fallback: the engine did not end within the grace
-    kind: str | None  # the stopper's StopKind (hard, now, graceful), when a stopper recorded it
+    kind: str | None  # the StopKind (hard, now, graceful) of the command that asked, when one did
+    kind_known: bool  # the record says it (kind, or null: no command's request): since issue 42
 
 
 class Control(TypedDict):
