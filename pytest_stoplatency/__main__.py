@@ -17,29 +17,6 @@ def version() -> str:
         return f"(not installed: {Path(__file__).resolve().parents[1]})"
 
 
-def runner_shadowed() -> str | None:
-    """The file Python would import as `runner` when it is not this distribution's runner
-    package (installed beside this package), else None. The kit imports runner.defaults,
-    runner.proc (identity, reaper) and runner.files.rundir: a `runner.py` in the current
-    directory, first on sys.path under `python -m`, would break it with an error about
-    runner.proc that names neither file."""
-    import importlib.util
-
-    ours = Path(__file__).resolve().parents[1] / "runner" / "__init__.py"
-    loaded = sys.modules.get("runner")
-    try:
-        found = (
-            getattr(loaded, "__file__", None) if loaded else getattr(importlib.util.find_spec("runner"), "origin", None)
-        )
-    except (ImportError, ValueError):
-        found = None
-    if found is None:
-        return f"no module named runner (this distribution's is {ours.parent})"
-    if Path(found).resolve() != ours:
-        return str(found)
-    return None
-
-
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--version"] and len(argv) == 1:
         print(f"pytest-stoplatency {version()}")
@@ -47,8 +24,10 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] != "conformance":
         print(USAGE, file=sys.stderr)
         return 2
+    from ._shadow import runner_shadowed
+
     shadow = runner_shadowed()
-    if shadow is not None:  # ablate: kit-names-runner-shadow
+    if shadow is not None:
         print(
             f"{PROG}: `runner` is shadowed by {shadow}, not this distribution's runner package: the kit imports "
             "runner.defaults, runner.proc and runner.files; rename that module or run from another directory",

@@ -41,3 +41,51 @@ def test_the_dashboards_stop_line_names_its_button(runs, kind, button):
     result = stop.stop(rd, kind, origin=Origin.DASHBOARD)
     assert result.code == Exit.OK, result.message
     assert f"stopped from the dashboard ({button}): its engine stopped it" in result.message, result.message
+
+
+def _engine_pid(rd):
+    from runner.files import identity_file
+
+    return identity_file.read(rd.engine_identity).pid
+
+
+def _sigterm(runs, rd):
+    import os
+    import signal
+
+    os.kill(_engine_pid(rd), signal.SIGTERM)
+
+
+WAYS = {
+    "stop": (lambda runs, rd: runs.runner("stop", "--run-dir", rd.path), "stopped with `runner stop`"),
+    "now": (lambda runs, rd: runs.runner("stop", "--now", "--run-dir", rd.path), "stopped with `runner stop --now`"),
+    "graceful": (
+        lambda runs, rd: runs.runner("stop", "--graceful", "--run-dir", rd.path),
+        "stopped gracefully with `runner stop --graceful`",
+    ),
+    "STOP file": (lambda runs, rd: rd.stop_file.touch(), "stopped gracefully by the STOP file"),
+    "SIGTERM": (_sigterm, "stopped by SIGTERM (or SIGHUP) to its engine"),
+}
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_status_names_the_command_or_control_that_stopped_the_run(runs, tmp_path, way):
+    """Path: the stopper's request names its kind (stop_request.lodge), the engine
+    journals the kind of the request it honored with its run-stop (StopController.asked,
+    null when none asked: a bare SIGTERM, the STOP file), and words.stopped says it:
+    `runner status` names `runner stop`, `--now`, `--graceful`, the STOP file or SIGTERM
+    to the engine apart. Ablation status-names-the-command: `runner stop` reads as any
+    signal again."""
+    gate = tmp_path / "gate"
+    spec = runs.spec(name=f"{way}.toml", items=("a", "b"), provider=runs.gated(gate), stop=STOP)
+    rd = runs.start(spec, name="w")
+    runs.wait_event(rd, "session-start", item="a")
+    how, said = WAYS[way]
+    how(runs, rd)
+    if "graceful" in said:
+        gate.touch()  # asked: the phase in flight ends, and the next check point stops the run
+    runs.wait_engine_exit(rd)
+    proc = runs.runner("status", "--run-dir", rd.path)
+    assert proc.returncode == Exit.OK, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith(f"run {rd.run_id}: {said} (attempt 1"), first
