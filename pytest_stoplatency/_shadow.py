@@ -25,6 +25,6 @@ def runner_shadowed() -> str | None:
         found = None
     if found is None:
         return f"no module named runner (this distribution's is {ours.parent})"
-    if Path(found).resolve() != ours:  # ablate: kit-names-runner-shadow
+    if Path(found).resolve() != ours:
         return str(found)
     return None

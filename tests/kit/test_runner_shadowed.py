@@ -14,8 +14,11 @@ def kit(cwd, *args):
 
 
 def test_a_runner_module_in_the_current_directory_is_named_on_one_line(tmp_path):
-    """Path: pytest_stoplatency.__main__.runner_shadowed, before the kit is imported.
-    Ablation: without it the kit's import fails with a traceback about runner.proc."""
+    """Path: pytest_stoplatency._shadow.runner_shadowed, asked by `python -m
+    pytest_stoplatency conformance` before the kit is imported. Ablation (by hand, not in
+    mutations.toml: the campaign's probe does not see a `python -m` child import it): with
+    the check answering None, the kit's import fails with exit 1 and a traceback about
+    runner.proc."""
     (tmp_path / "runner.py").write_text("print('a stranger of the same name')\n")
     done = kit(tmp_path, "conformance", "--help")
     assert done.returncode == 2, done
