@@ -158,6 +158,12 @@ class Stop:
 
     # -- 2. ask ---------------------------------------------------------------------
 
+    def _asker(self) -> str | None:
+        """The kind the request names as the command that asked (the record's `kind`):
+        `runner stop` and its modes, the dashboard's buttons; None for a foreground that
+        forwards its terminal's Ctrl-C or a SIGTERM it was sent (no command asked)."""
+        return self.kind.name if self.origin in (None, Origin.DASHBOARD) else None
+
     def ask(self, sig: int = signal.SIGTERM) -> None:
         """The hard request, lodged before any signal (in every mode: see the module's
         step 2); then a hard stop signals the engine (`sig`: what a foreground forwards),
@@ -166,7 +172,7 @@ class Stop:
         use_signal = self.kind.waits and self.channel in ("signal", "auto")
         origin = self.origin or (Origin.FILE if self.kind.waits and not use_signal else Origin.SIGNAL)
         try:
-            stop_request.lodge(self.rd, Mode.HARD, origin, self.kind.name)  # ablate: stop-lodges-first
+            stop_request.lodge(self.rd, Mode.HARD, origin, self._asker())  # ablate: stop-lodges-first
         except (ControlFileError, Damaged) as exc:
             if not dirfd.gone(self.rd.path):  # gone: said once, by the result
                 view.note(exc)

@@ -84,7 +84,7 @@ def stopped(record: StopRecord | None, recorded_origin: str | None = None) -> st
         if command is not None:
             return f"stopped with {command}"  # ablate: status-names-the-command
         if known:
-            return "stopped by SIGTERM (or SIGHUP) to its engine"
+            return "stopped by SIGTERM (or SIGHUP) to its engine or to its `runner run`"
         return "stopped by a signal to its engine (`runner stop`, `runner stop --now`, or SIGTERM)"
     if origin == "file":
         if mode == "graceful":

@@ -64,7 +64,7 @@ WAYS = {
         "stopped gracefully with `runner stop --graceful`",
     ),
     "STOP file": (lambda runs, rd: rd.stop_file.touch(), "stopped gracefully by the STOP file"),
-    "SIGTERM": (_sigterm, "stopped by SIGTERM (or SIGHUP) to its engine"),
+    "SIGTERM": (_sigterm, "stopped by SIGTERM (or SIGHUP) to its engine or to its `runner run`"),
 }
 
 
@@ -88,4 +88,32 @@ def test_status_names_the_command_or_control_that_stopped_the_run(runs, tmp_path
     proc = runs.runner("status", "--run-dir", rd.path)
     assert proc.returncode == Exit.OK, proc.stderr
     first = proc.stdout.splitlines()[0]
+    assert first.startswith(f"run {rd.run_id}: {said} (attempt 1"), first
+
+
+@pytest.mark.parametrize(
+    ("sig", "said"),
+    [
+        ("SIGTERM", "stopped by SIGTERM (or SIGHUP) to its engine or to its `runner run`"),
+        ("SIGINT", "stopped with Ctrl-C in the terminal of `runner run`"),
+    ],
+)
+def test_a_foreground_run_stopped_by_its_terminal_or_a_signal_names_no_command(runs, sig, said):
+    """Path: Stop._asker: the foreground forwards its Ctrl-C or a SIGTERM it was sent
+    through the same pipeline as `runner stop`, but no command asked: its request names
+    no kind, and `runner status` does not say `runner stop`."""
+    import signal
+
+    spec = runs.spec(name="fg.toml", items=("a",), provider=["sleep", "600"], stop=STOP)
+    proc, rd = runs.foreground(spec, name="fg")
+    try:
+        runs.wait_event(rd, "session-start", item="a")
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(timeout=30) == Exit.STOPPED
+    finally:
+        if proc.poll() is None:
+            runs.runner("stop", "--now", "--run-dir", rd.path)
+        proc.communicate(timeout=30)
+    runs.wait_engine_exit(rd)
+    first = runs.runner("status", "--run-dir", rd.path).stdout.splitlines()[0]
     assert first.startswith(f"run {rd.run_id}: {said} (attempt 1"), first
