@@ -6,6 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARTIFACTS := .artifacts
 
+.PHONY: package-check measure-docs
 .PHONY: venv bytecode browser init container test test-loaded test-loaded-ci measure mutate mutate-ci docs docs-check bench bench-ci lint soak soak-short screenshot examples leak-demo leaks-strangers
 
 # compat: a plain path entry instead of setuptools' import-hook finder, which costs about
@@ -24,7 +25,7 @@ endif
 $(STAMP): pyproject.toml
 	@$(PY) -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); $(PYTHON) -m venv $(VENV) || { rm -rf $(VENV); echo "make: '$(PYTHON) -m venv $(VENV)' failed (see above); nothing was kept" >&2; exit 1; }; }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,dev,plots]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e '.[plots]' --group test --group dev --group package --config-settings editable_mode=compat
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -116,11 +117,11 @@ test-loaded-ci: $(STAMP) bytecode
 
 # examples/: the stop bugs of common tools (subprocess.run, asyncio, pytest-timeout, a
 # group reaper, supervisord, Popen.terminate/kill), each beside its fix. Its own
-# pytest.ini (strict xfails, --process-leaks), not in `make test`; the examples extra
-# installs supervisor.
+# pytest.ini (strict xfails, --process-leaks), not in `make test`; the `examples`
+# dependency group (pyproject.toml) installs supervisor and kubernetes-validate.
 EXAMPLES_STAMP := $(VENV)/.installed-examples
 $(EXAMPLES_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install --quiet -e '.[test,dev,examples]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet --group examples
 	touch $(EXAMPLES_STAMP)
 
 # Two at a time: most of the examples wait out a bound (a tool that does not stop), so
@@ -129,14 +130,33 @@ examples: $(EXAMPLES_STAMP) init
 	$(PROBED) -n 2 examples
 
 # The stop-latency tests only, serially (parallel load distorts latencies),
-# 20 samples per label so that a p95 means something. Rewrites the committed
-# docs/measure.json, then renders the documents from it (and says so).
+# 20 samples per label so that a p95 means something. Prints the table, writes the
+# samples to .artifacts/measure.json and the report rendered from them to
+# .artifacts/stop-latency.md, and says so: the checkout stays as it was (git status
+# clean). `make measure-docs` is the maintainer's: it makes the new measurement the
+# committed docs/measure.json and renders the documents from it.
 measure: $(STAMP) bytecode browser
 	mkdir -p $(ARTIFACTS)
 	$(PY) -m pytest --stop-latency -p no:xdist -m stop_latency --stop-latency-repeat 20 \
-		--stop-latency-json docs/measure.json -q
+		--stop-latency-json $(ARTIFACTS)/measure.json -q
+	$(PY) docgen/render_stop_latency.py --measure $(ARTIFACTS)/measure.json --out $(ARTIFACTS)/stop-latency.md
+	@echo "make measure wrote $(ARTIFACTS)/measure.json (every sample) and $(ARTIFACTS)/stop-latency.md (the report rendered from it); the committed docs are unchanged (make measure-docs makes this measurement theirs)"
+
+# The maintainer's: `make measure`, then its samples become the committed docs/measure.json
+# and the documents are rendered from them (docs/stop-latency.md, docs/plugin.md, the
+# pictures: git diff shows what moved). `make docs-check` holds the committed documents to
+# the committed JSON.
+measure-docs: measure
+	cp $(ARTIFACTS)/measure.json docs/measure.json
 	$(MAKE) --no-print-directory docs
-	@echo "make measure rewrote docs/measure.json and the documents rendered from it (docs/stop-latency.md, docs/plugin.md): see git diff"
+	@echo "make measure-docs rewrote docs/measure.json and the documents rendered from it: see git diff"
+
+# The sdist and the wheel as an index gets them (tools/check_package.py): python -m build,
+# twine check --strict, check-wheel-contents, LICENSE in both, a wheel of the runtime
+# alone, and the unpacked sdist's own pytest collecting the whole suite. About 10 s;
+# tests/test_packaging.py runs the same check in `make test`.
+package-check: $(STAMP)
+	$(PY) tools/check_package.py --collect
 
 # The ablations (mutation/mutations.toml): a baseline, then each mutation in a scratch
 # copy, 2 at a time. Inner pytest output goes to $(ARTIFACTS)/mutate/*.log; stdout gets
@@ -202,12 +222,12 @@ leaks-strangers: $(STAMP) bytecode
 screenshot: $(STAMP) browser
 	$(PY) docgen/dashboard_screenshot.py --out docs/dashboard.png
 
-# The benchmarks' own tools on top of the venv (the `bench` extra: supervisor). tini and
+# The benchmarks' own tools on top of the venv (the `bench` dependency group: supervisor). tini and
 # dumb-init are Debian packages (apt-get install tini dumb-init): where they are absent
 # the stop benchmark skips them with a note.
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[test,dev,bench]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet --group bench
 	touch $(BENCH_STAMP)
 
 # Benchmarks: exact speeds, never asserted by the suite. The membership cost goes to

@@ -13,7 +13,7 @@ printed as a table and written to the JSON with every raw sample (machine, date,
   argv; the zoo's PEER kinds) under each built-in adapter of the kit (kit/adapters.py),
   with the same kill grace; each cell: stopped n/n, median, max, orphans left.
   supervisord, tini and dumb-init are skipped, with a note, where they are not installed
-  (`pip install -e '.[bench]'` installs supervisor; tini and dumb-init are Debian
+  (`pip install --group bench` installs supervisor; tini and dumb-init are Debian
   packages).
 - **scale** (bench/scale.py): `runner stop --now` against a raw `killpg(SIGKILL)` of the
   same tree of 1 to 1,000 processes.

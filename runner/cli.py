@@ -67,7 +67,11 @@ def _add_resume(p: argparse.ArgumentParser) -> None:
 def _add_stop(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help=RUN_DIR_HELP)
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--now", action="store_true", help="kill every process of the run at once")
+    mode.add_argument(
+        "--now",
+        action="store_true",
+        help="SIGTERM to every process of the run at once, then SIGKILL to what is left after the kill grace",
+    )
     mode.add_argument("--graceful", action="store_true", help="finish the phase in flight, then stop")
     p.add_argument("--wait", action="store_true", help="with --graceful: wait for the run to end")
     p.add_argument("--all", action="store_true", help=STOP_ALL_HELP)
@@ -152,12 +156,22 @@ def _parser(only: str | None = None, *, internal: bool = False) -> argparse.Argu
 
     class _Parser(argparse.ArgumentParser):
         def error(self, message: str) -> NoReturn:
-            raise BadInput(f"{self.prog}: {message}")
+            raise BadInput(f"{self.prog}: {message}")  # "runner: ..." or "runner stop: ...": one prefix
+
+    class _Version(argparse.Action):
+        # The distribution's version, looked up only when asked (importlib.metadata is
+        # not imported by any other command line).
+        def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> NoReturn:
+            print(f"runner {version()}")
+            parser.exit()
 
     p = _Parser(
         prog="runner",
         description="Run a queue of items through a provider command; stop it fast.",
         formatter_class=_Formatter,
+    )
+    p.add_argument(
+        "--version", action=_Version, nargs=0, default=argparse.SUPPRESS, help="print the version of runner and exit"
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -169,6 +183,23 @@ def _parser(only: str | None = None, *, internal: bool = False) -> argparse.Argu
                 sub.add_parser(name, help=argparse.SUPPRESS if help_ is None else help_, formatter_class=_Formatter)
             )
     return p
+
+
+def version() -> str:
+    """The installed distribution's version (pytest-stoplatency, which ships runner), or
+    where it comes from when it is not installed (a checkout on PYTHONPATH)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("pytest-stoplatency")
+    except metadata.PackageNotFoundError:
+        return f"(not installed: {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))})"
+
+
+def error_line(text: str) -> str:
+    """A usage error's one line, with one `runner` prefix: a message that names its
+    command already ("runner stop: --wait: ...", argparse's "runner: ...") keeps it."""
+    return text if text.startswith(("runner:", "runner ")) else f"runner: {text}"  # ablate: one-usage-prefix
 
 
 def _command_named(argv: Sequence[str] | None) -> str | None:
@@ -275,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Asked first, before any signal set-up: off Linux even the stop signals differ.
     why = unsupported()
     if why is not None:
-        print(f"runner: {why}", file=sys.stderr)
+        print(error_line(why), file=sys.stderr)
         return int(Exit.UNSUPPORTED)
     early_signals(sys.argv[1:] if argv is None else argv)
     try:
@@ -300,7 +331,7 @@ def _main(argv: Sequence[str] | None) -> int:
             args = _parser(_command_named(argv)).parse_args(argv)
         return int(_dispatch(args))
     except RunnerError as exc:
-        print(f"runner: {printable(exc, None)}", file=sys.stderr)
+        print(error_line(printable(exc, None)), file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # a second one must not cut this line

@@ -244,7 +244,7 @@ class Supervisord(Stopper):
     def missing(self) -> str | None:
         if self._script("supervisord") and self._script("supervisorctl"):
             return None
-        return "supervisor is not installed (`pip install -e '.[bench]'`)"
+        return "supervisor is not installed (`pip install --group bench`)"
 
     def _ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
         ctl = self._script("supervisorctl")

@@ -48,6 +48,7 @@ class Display(Protocol):
     def say(self, line: str) -> None: ...
     def stopping(self, what: str, hint: str = "") -> None: ...
     def tick(self) -> None: ...
+    def killed(self) -> None: ...
     def finish(self, code: int) -> None: ...
 
 
@@ -161,6 +162,8 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, display
         stop_record.complete_record(rd, journal, state)
         for name in stop_request.archive_pending(rd):
             journal.append(Event.CONTROL_FILE_ARCHIVED, file=name, reason="resume")
+            why = _ARCHIVED_WHY.get(name, "a control file")
+            say(f"resume archived {name} into {rd.archive}/: {why}")  # ablate: resume-says-archived
         left = leftovers.kill(view, spec.stop.kill_grace)
         if left.died_at_term or left.needed_kill or left.unkillable:
             journal.append(
@@ -188,6 +191,14 @@ def _resume_locked(rd: RunDir, lock: EngineLock, detach: bool, say: Say, display
         store.save(store.new_attempt(state))
         journal.append(Event.RESUME, attempt=state.attempt + 1)
     return start_engine(rd, spec, detach, say, lock, display)
+
+
+_ARCHIVED_WHY = {
+    "PAUSE": "the resumed run would have held at once; touch PAUSE again to pause it",
+    "STOP": "the resumed run would have stopped at once; touch STOP again to stop it gracefully",
+    "stop-request.json": "the stopped attempt's pending stop request",
+}
+"""What `runner resume` says of each control file it archives (one line each)."""
 
 
 def _unwritable(rd: RunDir) -> list[str]:
@@ -342,10 +353,15 @@ def _foreground(
                         display.stopping("stopping", " (Ctrl-C again to kill now)")
                 else:
                     if display is not None:
+                        # Drawn before the kill, which holds this loop until it is done;
+                        # once its line is said, never drawn again after it.
                         display.stopping("killing now")
+                        display.tick()
                     # The first Ctrl-C's request stands (never downgraded); this stopper's own
                     # record says what it is: forced.
                     _say_result(tell, lambda: stop.stop(rd, StopKind.NOW, kill_grace=kill_grace))
+                    if display is not None:
+                        display.killed()  # ablate: killing-line-before-result
             else:
                 stopping = _ask(rd, spec, Origin.SIGNAL, signum, stopping, tell)
                 forwarded = time.monotonic() if forwarded is None else forwarded

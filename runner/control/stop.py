@@ -187,6 +187,12 @@ class Stop:
 
     # -- 2. ask ---------------------------------------------------------------------
 
+    def _asker(self) -> str | None:
+        """The kind the request names as the command that asked (the record's `kind`):
+        `runner stop` and its modes, the dashboard's buttons; None for a foreground that
+        forwards its terminal's Ctrl-C or a SIGTERM it was sent (no command asked)."""
+        return self.kind.name if self.origin in (None, Origin.DASHBOARD) else None
+
     def ask(self, sig: int = signal.SIGTERM) -> None:
         """The hard request, lodged before any signal (in every mode: see the module's
         step 2); then a hard stop signals the engine (`sig`: what a foreground forwards),
@@ -195,7 +201,7 @@ class Stop:
         use_signal = self.kind.waits and self.channel in ("signal", "auto")
         origin = self.origin or (Origin.FILE if self.kind.waits and not use_signal else Origin.SIGNAL)
         try:
-            stop_request.lodge(self.rd, Mode.HARD, origin)  # ablate: stop-lodges-first
+            stop_request.lodge(self.rd, Mode.HARD, origin, self._asker())  # ablate: stop-lodges-first
         except stop_request.RequestLockHeld as exc:
             # Another stopper holds the request's lock past its bound: contention, not
             # damage; this stop goes on by its signal and says so on a line of its own.
@@ -419,7 +425,7 @@ def _graceful(rd: RunDir, origin: Origin) -> StopResult:
     if not rd.is_live():
         raise NoLiveRun(f"{rd.path}: no live engine")
     try:
-        request = stop_request.lodge(rd, Mode.GRACEFUL, origin)
+        request = stop_request.lodge(rd, Mode.GRACEFUL, origin, "graceful")
     except Unwritable as exc:  # nothing was asked of the engine: not a stop that went unrecorded
         raise ControlFileError(
             f"{exc}: the graceful stop is not lodged (`runner stop` still reaches the engine by signal)"

@@ -200,14 +200,15 @@ def build(f: StopFacts) -> StopResult:
         if killed and f.found:
             message += f" ({killed})"
     elif f.recorded_by == RecordedBy.ENGINE:
+        asked = asked_by(f.kind.name, f.engine_origin)
         if f.fallback:
-            message = f"engine honored the stop after grace {f.grace}s: {run} stopped by its engine" + (
+            message = f"engine honored the stop after grace {f.grace}s: {run} stopped {asked} by its engine" + (
                 f" ({killed})" if killed else ""
             )
         elif not f.killed:
-            message = f"{run} stopped by its engine (origin {f.engine_origin}) in {f.elapsed:.3f}s"
+            message = f"{run} stopped {asked}: its engine stopped it in {f.elapsed:.3f}s"
         else:
-            message = f"{run} stopped by its engine ({killed})"
+            message = f"{run} stopped {asked}: its engine stopped it ({killed})"
     elif f.recorded_by == RecordedBy.OTHER:
         message = f"{run} stopped by another stopper" + (f" ({killed})" if f.killed else f" in {f.elapsed:.3f}s")
     elif f.engine_dead and f.found == 0:
@@ -239,6 +240,29 @@ def build(f: StopFacts) -> StopResult:
         unwritten=view.unwritten if f.vanished is None else None,
         notes=notes,
     )
+
+
+_COMMANDS = {"hard": "`runner stop`", "now": "`runner stop --now`", "graceful": "`runner stop --graceful`"}
+_BUTTONS = {"hard": "Stop", "now": "Stop now", "graceful": "Stop gracefully"}
+
+
+def asked_by(kind: str, engine_origin: str | None) -> str:
+    """Who asked for the stop the engine recorded, as the stop's line says it: this very
+    command (`runner stop`, `runner stop --now`) or the dashboard's button when the engine
+    honored this stopper's request (it lodges its request before any signal, and the
+    engine records the origin of the request it honored: `signal` or `file`, the channel,
+    or `dashboard`); else whoever asked first (Ctrl-C, the engine itself)."""
+    if engine_origin in ("signal", "file", None):
+        return f"with {_COMMANDS.get(kind, '`runner stop`')}"  # ablate: stop-line-names-command
+    if engine_origin == "dashboard":
+        return f"from the dashboard ({_BUTTONS.get(kind, 'Stop')})"
+    if engine_origin == "ctrl-c":
+        return "with Ctrl-C in the terminal of `runner run`"
+    if engine_origin == "vanished":
+        return "by its engine, its run directory removed, before this stop"
+    if engine_origin == "disk":
+        return "by its engine, the disk refusing a write, before this stop"
+    return f"(who asked cannot be read: {engine_origin})"
 
 
 def graceful_lodged(run_id: str | None, hard_pending: bool) -> StopResult:

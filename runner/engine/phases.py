@@ -177,7 +177,13 @@ class Phases:
         try:
             self.journal.append(Event.TEARDOWN_COMPLETE, origin=stop.origin, mode=stop.mode.label)
             record_stop(
-                self.state, lambda _: self._save(), self.journal, origin=stop.origin, mode=stop.mode, forced=False
+                self.state,
+                lambda _: self._save(),
+                self.journal,
+                origin=stop.origin,
+                mode=stop.mode,
+                forced=False,
+                kind=self.ctl.asked,  # who asked (a runner command's request), or null: none did
             )
             self.ctl.say_disk_fault()  # the reserve these records needed, if they did
         except Exception as exc:

@@ -74,6 +74,10 @@ class StopController:
         self._disk_fault_said = False
         self._disk_lock = threading.Lock()
         self.origin: Origin | None = None
+        self.asked: str | None = None
+        """The kind (hard, now, graceful) the request this stop honors names: the command
+        that asked, journaled with the stop; None for a stop no request asked for (a bare
+        signal, the STOP file, Ctrl-C)."""
         registry.claims = self.claims
 
     # -- set-up and tear-down ------------------------------------------------------
@@ -227,13 +231,15 @@ class StopController:
             try:
                 # A removed directory holds no request to consume (nor can one be made
                 # there): its stop is the removal's.
-                consumed_origin = None if origin == Origin.VANISHED else self._honored_origin(self.consume())
+                consumed = None if origin == Origin.VANISHED else self.consume()
+                consumed_origin = self._honored_origin(consumed)
             except Exception:
-                consumed_origin = None
+                consumed, consumed_origin = None, None
                 import traceback
 
                 self._journal_quietly(Event.WATCHDOG_ERROR, error=traceback.format_exc(limit=5))
             self.origin = consumed_origin or origin
+            self.asked = consumed.kind if consumed is not None and consumed_origin is not None else None
             self._stopping.set()
         self._unwatch()
         self._kill()
@@ -367,7 +373,9 @@ class StopController:
             hard = consumed is not None and consumed.mode == Mode.HARD and not consumed.unreadable
             starts = hard and not self._stopping.is_set() and not self._finishing
             if starts:
-                self.origin = self._honored_origin(consumed) or Origin.FILE
+                honored = self._honored_origin(consumed)
+                self.origin = honored or Origin.FILE
+                self.asked = consumed.kind if consumed is not None and honored is not None else None
                 self._stopping.set()
         if starts:
             self._unwatch()
@@ -387,6 +395,7 @@ class StopController:
         # The request's own origin where it names a stopper (the dashboard's graceful
         # stop); the STOP file and `runner stop --graceful` are the file channel.
         asked = consumed is not None and not consumed.unreadable and consumed.origin in _REQUEST_ORIGINS
+        self.asked = consumed.kind if consumed is not None and not consumed.unreadable else None
         return RunStopped(consumed.origin if consumed is not None and asked else Origin.FILE, Mode.GRACEFUL)
 
     def as_recorded(self, stop: RunStopped) -> RunStopped:

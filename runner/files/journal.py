@@ -196,6 +196,18 @@ def attempt_stop(path: str | os.PathLike[str], budget: int) -> dict[str, Any] | 
     return None
 
 
+def pause_held(path: str | os.PathLike[str], budget: int) -> bool:
+    """Whether the engine holds at a PAUSE now: its last `paused` comes after any
+    `unpaused` of the current attempt, read back from the journal's end (at most `budget`
+    bytes; a held engine appends nothing after its `paused`, so it is the last record)."""
+    for record in _backwards(path, budget):
+        if record["event"] == Event.PAUSED:
+            return True
+        if record["event"] == Event.UNPAUSED or record["event"] in ATTEMPT_STARTS:
+            return False
+    return False
+
+
 def _backwards(path: str | os.PathLike[str], budget: int | None) -> Iterator[dict[str, Any]]:
     """The records from the end of the journal backwards; at most `budget` bytes read
     from its end (None: all of it, under its cap)."""

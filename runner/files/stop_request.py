@@ -39,10 +39,16 @@ if TYPE_CHECKING:
 class StopRequest(Value):
     """A pending stop. A plain class, not a dataclass (see values.py)."""
 
-    __slots__ = ("mode", "origin", "t", "unreadable", "archived")
+    __slots__ = ("mode", "origin", "t", "unreadable", "archived", "kind")
 
     def __init__(
-        self, mode: Mode, origin: Origin, t: float, unreadable: bool = False, archived: str | None = None
+        self,
+        mode: Mode,
+        origin: Origin,
+        t: float,
+        unreadable: bool = False,
+        archived: str | None = None,
+        kind: str | None = None,
     ) -> None:
         self.mode = mode
         self.origin = origin
@@ -50,9 +56,15 @@ class StopRequest(Value):
         self.unreadable = unreadable
         self.archived = archived
         """Where consume() moved the file (archive/...), for the journal."""
+        self.kind = kind
+        """The StopKind of the command that lodged it (hard, now, graceful): who asked,
+        which the engine journals with the stop it honors; None when not said."""
 
     def to_dict(self) -> dict[str, str | float]:
-        return {"mode": self.mode.label, "origin": self.origin.value, "t": self.t}
+        out: dict[str, str | float] = {"mode": self.mode.label, "origin": self.origin.value, "t": self.t}
+        if self.kind is not None:
+            out["kind"] = self.kind
+        return out
 
 
 _after_read: Callable[[StopRequest | None], object] | None = None
@@ -139,7 +151,8 @@ def _read(path: str | os.PathLike[str]) -> StopRequest | None:
     t = data.get("t")
     if isinstance(t, bool) or not isinstance(t, (int, float)):
         t = _mtime(path)
-    return StopRequest(Mode.parse(mode), Origin.parse(origin), float(t))
+    kind = data.get("kind")
+    return StopRequest(Mode.parse(mode), Origin.parse(origin), float(t), kind=kind if kind in KINDS else None)
 
 
 def _mtime(path: str | os.PathLike[str]) -> float:
@@ -159,9 +172,14 @@ def _rank(request: StopRequest) -> tuple[Mode, bool]:
     return (request.mode, not request.unreadable)
 
 
-def lodge(run_dir: RunDir, mode: Mode | str, origin: Origin | str) -> StopRequest:
-    """Record a stop request; returns the request now pending (possibly an older, stronger one)."""
-    new = StopRequest(Mode.parse(mode), Origin(origin), time.time())
+KINDS = ("hard", "now", "graceful")
+"""What a request's `kind` may say (events.StopKind's names); anything else reads as unsaid."""
+
+
+def lodge(run_dir: RunDir, mode: Mode | str, origin: Origin | str, kind: str | None = None) -> StopRequest:
+    """Record a stop request; returns the request now pending (possibly an older, stronger
+    one). `kind`: the StopKind of the command that asks (who asked, for the record)."""
+    new = StopRequest(Mode.parse(mode), Origin(origin), time.time(), kind=kind if kind in KINDS else None)
     with _Locked(run_dir):
         old = _read(run_dir.stop_request)
         if _after_read is not None:

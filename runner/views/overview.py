@@ -217,6 +217,7 @@ def stop_record(rec: dict[str, Any]) -> StopRecord:
         "forced": rec.get("forced") is True,
         "fallback": rec.get("fallback") is True,
         "kind": kind if isinstance(kind, str) else None,
+        "kind_known": "kind" in rec,
     }
 
 

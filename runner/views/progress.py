@@ -71,6 +71,7 @@ class Progress:
         self.drawn = False
         self.stop_since: float | None = None
         self.stop_what = self.stop_hint = ""
+        self.settled = False  # the foreground's own kill is done: no live line after its result
         self._next_draw = 0.0
         self._next_list = 0.0
         self._output: captured.Captured | None = None
@@ -90,12 +91,18 @@ class Progress:
         self.stop_what, self.stop_hint = what, hint
         self._next_draw = 0.0
 
+    def killed(self) -> None:
+        """The second Ctrl-C's kill is done and its line said: the live line ("killing
+        now… N s") is not drawn again, below that line and before the summary."""
+        self._clear()
+        self.settled = True
+
     def tick(self) -> None:
         if self.off:
             return
         try:
             self._feed()
-            if self.show.tty and self.clock() >= self._next_draw:
+            if self.show.tty and not self.settled and self.clock() >= self._next_draw:
                 self._draw()
         except Exception as exc:  # the display is never what ends the foreground watch
             self._turn_off(exc)

@@ -5,6 +5,7 @@ a file or a clock, so what a command prints is tested from what it was given.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -129,6 +130,9 @@ def run_list(rows: Sequence[RunRow], now: float) -> list[str]:
     """`runner list`: one row per run; a damaged run's row names what is damaged."""
     from runner.views.run_list import age
 
+    # The directory's name beside the id where one differs (a run made with --run-dir
+    # under the base), as the dashboard shows runs by their directory.
+    dirs = any(os.path.basename(r["run_dir"]) != r["run_id"] for r in rows)
     body = []
     for r in rows:
         items = (
@@ -142,5 +146,8 @@ def run_list(rows: Sequence[RunRow], now: float) -> list[str]:
             note = "copy" + (f" of {r['copy_of']}" if r["copy_of"] else "") + (f"; {note}" if note else "")
         if r["orphaned_cgroup"]:
             note += ("; " if note else "") + f"cgroup left: {r['orphaned_cgroup']} (`runner stop` or resume removes it)"
-        body.append([r["run_id"], r["status"], live, r["attempt"] or "-", items, seconds(age(r, now)) + " ago", note])
-    return table(["run", "status", "engine", "attempt", "items", "age", ""], body)
+        status = {"held": "paused", "asked": "pause asked"}.get(r.get("pause") or "", r["status"])
+        line = [r["run_id"], status, live, r["attempt"] or "-", items, seconds(age(r, now)) + " ago", note]
+        body.append([r["run_id"], clean(os.path.basename(r["run_dir"]), 60), *line[1:]] if dirs else line)
+    head = ["run", "status", "engine", "attempt", "items", "age", ""]
+    return table(["run", "directory", *head[1:]] if dirs else head, body)

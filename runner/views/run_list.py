@@ -11,7 +11,9 @@ import os
 import time
 from pathlib import Path
 
+from runner import defaults
 from runner.errors import Damaged
+from runner.files import journal
 from runner.files.opened import OpenedRun
 from runner.files.rundir import RunDir, run_entries
 from runner.proc import cgroup, vanished
@@ -69,6 +71,7 @@ def _row(run: OpenedRun, cgroups: Collection[str] | None) -> RunRow:
     copy = copy_of is not None
     at_work = not copy and model.stopper_at_work(run.rd, state, live)
     status = model.run_status(state, live, copy=copy, state_unreadable=state_unreadable, at_work=at_work)
+    pause = _pause(run) if status == "running" and live else None
     items = list(state.items.values()) if state is not None else None
     return {
         "run_id": run_id,
@@ -85,7 +88,25 @@ def _row(run: OpenedRun, cgroups: Collection[str] | None) -> RunRow:
         "damaged": damaged,
         "copy_of": copy_of,
         "orphaned_cgroup": _orphaned_cgroup(run, run_id, live, copy, cgroups),
+        "pause": pause,
     }
+
+
+def _pause(run: OpenedRun) -> str | None:
+    """A live run's PAUSE: "held" once its engine journaled that it holds there, "asked"
+    while the file waits for the engine's next check point; None without the file. The
+    journal is read only then, and only its tail (a held engine's last record)."""
+    try:
+        run.lstat("PAUSE")
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "asked"  # there, but not ours to look at: the engine decides
+    try:
+        held = journal.pause_held(run.path("journal.jsonl"), defaults.STOP_JOURNAL_TAIL_BYTES)
+    except (Damaged, OSError):
+        held = False
+    return "held" if held else "asked"  # ablate: list-shows-pause
 
 
 def _orphaned_cgroup(
@@ -147,6 +168,7 @@ def _row_without_files(run_id: str, run_dir: str, status: str, live: bool | None
         "damaged": [damaged],
         "copy_of": None,
         "orphaned_cgroup": None,
+        "pause": None,
     }
 
 

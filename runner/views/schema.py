@@ -67,7 +67,8 @@ class StopRecord(TypedDict):
     mode: str | None  # hard or graceful
     forced: bool  # a stopper recorded it (the engine was killed, not asked)
     fallback: bool  # the hard stop's fallback: the engine did not end within the grace
-    kind: str | None  # the stopper's StopKind (hard, now, graceful), when a stopper recorded it
+    kind: str | None  # the StopKind (hard, now, graceful) of the command that asked, when one did
+    kind_known: bool  # the record says it (kind, or null: no command's request): since issue 42
 
 
 class Control(TypedDict):
@@ -149,3 +150,4 @@ class RunRow(TypedDict):
     damaged: list[str]
     copy_of: str | None  # a copy of a run: the run's own directory, "" when not found; else None
     orphaned_cgroup: str | None  # the run's cgroup, left while no engine of it is live
+    pause: str | None  # a live run's PAUSE: "held" (the engine holds there), "asked" (not yet); else None

@@ -52,11 +52,13 @@ def stopped(record: StopRecord | None, recorded_origin: str | None = None) -> st
     origin: str | None
     mode: str | None
     kind: str | None = None
+    known = False  # the record says which command asked, if any (engines since issue 42)
     if record is None:
         origin, mode, forced, fallback = recorded_origin, "hard", recorded_origin == "forced", False
     else:
         origin, mode, forced, fallback = record["origin"], record["mode"], record["forced"], record["fallback"]
         kind = record.get("kind")
+        known = record.get("kind_known") is True
     killed = "its engine did not end within the grace and was killed"
     if origin == "dashboard":
         if mode == "graceful":
@@ -77,12 +79,21 @@ def stopped(record: StopRecord | None, recorded_origin: str | None = None) -> st
         if kind == "hard":
             return "stopped with `runner stop`, after its engine had died"
         return "stopped by `runner stop --now`, or by a `runner stop` after its engine had died"
+    command = {"hard": "`runner stop`", "now": "`runner stop --now`"}.get(kind or "")
     if origin == "signal":
+        if command is not None:
+            return f"stopped with {command}"  # ablate: status-names-the-command
+        if known:
+            return "stopped by SIGTERM (or SIGHUP) to its engine or to its `runner run`"
         return "stopped by a signal to its engine (`runner stop`, `runner stop --now`, or SIGTERM)"
     if origin == "file":
         if mode == "graceful":
+            if kind == "graceful":
+                return "stopped gracefully with `runner stop --graceful`"
+            if known:
+                return "stopped gracefully by the STOP file"
             return "stopped gracefully with `runner stop --graceful` or the STOP file"
-        return "stopped with `runner stop` (through its request file)"
+        return f"stopped with {command or '`runner stop`'} (through its request file)"
     if origin == "ctrl-c":
         return "stopped with Ctrl-C in the terminal of `runner run`"
     if origin == "vanished":

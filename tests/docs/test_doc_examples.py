@@ -66,13 +66,30 @@ def test_the_guides_other_blocks_come_from_the_code_or_a_run():
     assert "{{example:" in template and "{{latency_demo}}" in template
 
 
-def test_toml_blocks_are_specs_the_runner_loads():
-    """Path: the README's spec block loads with the runner's own parser (the example of
-    every key, in docs/spec.md, has its own test)."""
-    found = [body for lang, body in blocks(ROOT / "README.md") if lang == "toml"]
+@pytest.mark.parametrize("doc", ["README.md", "docs/pypi.md"])
+def test_toml_blocks_are_specs_the_runner_loads(doc):
+    """Path: the README's (and the index page's) spec blocks load with the runner's own
+    parser (the example of every key, in docs/spec.md, has its own test)."""
+    found = [body for lang, body in blocks(ROOT / doc) if lang == "toml"]
     assert found
     for body in found:
-        spec.loads(body, "README.md")
+        spec.loads(body, doc)
+
+
+def _install_line(part):
+    """`pip install .`, `python3 -m pip install .`, `pipx install .` or the published
+    name, with an extra that pyproject.toml defines."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    words = shlex.split(part)
+    at = words.index("install")
+    assert words[:at] in (["pip"], ["pipx"], ["python3", "-m", "pip"]), part
+    (target,) = words[at + 1 :]
+    name, _, extras = target.partition("[")
+    assert name in (".", project["name"]), part
+    for extra in filter(None, extras.rstrip("]").split(",")):
+        assert extra in project["optional-dependencies"], part
 
 
 def _make_targets():
@@ -95,7 +112,7 @@ def _pytest_options():
     return set(re.findall(r"(--[\w-]+)", done.stdout))
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/plugin.md"])
+@pytest.mark.parametrize("doc", ["README.md", "docs/plugin.md", "docs/pypi.md"])
 def test_shell_blocks_are_commands_that_exist(doc, monkeypatch):
     """Path: each command of a shell block: `make T` names a target of the Makefile,
     `runner ...` parses with the runner's own parser, `python -m pytest_stoplatency
@@ -133,6 +150,8 @@ def test_shell_blocks_are_commands_that_exist(doc, monkeypatch):
                         monkeypatch.syspath_prepend(str(ROOT / part.split()[0].split("=", 1)[1]))
                     argv = shlex.split(part.split("conformance", 1)[1])
                     kit_cli.parse(argv)  # a usage error exits 2: the test fails
+                elif "install" in part.split()[:4]:
+                    _install_line(part)
                 elif word == "touch":
                     assert re.fullmatch(r"touch \w+/(STOP|PAUSE)", part), part
                 else:

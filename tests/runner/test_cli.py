@@ -7,8 +7,10 @@ test starts is registered with the `runs` fixture, which kills what a failing te
 
 import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -121,6 +123,23 @@ def test_bad_flags_are_one_line_bad_input(tmp_path, argv):
     assert line.startswith("runner"), line
     assert "usage:" not in proc.stderr.lower()
     assert not (tmp_path / ".runner").exists()
+    # One prefix (issue 42): "runner: ..." or "runner stop: ...", never "runner: runner".
+    assert not re.match(r"runner[^:]*: runner\b", line), line
+
+
+def test_version_prints_the_distribution_s_version(tmp_path):
+    """Path: `runner --version` (cli._Version): the installed pytest-stoplatency's version,
+    exit 0, nothing else; `python -m pytest_stoplatency --version` says the same version.
+    Ablation: without the option it is a one-line BAD_INPUT."""
+    from importlib import metadata
+
+    want = metadata.version("pytest-stoplatency")
+    proc = cli("--version", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"runner {want}\n", "")
+    plugin = subprocess.run(
+        [sys.executable, "-m", "pytest_stoplatency", "--version"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert (plugin.returncode, plugin.stdout, plugin.stderr) == (0, f"pytest-stoplatency {want}\n", "")
 
 
 def test_second_run_on_a_live_run_dir_is_refused(runs, tmp_path):

@@ -235,7 +235,7 @@ def _stop_dead(runs, rd, gate):
 WAYS = {
     "runner stop --now": (_frozen_now, "stopped with `runner stop --now`"),
     "runner stop of a dead engine": (_stop_dead, "stopped with `runner stop`, after its engine had died"),
-    "runner stop --graceful": (_graceful, "stopped gracefully with `runner stop --graceful` or the STOP file"),
+    "runner stop --graceful": (_graceful, "stopped gracefully with `runner stop --graceful`"),
     "dashboard Stop gracefully": ("Stop gracefully", "stopped gracefully from the dashboard (Stop gracefully)"),
     "engine killed": (_killed, "crashed: its engine died without recording an end (`runner resume` continues it)"),
 }

@@ -16,6 +16,7 @@ from pathlib import Path
 import runs as R
 
 from runner.exitcodes import Exit
+from runner.files.rundir import RunDir
 from runner.views import schema
 
 KILL_GRACE = 0.3
@@ -154,13 +155,14 @@ def test_list_shows_runs_and_a_damaged_run_as_a_row(runs, tmp_path):
         assert proc.returncode == Exit.OK, proc.stderr
         assert "Traceback" not in proc.stderr
         lines = proc.stdout.splitlines()
-        assert lines[0].split() == ["run", "status", "engine", "attempt", "items", "age"], proc.stdout
+        # Directories named apart from their ids: each name beside its id (issue 42).
+        assert lines[0].split() == ["run", "directory", "status", "engine", "attempt", "items", "age"], proc.stdout
         rows = {ln.split()[0]: ln for ln in lines[1:]}
         assert set(rows) == {done.run_id, failed.run_id, broken.run_id}, proc.stdout
-        assert rows[done.run_id].split()[1:5] == ["completed", "1", "2/2", "done"]
-        assert rows[failed.run_id].split()[1:7] == ["failed", "1", "0/1", "done,", "1", "failed"]
+        assert rows[done.run_id].split()[1:6] == ["r1-done", "completed", "1", "2/2", "done"]
+        assert rows[failed.run_id].split()[1:8] == ["r2-failed", "failed", "1", "0/1", "done,", "1", "failed"]
         assert "s ago" in rows[done.run_id]
-        assert rows[broken.run_id].split()[1] == "unknown" and "damaged: " in rows[broken.run_id]
+        assert rows[broken.run_id].split()[2] == "unknown" and "damaged: " in rows[broken.run_id]
         assert "state.json" in rows[broken.run_id]
 
     data = json.loads(R.runner("list", "--json", "--runs-dir", base).stdout)
@@ -168,6 +170,53 @@ def test_list_shows_runs_and_a_damaged_run_as_a_row(runs, tmp_path):
     by_id = {r["run_id"]: r for r in data}
     assert by_id[done.run_id]["status"] == "completed" and by_id[done.run_id]["done"] == 2
     assert by_id[broken.run_id]["status"] == "unknown" and "state.json" in by_id[broken.run_id]["damaged"][0]
+
+
+def test_list_shows_a_held_pause_as_paused_and_a_waiting_one_as_pause_asked(runs, tmp_path):
+    """Path: run_list._pause (a live run's PAUSE file, then its journal's tail) and the
+    table's status column (issue 42): a run whose engine journaled `paused` shows
+    `paused`, one whose PAUSE waits for the end of its session `pause asked`, a run of
+    the default name shows no directory column; `--json`'s `pause` says held / asked.
+    Ablation: without _pause both show `running`, as before."""
+    base = tmp_path / ".runner" / "runs"
+    gate = tmp_path / "gate"
+    quick = runs.spec(name="quick.toml", items=("a", "b"), provider=R.gated(gate), stop=STOP)
+    slow = runs.spec(name="slow.toml", items=("a",), provider=["sleep", "600"], stop=STOP)
+
+    def start(spec):  # under the default base, named by its id
+        proc = subprocess.run(
+            [*R.RUNNER, "run", spec, "--detach"], capture_output=True, text=True, cwd=tmp_path, timeout=60
+        )
+        assert proc.returncode == Exit.OK, proc.stderr
+        runs.started.append(proc.stdout.strip())
+        return RunDir(proc.stdout.strip())
+
+    held, asked = start(quick), start(slow)
+    held_dir, asked_dir = held.path, asked.path
+    try:
+        _pause_rows(held, asked, held_dir, asked_dir, gate, base)
+    finally:
+        for rd in (held, asked):
+            R.runner("stop", "--now", "--run-dir", rd.path)
+
+
+def _pause_rows(held, asked, held_dir, asked_dir, gate, base):
+    R.wait_event(asked, "session-start", item="a")
+    R.wait_event(held, "session-start", item="a")
+    (asked_dir / "PAUSE").touch()
+    (held_dir / "PAUSE").touch()
+    gate.touch()  # item a's session ends: the engine holds at the PAUSE before its next phase
+    R.wait_event(held, "paused")
+    proc = R.runner("list", "--runs-dir", base)
+    assert proc.returncode == Exit.OK, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:3] == ["run", "status", "engine"], proc.stdout  # ids are the names
+    rows = {ln.split()[0]: ln for ln in lines[1:]}
+    assert rows[held.run_id].split()[1:3] == ["paused", "live"], proc.stdout
+    assert rows[asked.run_id].split()[1:4] == ["pause", "asked", "live"], proc.stdout
+    data = {r["run_id"]: r for r in json.loads(R.runner("list", "--json", "--runs-dir", base).stdout)}
+    assert (data[held.run_id]["pause"], data[asked.run_id]["pause"]) == ("held", "asked")
+    assert data[held.run_id]["status"] == "running"  # the status model is unchanged
 
 
 def test_list_json_keys_are_documented():

@@ -244,3 +244,42 @@ def test_foreground_resume_shows_only_its_own_phases(runs, tmp_path):
     assert not any("stopped" in ln for ln in proc.stderr.splitlines()), proc.stderr  # attempt 1's end
     rows = {ln.split()[0]: ln.split() for ln in proc.stdout.splitlines()[1:3]}
     assert rows["a"][:3] == ["a", "done", "2"] and rows["b"][:3] == ["b", "done", "1"], proc.stdout
+
+
+def test_second_ctrl_c_killing_line_comes_before_the_final_lines(runs, tmp_path, victim, stop_latency):
+    """Path: the second Ctrl-C on a terminal (lifecycle._foreground, Progress.killed):
+    the live line "killing now… N s" is drawn before the kill, the kill's one line is said
+    after it, and nothing of the live line is drawn after that line (the summary and the
+    final "(exit 4)" line follow it). Ablation killing-line-before-result: without
+    Progress.killed the loop's next tick draws "killing now… N s" below the kill's line."""
+    kill_grace = 1.5  # the kill waits it out: the first Ctrl-C's stop is still in its grace
+    p = victim.prepare("trap-term")
+    spec = runs.spec(items=("a",), provider=p.argv, stop={"kill_grace": kill_grace, "grace": 10.0})
+    master, slave = _pty()
+    proc, rd = runs.foreground(spec, stdout=slave, stderr=slave, text=False)
+    os.close(slave)
+    seen = []
+    try:
+        v = p.adopt(timeout=10)
+        R.wait_event(rd, "session-start", item="a")
+        with stop_latency.measure("foreground second ctrl-c, tty", v, bound=2 * kill_grace + 3.0):
+            proc.send_signal(signal.SIGINT)
+            _read_until(master, seen, r"stopping… \d+\.\d s \(Ctrl-C again to kill now\)", 5)
+            proc.send_signal(signal.SIGINT)
+            _read_until(master, seen, r"killing now… \d+\.\d s", 5)
+            assert proc.wait(timeout=2 * kill_grace + 5) == Exit.STOPPED
+        _read_until(master, seen, r"exit 4\)", 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        os.close(master)
+    text = "".join(seen)
+    R.wait_engine_exit(rd)
+    # The kill's line: the engine's stop or this stopper's kill, whichever the race gave.
+    said = re.search(rf"runner: run {rd.run_id} (stopped|killed) ", text)
+    assert said, text[-3000:]
+    result = said.start()
+    assert text.rfind("killing now…") < result, text[-2000:]
+    assert text.index(f"run {rd.run_id}: stopped (exit {int(Exit.STOPPED)})") > result
+    assert not R.tagged(rd.run_id)

@@ -221,7 +221,8 @@ def test_resume_refused_while_the_engine_lives(runs, tmp_path):
 
 def test_resume_archives_pending_control_files_and_starts_unstopped(runs, tmp_path):
     """Path: a stopped run left with a pending stop request (lodged by the real writer), a
-    STOP and a PAUSE file: resume archives all three (journal control-file-archived), so
+    STOP and a PAUSE file: resume archives all three (journal control-file-archived, and
+    a line each on stderr naming the file), so
     the new attempt neither stops at once nor pauses; `stopped` belongs to attempt 1 and
     attempt 2 starts with stopped false. Ablation: skip stop_request.archive_pending in
     cli._resume and this goes red (nothing archived; the pending hard request would stop
@@ -242,6 +243,10 @@ def test_resume_archives_pending_control_files_and_starts_unstopped(runs, tmp_pa
     assert (st2.attempt, st2.stopped, st2.stop_origin) == (2, False, None)
     archived = sorted(e["file"] for e in R.events(sc.rd, "control-file-archived"))
     assert archived == ["PAUSE", "STOP", "stop-request.json"]
+    # Said, one line each, naming the file (issue 42; ablation resume-says-archived).
+    said = sorted(ln for ln in proc.stderr.splitlines() if ln.startswith("runner: resume archived "))
+    assert [ln.split()[3] for ln in said] == ["PAUSE", "STOP", "stop-request.json"], proc.stderr
+    assert all(f"into {sc.rd.archive}/" in ln for ln in said), said
     for path in (sc.rd.stop_request, sc.rd.stop_file, sc.rd.pause_file):
         assert not path.exists()
     R.wait_event(sc.rd, "session-start", item="a", call=2)  # the session runs, not a pause

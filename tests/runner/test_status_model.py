@@ -60,7 +60,8 @@ def test_status_and_list_agree_on_a_run_whose_engine_was_sigkilled(runs, victim,
     text = R.runner("status", "--run-dir", rd.path).stdout
     assert text.startswith(f"run {rd.run_id}: crashed: its engine died without recording an end"), text
     listed = R.runner("list", "--runs-dir", rd.path.parent).stdout.splitlines()
-    assert any(ln.split()[:2] == [rd.run_id, "crashed"] for ln in listed), listed
+    # The run id, then its directory (named apart from its id), then the status.
+    assert any(ln.split()[0] == rd.run_id and "crashed" in ln.split()[1:3] for ln in listed), listed
     page = wait_row(dash, "run", status="crashed")
     assert page["buttons"] == {"resume": {"enabled": True, "why": None}} and page["stopping"] is False
     assert page["words"] == info["words"]  # one sentence, said alike

@@ -42,7 +42,7 @@ def test_an_unsupported_machine_gets_one_line_and_unsupported(fake, argv, tmp_pa
     proc = _runner(FAKES[fake], *argv)
     assert proc.returncode == Exit.UNSUPPORTED, proc.stderr
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("runner: runner needs Linux >= 5.3"), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("runner needs Linux >= 5.3"), proc.stderr
     assert proc.stdout == ""
 
 
