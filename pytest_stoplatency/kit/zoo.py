@@ -60,6 +60,8 @@ VICTIMS = (
     VictimSpec("double-fork", "double-fork daemon", "double-fork"),
     VictimSpec("pipe-holder", "pipe-holder", "pipe-holder"),
     VictimSpec("env-scrubber", "env -i + setsid", "env-scrubber"),
+    VictimSpec("zombie-leader", "leader exited, thread runs", "zombie-leader"),
+    VictimSpec("setsid-spawner", "env -i + setsid every 50 ms", "setsid-spawner"),
 )
 """Every kind of the zoo (`--kinds`' default), by id."""
 
@@ -83,6 +85,18 @@ def _read(path: str) -> bytes:
             return f.read()
     except OSError:
         return b""
+
+
+def _cmdline(pid: int) -> tuple[str, bytes]:
+    """(where the process's files are read, its command line). A process whose leader
+    thread exited while another runs (the zombie-leader) has an empty /proc/PID/cmdline
+    and environ: they are read from that thread's directory (identity.proc_dir)."""
+    where = f"/proc/{pid}"
+    cmdline = _read(f"{where}/cmdline")
+    if not cmdline and (st := identity.stat(pid)) is not None and st.tid != pid:
+        where = identity.proc_dir(st)
+        cmdline = _read(f"{where}/cmdline")
+    return where, cmdline
 
 
 class Tree:
@@ -171,10 +185,10 @@ def scan(trees: Iterable[Tree]) -> dict[Tree, list[Member]]:
         if not entry.isdigit():
             continue
         pid = int(entry)
-        cmdline = _read(f"/proc/{pid}/cmdline")
+        where, cmdline = _cmdline(pid)
         owners = [t for t in trees if t.marker in cmdline and t.token not in cmdline and pid not in t.exclude]
         if not owners:
-            environ = _read(f"/proc/{pid}/environ").split(b"\0")
+            environ = _read(f"{where}/environ").split(b"\0")
             owners = [t for t in trees if t.token in environ and pid not in t.exclude]
         if owners and (ticks := _living_ticks(pid)) is not None:
             for t in owners:
@@ -279,7 +293,7 @@ def sweep(root: Path) -> int:
     me = os.getpid()
     members = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != me and needle in _read(f"/proc/{entry}/cmdline"):
+        if entry.isdigit() and int(entry) != me and needle in _cmdline(int(entry))[1]:
             ticks = _living_ticks(int(entry))
             if ticks is not None:
                 members.append((int(entry), ticks))
