@@ -253,8 +253,10 @@ class Stop:
                 # parent reaps it: moments, waited for, or the cgroup stays behind.
                 self.view.cgroup.wait_empty("all", defaults.CONFIRM_TIMEOUT)
                 self.view.cgroup.remove()
-            except OSError:
-                pass  # still populated (an unkillable member) or removed by the engine
+            except OSError as exc:
+                # Still populated (an unkillable member), or a cgroup below it that would
+                # not go: named, never passed over (gone already is no failure).
+                f.cgroups_left = str(exc)
         ended = f.recorded_by in (RecordedBy.ENGINE, RecordedBy.OTHER, RecordedBy.FINISHED)
         if no_live_run and f.found == 0 and not f.left_alone and ended:  # ablate: stop-total-dead-engine
             raise NoLiveRun(

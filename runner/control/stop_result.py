@@ -54,6 +54,7 @@ class StopFacts(Value):
         "unproven",
         "left_alone",
         "vanished",
+        "cgroups_left",
     )
 
     def __init__(self, kind: StopKind, view: Survey) -> None:
@@ -77,6 +78,7 @@ class StopFacts(Value):
         self.left_alone: list[int] = []
         """Their pids: something of the run may be alive, never an exit 0."""
         self.vanished: str | None = None  # the run directory that went away during the stop
+        self.cgroups_left: str | None = None  # the run's cgroups this stop could not remove, and why
 
     @property
     def found(self) -> int:
@@ -147,6 +149,8 @@ def build(f: StopFacts) -> StopResult:
             "left alone, not proven the run's (calls its dead engine recorded, without any run's tag and out of "
             "any run's cgroup): " + "; ".join(f.unproven)
         )
+    if f.cgroups_left:
+        notes.append(f"the run's cgroup could not be removed: {f.cgroups_left}")
     code = view.ok_code
     if unkillable:
         code, message = (

@@ -464,7 +464,10 @@ class RunCgroup:
         asked.set()  # ablate: stop-needs-no-new-thread
 
     def remove(self) -> None:
-        """rmdir work/, engine/ and the run's cgroup (only possible once empty)."""
+        """rmdir the run's cgroup and every cgroup below it, deepest first: work/,
+        engine/, and the cgroups a member made below them (only possible once empty).
+        What could not be removed is named in the OSError raised, after every other
+        one was tried."""
         busy = False  # the parked thread was asked and has not said it is done
         if self._leave_asked is not None and self._left is not None and self._leave_asked.is_set():
             busy = not self._left.wait(timeout=defaults.CONFIRM_TIMEOUT)
@@ -476,8 +479,22 @@ class RunCgroup:
         if self._home_procs is not None and not busy:  # a busy thread may still write to it
             os.close(self._home_procs)
             self._home_procs = None
-        for path in (self.path / "work", self.path / "engine", self.path):
-            try:
-                path.rmdir()
-            except FileNotFoundError:
-                pass
+        failed = remove_tree(self.path)
+        if failed:
+            raise OSError(errno.EBUSY, f"cgroups not removed: {'; '.join(failed)}")
+
+
+def remove_tree(path: Path) -> list[str]:
+    """rmdir `path` and every directory below it, deepest first (a cgroup holds no files
+    of its own to remove: the kernel's go with it). Returns what could not be removed
+    ("PATH (why)"); one already gone is not a failure."""
+    failed: list[str] = []
+    deepest_first = [here for here, _, _ in os.walk(path, topdown=False)]  # ablate: sub-cgroups-removed
+    for here in deepest_first:
+        try:
+            os.rmdir(here)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            failed.append(f"{here} ({exc.strerror})")
+    return failed
