@@ -209,16 +209,23 @@ class Stop:
         lose the link that proves them."""
         view, engine = self.view, self.view.engine
         known: list[Identity] = []
+        roots: list[Identity] = []
         if engine is not None and identity.is_running(engine) and self._engine() is not None:
             known = _lineage(view, engine)  # ablate: now-shares-the-reach
-        recorded = ([engine] if engine is not None else []) + view.children
+            roots = [engine]
+        # The engine last: SIGTERMed with the rest, SIGKILLed once the kill rounds found
+        # nothing new. A child subreaper, it adopts what a member killed in a round had
+        # just forked, and the next round finds it there (reaper.find_new); killed with
+        # the rest, it would hand that to init, out of every route's reach.
         report = reaper.kill_everything(
-            groups=[(i.pgid, [i]) for i in recorded],
-            pids=recorded + known,
+            groups=[(i.pgid, [i]) for i in view.children],
+            pids=view.children + known,
             run_id=view.key,
             kill_grace=self.kill_grace,
             cgroup=view.cgroup,
             known=known,
+            roots=roots,
+            last=[engine] if engine is not None else [],
         )
         self.facts.report, self.facts.killed = report, True
         if report.refused and not dirfd.gone(self.rd.path):  # (a journal there would be a new file)
