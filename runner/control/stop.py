@@ -18,7 +18,9 @@ One path, in steps:
 4. kill (now; hard past its grace; any stop of a dead engine): `_kill`, the same
    reach whatever the mode: the recorded groups and pids, each call's lineage read
    before the first signal (what dropped its tag or left its group while its parent
-   lives), the tag sweep, the cgroup kill (reaper.kill_everything).
+   lives), the tag sweep, the cgroup kill, then kill rounds until one finds nothing
+   new (reaper.find_new: the engine's lineage read again), the engine last
+   (reaper.kill_everything).
 5. confirm: what the engine or this kill left alive is named (LEFT_RUNNING, the pids):
    never an exit 0 with a process of the run alive.
 6. record: once the engine is proven dead, only if nobody did (stop_record.py, with the
