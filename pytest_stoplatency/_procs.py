@@ -44,7 +44,7 @@ def _stat(pid: int) -> list[bytes] | None:
     main) reads Z in its own stat while another thread runs it on. Its state (and flags)
     are then that thread's, so it is alive here, as it is to the kernel."""
     f = _fields(f"/proc/{pid}/stat")
-    if f is not None and f[0] == b"Z" and (tid := _live_thread(pid)) is not None:
+    if f is not None and f[0] == b"Z" and int(f[17]) > 1 and (tid := _live_thread(pid)) is not None:
         t = _fields(f"/proc/{pid}/task/{tid}/stat")
         if t is not None:
             f = [t[0], *f[1:6], t[6], *f[7:]]
@@ -56,7 +56,7 @@ def proc_dir(pid: int) -> str:
     exited while another thread runs, that thread's /proc/<pid>/task/<tid> (the
     leader's read empty, or fail, then)."""
     f = _fields(f"/proc/{pid}/stat")
-    if f is not None and f[0] == b"Z" and (tid := _live_thread(pid)) is not None:
+    if f is not None and f[0] == b"Z" and int(f[17]) > 1 and (tid := _live_thread(pid)) is not None:
         return f"/proc/{pid}/task/{tid}"
     return f"/proc/{pid}"
 
