@@ -472,7 +472,7 @@ def _clean(rd: RunDir, tree: Any, key: str | None, foreground: subprocess.Popen[
         if foreground.poll() is None:
             foreground.kill()
         foreground.wait()
-    zoo.kill(zoo.scan([tree])[tree])
+    zoo.kill_rounds(lambda: zoo.scan([tree])[tree])
     if key:
         zoo.kill([(i.pid, i.start_ticks) for i in sweep.tagged(key)])
 

@@ -23,7 +23,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -286,18 +286,36 @@ def kill(members: Iterable[Member], timeout: float = 5.0) -> int:
     return len(fds)
 
 
+def kill_rounds(find: Callable[[], Iterable[Member]], rounds: int = 50) -> int:
+    """SIGKILL what `find()` names, again and again until a look finds nothing it had
+    not killed (a member that forks, the setsid-spawner, starts one between a look and
+    its own death); how many were signalled."""
+    done: set[Member] = set()
+    for _ in range(rounds):
+        new = [m for m in find() if m not in done]
+        if not new:
+            break
+        kill(new)
+        done.update(new)
+    return len(done)
+
+
 def sweep(root: Path) -> int:
     """Kill every living process whose argv names a path under ``root`` (every tree's
     marker lives there): the last resort at the end of a benchmark, whatever happened."""
     needle = os.fsencode(f"{Path(root)}/")
     me = os.getpid()
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != me and needle in _cmdline(int(entry))[1]:
-            ticks = _living_ticks(int(entry))
-            if ticks is not None:
-                members.append((int(entry), ticks))
-    return kill(members)
+
+    def marked() -> list[Member]:
+        members = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != me and needle in _cmdline(int(entry))[1]:
+                ticks = _living_ticks(int(entry))
+                if ticks is not None:
+                    members.append((int(entry), ticks))
+        return members
+
+    return kill_rounds(marked)
 
 
 def forget_records() -> None:

@@ -495,7 +495,13 @@ def kill_everything(
             for ident in cgroup.member_identities(cgroup_scope, skip=watch.fds.keys()):
                 if watch.add(ident, named=False) is not None:
                     left.add(ident.pid)
-            cgroup.kill(cgroup_scope, timeout=confirm_timeout)  # ablate: cgroup-kill
+            emptied = False
+            emptied = cgroup.kill(cgroup_scope, timeout=confirm_timeout)  # ablate: cgroup-kill
+            if not emptied:
+                # Still populated after the kill by pid too: what is left is watched, so
+                # the confirmation below names it (never an exit 0 over a live member).
+                for ident in cgroup.member_identities(cgroup_scope, skip=watch.fds.keys()):
+                    watch.add(ident, named=False)
 
         if not contained:
             # Uncontained, what a process forked between its TERM and its KILL (or since
