@@ -55,7 +55,11 @@ class Victim:
 
     def _extra_ids(self) -> list[tuple[int, int]]:
         # The victim itself too: while it exits its environ (and token) already reads empty.
-        return [(self.pid, self.start_ticks)] + [(int(e["pid"]), int(e["start_ticks"])) for e in self.extras]
+        # And what its processes recorded since the handshake (<id>.extras: each one
+        # that drops its token records itself first, the setsid-spawner's every 50 ms).
+        recorded = [(int(e["pid"]), int(e["start_ticks"])) for e in self.extras]
+        later = _records.read_extras(_records.extras_path(self.token))
+        return sorted({(self.pid, self.start_ticks), *recorded, *later})
 
     def _reap(self) -> None:
         if self.process is not None:
@@ -77,10 +81,12 @@ class Victim:
         import psutil
 
         out = []
-        for pid, _ticks in self.members():
+        for pid, ticks in self.members():
             try:
                 p = psutil.Process(pid)
-                if p.status() != psutil.STATUS_ZOMBIE:
+                # Alive means any live thread (psutil reads the leader's state alone, Z
+                # for a process whose leader exited while another thread runs).
+                if _procs.is_alive(pid, ticks):
                     out.append(p)
             except psutil.NoSuchProcess:
                 pass
@@ -92,10 +98,18 @@ class Victim:
         self._reap()
         return gone
 
-    def kill(self) -> None:
-        """SIGKILL every living member (identity-checked). Does not wait."""
-        for pid, ticks in self.members():
-            _procs.signal_identified(pid, ticks, signal.SIGKILL)
+    def kill(self, rounds: int = 50) -> None:
+        """SIGKILL every living member (identity-checked), in rounds until one finds no
+        member it had not signalled (a member that forks starts one between a look and
+        its own death: the setsid-spawner). Does not wait for the deaths."""
+        done: set[tuple[int, int]] = set()
+        for _ in range(rounds):
+            new = [m for m in self.members() if m not in done]
+            if not new:
+                return
+            for pid, ticks in new:
+                _procs.signal_identified(pid, ticks, signal.SIGKILL)
+            done.update(new)
 
 
 MAX_CHILDREN = 64

@@ -14,14 +14,51 @@ import time
 _TOKEN_KEY = b"STOPLATENCY_VICTIM="
 
 
-def _stat(pid: int) -> list[bytes] | None:
-    """Fields 3.. of /proc/<pid>/stat (index 0 = state), or None if gone."""
+def _fields(path: str) -> list[bytes] | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
+        with open(path, "rb") as f:
             data = f.read()
     except OSError:
         return None
-    return data[data.rfind(b")") + 2 :].split()
+    return data[data.rfind(b")") + 2 :].split() or None
+
+
+def _live_thread(pid: int) -> int | None:
+    """A thread of `pid` other than its leader that has not exited, or None."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        if tid != str(pid):
+            f = _fields(f"/proc/{pid}/task/{tid}/stat")
+            if f is not None and f[0] not in (b"Z", b"X", b"x"):
+                return int(tid)
+    return None
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """Fields 3.. of /proc/<pid>/stat (index 0 = state), or None if gone.
+
+    Alive means any live thread: a process whose leader thread exited (pthread_exit from
+    main) reads Z in its own stat while another thread runs it on. Its state (and flags)
+    are then that thread's, so it is alive here, as it is to the kernel."""
+    f = _fields(f"/proc/{pid}/stat")
+    if f is not None and f[0] == b"Z" and int(f[17]) > 1 and (tid := _live_thread(pid)) is not None:
+        t = _fields(f"/proc/{pid}/task/{tid}/stat")
+        if t is not None:
+            f = [t[0], *f[1:6], t[6], *f[7:]]
+    return f
+
+
+def proc_dir(pid: int) -> str:
+    """Where `pid`'s environment and command line are read: /proc/<pid>, or, its leader
+    exited while another thread runs, that thread's /proc/<pid>/task/<tid> (the
+    leader's read empty, or fail, then)."""
+    f = _fields(f"/proc/{pid}/stat")
+    if f is not None and f[0] == b"Z" and int(f[17]) > 1 and (tid := _live_thread(pid)) is not None:
+        return f"/proc/{pid}/task/{tid}"
+    return f"/proc/{pid}"
 
 
 def start_ticks(pid: int) -> int | None:
@@ -103,10 +140,14 @@ def token_of(pid: int) -> str | None:
     launcher becomes the victim, and a test that returns the instant after starting one
     must still have it found. So an answer counts only when cmdline reads the same,
     non-empty, before and after environ; otherwise it is read again (briefly)."""
+    where = f"/proc/{pid}"
     for attempt in range(20):
-        before = _read(f"/proc/{pid}/cmdline")
-        env = _read(f"/proc/{pid}/environ")
-        after = _read(f"/proc/{pid}/cmdline")
+        before = _read(f"{where}/cmdline")
+        env = _read(f"{where}/environ")
+        after = _read(f"{where}/cmdline")
+        if (before is None or env is None or after is None or not after) and where != (there := proc_dir(pid)):
+            where = there  # its leader exited while another thread runs: read that thread
+            continue
         if before is None or env is None or after is None:
             return None  # gone (or not ours to read)
         i = env.find(_TOKEN_KEY)
@@ -211,10 +252,14 @@ def env_value(pid: int, key: bytes) -> str | None:
     """The value of ``key`` (b"NAME=") in a process's environment, or None (absent, gone,
     or not ours to read). Read as token_of() reads: an answer counts only when the
     cmdline reads the same, non-empty, before and after the environ (not mid-exec)."""
+    where = f"/proc/{pid}"
     for attempt in range(20):
-        before = _read(f"/proc/{pid}/cmdline")
-        env = _read(f"/proc/{pid}/environ")
-        after = _read(f"/proc/{pid}/cmdline")
+        before = _read(f"{where}/cmdline")
+        env = _read(f"{where}/environ")
+        after = _read(f"{where}/cmdline")
+        if (before is None or env is None or after is None or not after) and where != (there := proc_dir(pid)):
+            where = there
+            continue
         if before is None or env is None or after is None:
             return None
         i = env.find(key)

@@ -48,7 +48,14 @@ KINDS = (
     "respawner",
     "stopped",
     "env-scrubber",
+    "zombie-leader",
+    "setsid-spawner",
 )
+
+SPAWN_EVERY = 0.05
+"""The setsid-spawner starts one more env-less, setsid process this often (seconds)..."""
+SPAWN_CAP = 400
+"""...until this many: a victim nothing stops must not fill the machine."""
 
 
 def start_ticks(pid: int) -> int:
@@ -197,6 +204,78 @@ def _respawn_loop(deadline, children: list[int]) -> None:
             children.append(_spawn(_trapping_sleeper(deadline)))
 
 
+def _leave_leader(deadline: float) -> None:
+    """The zombie-leader: a second thread sleeps on, the main (leader) thread exits with
+    pthread_exit. /proc/PID/stat then says Z while the process lives; the ready file is
+    written by the second thread once the leader is seen gone. SIGTERM is caught and
+    never handled (only the main thread runs Python's handlers): only SIGKILL ends it."""
+    import _thread
+    import ctypes  # only this kind needs it
+
+    pid = os.getpid()
+    token = os.environ.get(TOKEN_ENV)
+
+    def sleeper() -> None:
+        while True:  # until the leader has exited: the shape is in place
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                data = f.read()
+            if data[data.rfind(b")") + 2 :].split()[0] == b"Z":
+                break
+            time.sleep(0.001)
+        info = {"pid": pid, "start_ticks": start_ticks(pid), "kind": "zombie-leader", "lang": "python"}
+        info.update({"token": token, "children": [], "extras": []})
+        _write_ready(info)
+        _sleep_until(deadline)
+
+    _thread.start_new_thread(sleeper, ())
+    ctypes.CDLL(None).pthread_exit(None)
+
+
+def _spawn_scrubbed(deadline: float, ready: bool = False) -> int:
+    """Fork a process that records itself (extras), calls setsid and execs this program
+    with an empty environment (as `env -i setsid ...`); it traps SIGTERM and sleeps.
+    `ready`: wait for its handshake."""
+    r, w = os.pipe() if ready else (-1, -1)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if ready:
+                os.close(r)
+                os.set_inheritable(w, True)
+            _record_extra()  # before the token goes: never unrecorded
+            os.setsid()
+            left = str(max(deadline - time.monotonic(), 0.0))
+            argv = [sys.executable, "-S", os.path.abspath(__file__), "--role", "scrubbed", "--sleep", left]
+            os.execve(sys.executable, argv + ["--ready-fd", str(w)] if ready else argv, {})
+        finally:
+            os._exit(1)
+    if ready:
+        os.close(w)
+        try:
+            if os.read(r, 1) != b"r":
+                raise RuntimeError("setsid-spawner's first process died before it was ready")
+        finally:
+            os.close(r)
+    return pid
+
+
+def _spawn_loop(deadline: float, children: list[int]) -> None:
+    """The setsid-spawner's life after its handshake: one more env-less setsid process
+    every SPAWN_EVERY seconds (each reaped when it dies), up to SPAWN_CAP."""
+    n = len(children)
+    while deadline - time.monotonic() > 0:
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        if n < SPAWN_CAP:
+            _spawn_scrubbed(deadline)
+            n += 1
+        time.sleep(SPAWN_EVERY)
+
+
 def run(kind: str, sleep: float, n_children: int, cleanup: float) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -279,6 +358,13 @@ def run(kind: str, sleep: float, n_children: int, cleanup: float) -> None:
             os.close(r)
         children = [pid]
         extras.append({"role": "scrubbed", "pid": pid, "start_ticks": start_ticks(pid)})
+    elif kind == "zombie-leader":
+        _trap()
+        _leave_leader(deadline)  # writes the ready file itself, once the leader has exited
+    elif kind == "setsid-spawner":
+        _trap()
+        children = [_spawn_scrubbed(deadline, ready=True)]
+        main_loop = lambda: _spawn_loop(deadline, children)  # noqa: E731
     else:
         raise SystemExit(f"unknown victim kind {kind!r}; one of {', '.join(KINDS)}")
 
@@ -301,11 +387,13 @@ def run(kind: str, sleep: float, n_children: int, cleanup: float) -> None:
         _sleep_until(deadline)
 
 
-def _run_scrubbed(ready_fd: int, sleep: float) -> None:
-    """The env-scrubber's grandchild after its exec with an empty environment."""
+def _run_scrubbed(ready_fd: int | None, sleep: float) -> None:
+    """The env-scrubber's grandchild (a setsid-spawner's process) after its exec with an
+    empty environment; it says it is ready on `ready_fd`, if it has one."""
     signal.signal(signal.SIGTERM, _swallow)
-    os.write(ready_fd, b"r")
-    os.close(ready_fd)
+    if ready_fd is not None:
+        os.write(ready_fd, b"r")
+        os.close(ready_fd)
     _sleep_until(time.monotonic() + sleep)
 
 
@@ -346,7 +434,7 @@ def _parse_plain(argv: list[str]) -> dict | None:
         else:
             return None
     if a["--role"] == "scrubbed":
-        return a if a["--ready-fd"] is not None else None
+        return a
     return a if a["--role"] is None and a["kind"] is not None else None
 
 

@@ -192,12 +192,40 @@ k_env_scrubber() {
     write_ready; linger
 }
 
+k_zombie_leader() {
+    # A shell has no threads of its own to outlive its main one: the Python program
+    # beside this file makes the shape (with the token and ready path of this one).
+    exec "${STOPLATENCY_PYTHON:-python3}" -S "${SELF%/*}/victim.py" zombie-leader --sleep "$SLEEP"
+}
+
+k_setsid_spawner() {
+    trap h TERM
+    handshake_open
+    { record_extra; exec -c setsid bash "$SELF" __scrubbed "$SLEEP"; } &
+    NREADY=1
+    await_children
+    write_ready
+    exec 3<>/dev/null   # later ones get a harmless fd 3
+    local n=1
+    # Every SPAWN_EVERY seconds one more, env-less (exec -c) in a session of its own,
+    # until SPAWN_CAP of them (a victim nothing stops must not fill the machine).
+    while (( SECONDS < SLEEP )); do
+        if (( n < SPAWN_CAP )); then
+            { record_extra; exec -c setsid bash "$SELF" __scrubbed "$SLEEP"; } &
+            n=$((n + 1))
+        fi
+        if (( LINGER_PIPE )); then read -r -t "$SPAWN_EVERY" -u 9; else sleep "$SPAWN_EVERY"; fi
+    done
+}
+
+SPAWN_EVERY=0.05 SPAWN_CAP=400
+
 case $KIND in
     __child) trap h TERM; echo r >&3; exec 3>&-; linger ;;
     __scrubbed)
         trap '' TERM; echo r >&3; exec 3>&-
         if (( LINGER_PIPE )); then linger; else exec sleep "$SLEEP"; fi ;;
-    cooperative|trap-term|ignore-term|slow-exit|forker|escapee|double-fork|pipe-holder|respawner|stopped|env-scrubber)
+    cooperative|trap-term|ignore-term|slow-exit|forker|escapee|double-fork|pipe-holder|respawner|stopped|env-scrubber|zombie-leader|setsid-spawner)
         "k_${KIND//-/_}" ;;
     *) echo "unknown victim kind: $KIND" >&2; exit 2 ;;
 esac

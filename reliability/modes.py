@@ -61,6 +61,14 @@ MODES = (
 )
 VICTIMS = ("cooperative", "trapping", "env-scrubbed", "setsid-escapee", "double-fork", "subreaper", "pipe-holder")
 CONTAINMENTS = ("cgroup", "group")
+SHAPES = ("zombie-leader", "setsid-spawner", "sub-cgroup")
+"""Issue 38's shapes, held to every invariant of a cell in every mode and containment
+(tests/runner/test_stop_modes.py runs them in a test of their own, not multiplied
+into VICTIMS' matrix): a process whose leader thread exited while another runs; a
+provider that traps SIGTERM and starts an env-less setsid process every 50 ms; a
+provider that makes cgroups below its own (the run's work cgroup, when contained) and
+puts a trapping child in the deepest. A cell of a shape also finds no cgroup of the
+run left once its stop is over."""
 
 COMMAND = {
     "stop": "stop",
@@ -86,6 +94,8 @@ _PLUGIN_KIND = {
     "setsid-escapee": "env-scrubber",  # forks, setsid, execs with an empty environment; its parent lives
     "double-fork": "double-fork",
     "pipe-holder": "pipe-holder",
+    "zombie-leader": "zombie-leader",
+    "setsid-spawner": "setsid-spawner",
 }
 _SERIAL = itertools.count(1)
 
@@ -116,6 +126,21 @@ if kind == "sleeper":
     until_deadline()
     sys.exit(0)
 signal.signal(signal.SIGTERM, lambda s, f: None)
+if kind == "sub-cgroup":  # cgroups below its own (the run's work/, when contained), a child in the deepest
+    with open("/proc/self/cgroup") as f:
+        here = [line[3:].strip() for line in f if line.startswith("0::")][0]
+    root = [l.split()[4] for l in open("/proc/self/mountinfo") if l.split(" - ")[1].split()[0] == "cgroup2"][0]
+    child = os.fork()
+    if child == 0:
+        signal.signal(signal.SIGTERM, lambda s, f: None)
+        until_deadline()
+        os._exit(0)
+    if here.startswith("/runner/"):
+        deep = os.path.join(root + here, "made", "deeper")
+        os.makedirs(deep)
+        with open(os.path.join(deep, "cgroup.procs"), "w") as f:
+            f.write(str(child))
+    ready_now()
 if kind == "env-scrubbed":  # under `env -i`: no tag here, nor in the two children
     for _ in range(2):
         if os.fork() == 0:
@@ -357,6 +382,8 @@ def cell(work: Path, mode: str, victim: str, containment: str, dashboard: Dashbo
             problems.append(f"a session recorded {trial['sessions']}")
         if any(r.get("event") == "item-failed" for r in records):
             problems.append("an item recorded failed")
+        if victim in SHAPES and cgroup is not None and cgroup.exists():
+            problems.append(f"cgroups of the run left after the stop: {sorted(str(d) for d, _, _ in os.walk(cgroup))}")
         trial["run_stops"] = sum(r.get("event") == "run-stop" for r in records)
         if trial["run_stops"] != 1:
             problems.append(f"{trial['run_stops']} run-stop records")
@@ -445,7 +472,7 @@ def _clean(rd: RunDir, tree: Any, key: str | None, foreground: subprocess.Popen[
         if foreground.poll() is None:
             foreground.kill()
         foreground.wait()
-    zoo.kill(zoo.scan([tree])[tree])
+    zoo.kill_rounds(lambda: zoo.scan([tree])[tree])
     if key:
         zoo.kill([(i.pid, i.start_ticks) for i in sweep.tagged(key)])
 

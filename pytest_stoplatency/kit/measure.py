@@ -28,13 +28,13 @@ def sample(stopper: Stopper, tree: Tree) -> dict[str, Any]:
     try:
         handle = stopper.start(tree)
     except Exception as exc:  # a tree that did not come up is a failed sample, not a crash
-        zoo.kill(tree.members())
+        zoo.kill_rounds(tree.members)
         return {"error": f"start: {exc}"}
     try:
         if not tree.up:  # a user's stopper need not wait for the handshake itself
             tree.adopt()
     except Exception as exc:
-        zoo.kill(tree.members())
+        zoo.kill_rounds(tree.members)
         stopper.cleanup(handle)
         return {"error": f"start: {exc}"}
     try:
@@ -59,7 +59,7 @@ def sample(stopper: Stopper, tree: Tree) -> dict[str, Any]:
         }
         return out
     finally:
-        zoo.kill(tree.members())
+        zoo.kill_rounds(tree.members)
         stopper.cleanup(handle)
 
 

@@ -23,7 +23,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,8 @@ VICTIMS = (
     VictimSpec("double-fork", "double-fork daemon", "double-fork"),
     VictimSpec("pipe-holder", "pipe-holder", "pipe-holder"),
     VictimSpec("env-scrubber", "env -i + setsid", "env-scrubber"),
+    VictimSpec("zombie-leader", "leader exited, thread runs", "zombie-leader"),
+    VictimSpec("setsid-spawner", "env -i + setsid every 50 ms", "setsid-spawner"),
 )
 """Every kind of the zoo (`--kinds`' default), by id."""
 
@@ -83,6 +85,18 @@ def _read(path: str) -> bytes:
             return f.read()
     except OSError:
         return b""
+
+
+def _cmdline(pid: int) -> tuple[str, bytes]:
+    """(where the process's files are read, its command line). A process whose leader
+    thread exited while another runs (the zombie-leader) has an empty /proc/PID/cmdline
+    and environ: they are read from that thread's directory (identity.proc_dir)."""
+    where = f"/proc/{pid}"
+    cmdline = _read(f"{where}/cmdline")
+    if not cmdline and (st := identity.stat(pid)) is not None and st.tid != pid:
+        where = identity.proc_dir(st)
+        cmdline = _read(f"{where}/cmdline")
+    return where, cmdline
 
 
 class Tree:
@@ -171,10 +185,10 @@ def scan(trees: Iterable[Tree]) -> dict[Tree, list[Member]]:
         if not entry.isdigit():
             continue
         pid = int(entry)
-        cmdline = _read(f"/proc/{pid}/cmdline")
+        where, cmdline = _cmdline(pid)
         owners = [t for t in trees if t.marker in cmdline and t.token not in cmdline and pid not in t.exclude]
         if not owners:
-            environ = _read(f"/proc/{pid}/environ").split(b"\0")
+            environ = _read(f"{where}/environ").split(b"\0")
             owners = [t for t in trees if t.token in environ and pid not in t.exclude]
         if owners and (ticks := _living_ticks(pid)) is not None:
             for t in owners:
@@ -272,18 +286,36 @@ def kill(members: Iterable[Member], timeout: float = 5.0) -> int:
     return len(fds)
 
 
+def kill_rounds(find: Callable[[], Iterable[Member]], rounds: int = 50) -> int:
+    """SIGKILL what `find()` names, again and again until a look finds nothing it had
+    not killed (a member that forks, the setsid-spawner, starts one between a look and
+    its own death); how many were signalled."""
+    done: set[Member] = set()
+    for _ in range(rounds):
+        new = [m for m in find() if m not in done]
+        if not new:
+            break
+        kill(new)
+        done.update(new)
+    return len(done)
+
+
 def sweep(root: Path) -> int:
     """Kill every living process whose argv names a path under ``root`` (every tree's
     marker lives there): the last resort at the end of a benchmark, whatever happened."""
     needle = os.fsencode(f"{Path(root)}/")
     me = os.getpid()
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != me and needle in _read(f"/proc/{entry}/cmdline"):
-            ticks = _living_ticks(int(entry))
-            if ticks is not None:
-                members.append((int(entry), ticks))
-    return kill(members)
+
+    def marked() -> list[Member]:
+        members = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != me and needle in _cmdline(int(entry))[1]:
+                ticks = _living_ticks(int(entry))
+                if ticks is not None:
+                    members.append((int(entry), ticks))
+        return members
+
+    return kill_rounds(marked)
 
 
 def forget_records() -> None:

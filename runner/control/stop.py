@@ -19,7 +19,9 @@ One path, in steps:
    nothing recorded: a racing `--now` killed it; any stop of a dead engine): `_kill`, the same
    reach whatever the mode: the recorded groups and pids, each call's lineage read
    before the first signal (what dropped its tag or left its group while its parent
-   lives), the tag sweep, the cgroup kill (reaper.kill_everything).
+   lives), the tag sweep, the cgroup kill, then kill rounds until one finds nothing
+   new (reaper.find_new: the engine's lineage read again), the engine last
+   (reaper.kill_everything).
 5. confirm: what the engine or this kill left alive is named (LEFT_RUNNING, the pids):
    never an exit 0 with a process of the run alive.
 6. record: once the engine is proven dead, only if nobody did (stop_record.py, with the
@@ -249,16 +251,23 @@ class Stop:
         lose the link that proves them."""
         view, engine = self.view, self.view.engine
         known: list[Identity] = []
+        roots: list[Identity] = []
         if engine is not None and identity.is_running(engine) and self._engine() is not None:
             known = _lineage(view, engine)  # ablate: now-shares-the-reach
-        recorded = ([engine] if engine is not None else []) + view.children
+            roots = [engine]
+        # The engine last: SIGTERMed with the rest, SIGKILLed once the kill rounds found
+        # nothing new. A child subreaper, it adopts what a member killed in a round had
+        # just forked, and the next round finds it there (reaper.find_new); killed with
+        # the rest, it would hand that to init, out of every route's reach.
         report = reaper.kill_everything(
-            groups=[(i.pgid, [i]) for i in recorded],
-            pids=recorded + known,
+            groups=[(i.pgid, [i]) for i in view.children],
+            pids=view.children + known,
             run_id=view.key,
             kill_grace=self.kill_grace,
             cgroup=view.cgroup,
             known=known,
+            roots=roots,
+            last=[engine] if engine is not None else [],
         )
         self.facts.report, self.facts.killed = report, True
         if report.refused and not dirfd.gone(self.rd.path):  # (a journal there would be a new file)
@@ -293,8 +302,10 @@ class Stop:
                 # parent reaps it: moments, waited for, or the cgroup stays behind.
                 self.view.cgroup.wait_empty("all", defaults.CONFIRM_TIMEOUT)
                 self.view.cgroup.remove()
-            except OSError:
-                pass  # still populated (an unkillable member) or removed by the engine
+            except OSError as exc:
+                # Still populated (an unkillable member), or a cgroup below it that would
+                # not go: named, never passed over (gone already is no failure).
+                f.cgroups_left = str(exc)
         self.close()  # the record is written (or could not be): waiters may read it
         ended = f.recorded_by in (RecordedBy.ENGINE, RecordedBy.OTHER, RecordedBy.FINISHED)
         if no_live_run and f.found == 0 and not f.left_alone and ended:  # ablate: stop-total-dead-engine

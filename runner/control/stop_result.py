@@ -55,6 +55,7 @@ class StopFacts(Value):
         "left_alone",
         "vanished",
         "said",
+        "cgroups_left",
     )
 
     def __init__(self, kind: StopKind, view: Survey) -> None:
@@ -80,6 +81,7 @@ class StopFacts(Value):
         self.vanished: str | None = None  # the run directory that went away during the stop
         self.said: list[str] = []
         """Lines of their own that change no code (another stopper held the request's lock)."""
+        self.cgroups_left: str | None = None  # the run's cgroups this stop could not remove, and why
 
     @property
     def found(self) -> int:
@@ -153,6 +155,8 @@ def build(f: StopFacts) -> StopResult:
             "left alone, not proven the run's (calls its dead engine recorded, without any run's tag and out of "
             "any run's cgroup): " + "; ".join(f.unproven)
         )
+    if f.cgroups_left:
+        notes.append(f"the run's cgroup could not be removed: {f.cgroups_left}")
     code = view.ok_code
     if unkillable:
         code, message = (

@@ -213,7 +213,15 @@ class Registry:
             cgroup_scope="work",
             known=[i for e in entries for i in e.members()] + adopted,
             untagged=self.untagged,
+            # The engine itself, never signalled (it is protected), is the root of every
+            # kill round's lineage: its calls, what it adopts as they die, theirs.
+            roots=self._itself(),
         )
+
+    @staticmethod
+    def _itself() -> list[Identity]:
+        me = identity.current(os.getpid())
+        return [] if me is None else [me]
 
     def reap_orphans(self) -> list[int]:
         """Reap re-parented zombies (when the engine is a subreaper), never a registered

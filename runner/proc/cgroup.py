@@ -346,7 +346,47 @@ class RunCgroup:
                 # the cgroup is being removed: a dying cgroup holds nothing left to kill.
                 if exc.errno not in _GONE:
                     raise
-        return self.wait_empty(which, timeout)
+            # cgroup.kill does not end a process whose leader thread exited while
+            # another thread runs (seen on Linux 6.18: populated 1 after it, the process
+            # alive): such a process is in cgroup.procs, its leader not in
+            # cgroup.threads. Killed by its pid (kill(2) of it reaches every thread).
+            self._kill_by_pid(which, self.leaderless(which))  # ablate: threads-as-liveness-cgroup
+        if self.wait_empty(which, timeout / 2):
+            return True
+        # Still populated: not empty, whatever was written. What is left is found in the
+        # cgroup's own lists and killed by its pid (proven as every signal is); the
+        # caller's confirmation names what even that leaves.
+        left = self.members(which)
+        log.warning("%s still populated after cgroup.kill: killing pids %s by pid", base, sorted(left)[:20])
+        self._kill_by_pid(which, left)
+        return self.wait_empty(which, timeout / 2)
+
+    def leaderless(self, which: str = "work") -> list[int]:
+        """Processes in the cgroup `which` (and below) whose leader thread exited while
+        another thread of theirs runs: in cgroup.procs, not in cgroup.threads."""
+        out: list[int] = []
+        for leaf, _, _ in os.walk(self._dir(which)):
+            try:
+                procs = (Path(leaf) / "cgroup.procs").read_bytes().split()
+                threads = set((Path(leaf) / "cgroup.threads").read_bytes().split())
+            except OSError as exc:
+                if exc.errno not in _GONE:
+                    raise
+                continue
+            out += [int(p) for p in procs if p not in threads]
+        return out
+
+    def _kill_by_pid(self, which: str, pids: Collection[int]) -> None:
+        """SIGKILL each of `pids` through its own pidfd, once proven a member of this
+        cgroup (membership.py); never this process or an ancestor."""
+        if not pids:
+            return
+        members = Membership(cgroup=self.relative)
+        protected = signals.protected_pids()
+        for pid in pids:
+            ident = identity.current(pid)
+            if ident is not None and pid not in protected:
+                signals.signal_process(ident, signal.SIGKILL, members)
 
     def wait_empty(self, which: str = "all", timeout: float = 1.0) -> bool:
         """Until cgroup.events says `populated 0`. The kernel signals a change of
@@ -424,7 +464,10 @@ class RunCgroup:
         asked.set()  # ablate: stop-needs-no-new-thread
 
     def remove(self) -> None:
-        """rmdir work/, engine/ and the run's cgroup (only possible once empty)."""
+        """rmdir the run's cgroup and every cgroup below it, deepest first: work/,
+        engine/, and the cgroups a member made below them (only possible once empty).
+        What could not be removed is named in the OSError raised, after every other
+        one was tried."""
         busy = False  # the parked thread was asked and has not said it is done
         if self._leave_asked is not None and self._left is not None and self._leave_asked.is_set():
             busy = not self._left.wait(timeout=defaults.CONFIRM_TIMEOUT)
@@ -436,8 +479,22 @@ class RunCgroup:
         if self._home_procs is not None and not busy:  # a busy thread may still write to it
             os.close(self._home_procs)
             self._home_procs = None
-        for path in (self.path / "work", self.path / "engine", self.path):
-            try:
-                path.rmdir()
-            except FileNotFoundError:
-                pass
+        failed = remove_tree(self.path)
+        if failed:
+            raise OSError(errno.EBUSY, f"cgroups not removed: {'; '.join(failed)}")
+
+
+def remove_tree(path: Path) -> list[str]:
+    """rmdir `path` and every directory below it, deepest first (a cgroup holds no files
+    of its own to remove: the kernel's go with it). Returns what could not be removed
+    ("PATH (why)"); one already gone is not a failure."""
+    failed: list[str] = []
+    deepest_first = [here for here, _, _ in os.walk(path, topdown=False)]  # ablate: sub-cgroups-removed
+    for here in deepest_first:
+        try:
+            os.rmdir(here)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            failed.append(f"{here} ({exc.strerror})")
+    return failed

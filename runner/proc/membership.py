@@ -125,19 +125,30 @@ def tag_of(pid: int) -> str | None:
 
 
 def _environ(pid: int) -> bytes:
-    """/proc/PID/environ. Empty for a kernel thread, and also for a user process caught
-    mid-exec: a vfork parent (subprocess) resumes before the kernel has laid out the
-    new image's environment. So an empty read is retried briefly for user processes."""
+    """/proc/PID/environ (a live thread's, if its leader exited). Empty for a kernel
+    thread, and also for a user process caught mid-exec: a vfork parent (subprocess)
+    resumes before the kernel has laid out the new image's environment. So an empty read
+    is retried briefly for user processes."""
+    where = f"/proc/{int(pid)}"
     for attempt in range(5):
         try:
-            with open(f"/proc/{int(pid)}/environ", "rb") as f:
+            with open(f"{where}/environ", "rb") as f:
                 env = f.read()
+        except ProcessLookupError:  # ESRCH: gone, or a leader that exited (below)
+            env = None
         except OSError:
             return b""
         if env:
             return env
         st = identity.stat(pid)
         if st is None or st.exiting or st.ppid == 2 or st.pid == 2:  # gone, dying, or a kernel thread
+            return b""
+        if st.tid != st.pid and where != identity.proc_dir(st):
+            # Its leader exited while another thread runs (identity.stat): the leader's
+            # environ reads ESRCH, that thread's holds the process's environment.
+            where = identity.proc_dir(st)
+            continue
+        if env is None:
             return b""
         # Only a process that has just started can be mid-exec. One that started long
         # ago with an empty environment (`env -i`) keeps it: retrying would cost every

@@ -410,6 +410,8 @@ def kill_everything(
     known: Iterable[Identity] = (),
     confirm_timeout: float = CONFIRM_TIMEOUT,
     untagged: set[tuple[int, int]] | None = None,
+    roots: Sequence[Identity] = (),
+    last: Sequence[Identity] = (),
 ) -> ReapReport:
     """The stop: SIGTERM every route at once; wait (event-driven) up to kill_grace; then
     SIGKILL what is left by the same routes and the cgroup kill; confirm within
@@ -426,7 +428,14 @@ def kill_everything(
     the run's (the engine's registry). Nothing is signalled that membership does not
     prove; what a record named but was refused is in the report's `refused`.
     untagged: (pid, start ticks) an earlier stop of the same caller read without the tag,
-    not read again (the engine's clean-up after its stop's kill); filled in here."""
+    not read again (the engine's clean-up after its stop's kill); filled in here.
+    roots: processes proven the run's whose living descendants, read live by parent
+    links, are the run's (a stopper's engine, the engine itself): each kill round reads
+    them again (find_new), so what a trapping member starts through the kill grace is
+    found however it left its group and its environment. last: recorded processes
+    SIGTERMed with the rest but SIGKILLed only once the rounds found nothing new (a
+    stopper's engine: a child subreaper, it adopts what a killed member had just
+    forked, where the rounds find it; killed with the rest, it would hand it to init)."""
     t0 = time.monotonic()
     membership = Membership(
         run_id,
@@ -445,7 +454,7 @@ def kill_everything(
         # one pass per round (TERM, then KILL) serves every other route.
         scan = _Scan()
         signalled = _signal_groups(watch, groups, signal.SIGTERM, scan)
-        _signal_pids(watch, pids, signal.SIGTERM)
+        _signal_pids(watch, [*pids, *last], signal.SIGTERM)
         if cgroup is not None and cgroup_scope is not None:
             # Kill first, look later: the cgroup lists its members without a pass over
             # /proc, so they have their SIGTERM (and die) while the scans below run.
@@ -486,13 +495,23 @@ def kill_everything(
             for ident in cgroup.member_identities(cgroup_scope, skip=watch.fds.keys()):
                 if watch.add(ident, named=False) is not None:
                     left.add(ident.pid)
-            cgroup.kill(cgroup_scope, timeout=confirm_timeout)  # ablate: cgroup-kill
+            emptied = False
+            emptied = cgroup.kill(cgroup_scope, timeout=confirm_timeout)  # ablate: cgroup-kill
+            if not emptied:
+                # Still populated after the kill by pid too: what is left is watched, so
+                # the confirmation below names it (never an exit 0 over a live member).
+                for ident in cgroup.member_identities(cgroup_scope, skip=watch.fds.keys()):
+                    watch.add(ident, named=False)
 
         if not contained:
             # Uncontained, what a process forked between its TERM and its KILL (or since
             # the last scan) is new: rounds repeat until one finds nothing new.
             tag = run_id if sweep_tag else None
-            left |= kill_until_nothing_new(watch, tag, signalled, untagged)  # ablate: kill-rounds-repeat
+            left |= kill_until_nothing_new(watch, tag, signalled, untagged, roots)  # ablate: kill-rounds-repeat
+        for ident in last:
+            # Nothing new was found with it alive: now it goes too.
+            if watch.add(ident) is not None and ident.pid not in watch.done and watch.send(ident.pid, signal.SIGKILL):
+                left.add(ident.pid)
 
         watch.wait(time.monotonic() + confirm_timeout)
         survivors = watch.alive()
@@ -523,14 +542,14 @@ def kill_until_nothing_new(
     run_id: str | None,
     groups: Mapping[int, Sequence[Identity]],
     untagged: set[tuple[int, int]],
+    roots: Sequence[Identity] = (),
     bound: float = defaults.KILL_ROUNDS_BOUND,
 ) -> set[int]:
     """KILL rounds without a cgroup, after the routes' own KILL round: one pass over /proc
-    finds what is new since the last one (members of the run's signalled groups,
-    processes that carry the run's tag: `run_id`; None: no tag sweep) and SIGKILLs it.
-    Each round's scan begins after every process known so far was SIGKILLed, and a
-    SIGKILLed process forks no more: a round that finds nothing new has found everything
-    the tag or the groups can show. Nothing already watched is signalled again here, so
+    finds what is new since the last one (find_new) and SIGKILLs it. Each round's scan
+    begins after every process known so far was SIGKILLed, and a SIGKILLed process forks
+    no more: a round that finds nothing new has found everything the groups, the tag and
+    the roots' lineage can show. Nothing already watched is signalled again here, so
     each route stays the one that kills what it found (a route that failed shows as a
     survivor, never covered up). Bounded by `bound` seconds (what is still found then is
     left to the caller's report). Returns the pids newly found and killed."""
@@ -539,15 +558,41 @@ def kill_until_nothing_new(
     while True:
         if time.monotonic() >= until:
             return hit
-        scan = identity.Scan()
-        new = _watch_members(watch, groups, signal.SIGKILL, scan)
-        if run_id:
-            new.update(_signal_tagged(watch, run_id, signal.SIGKILL, scan, set(watch.fds), untagged))
+        new = find_new(watch, identity.Scan(), groups=groups, run_id=run_id, untagged=untagged, roots=roots)
         for pid in new:
             watch.send(pid, signal.SIGKILL)
         if not new:
             return hit
         hit |= new
+
+
+def find_new(
+    watch: Watch,
+    scan: identity.Scan,
+    *,
+    groups: Mapping[int, Sequence[Identity]],
+    run_id: str | None,
+    untagged: set[tuple[int, int]],
+    roots: Sequence[Identity] = (),
+) -> set[int]:
+    """The one route that finds the run's members not watched yet, from one pass over
+    /proc, for every mode's kill rounds (kill_until_nothing_new): the living members of
+    the run's signalled groups, the processes that carry its tag (`run_id`; None: no tag
+    sweep), and the living descendants of `roots` by parent links (each root checked
+    alive as itself after the scan, so the links read were its own: Proof.KNOWN, as the
+    stopper's lineage before its first signal). Each is watched (pidfd, start ticks,
+    membership), never signalled here. Returns the pids newly watched."""
+    new = _watch_members(watch, groups, signal.SIGKILL, scan)
+    if run_id:
+        for ident in sweep.tagged(run_id, scan, skip=set(watch.fds), untagged=untagged, protected=watch.protected):
+            if watch.add(ident, named=False, proof=Proof.TAG) is not None:
+                watch.by_tag.add(ident.pid)
+                new.add(ident.pid)
+    alive = [r.pid for r in roots if identity.is_running(r)]
+    for ident in sweep.lineage(alive, scan) if alive else ():  # ablate: reach-in-rounds
+        if ident.pid not in watch.fds and watch.add(ident, named=False, proof=Proof.KNOWN) is not None:
+            new.add(ident.pid)
+    return new
 
 
 def _wait_slow_deaths(watch: Watch, survivors: list[int], bound: float = defaults.KILL_ROUNDS_BOUND) -> list[int]:

@@ -289,3 +289,41 @@ def test_a_killed_engines_cgroup_is_removed_by_a_plain_stop(runs):
     assert stopped.returncode == Exit.OK, stopped.stderr
     assert not path.exists()
     assert _listed(runs, rd)["orphaned_cgroup"] is None
+
+
+def test_remove_tree_removes_deepest_first_and_names_what_stays(tmp_path):
+    """Unit: cgroup.remove_tree (RunCgroup.remove's rmdir of the run's cgroup and every
+    cgroup a member made below it): directories are removed deepest first, and what
+    cannot be removed (here a directory holding a file, as a cgroup holding a process
+    refuses) is named with the reason, after every other one was tried; the run's own
+    directory then stays and is named too. Ablation: `sub-cgroups-removed`."""
+    from runner.proc.cgroup import remove_tree
+
+    root = tmp_path / "run"
+    (root / "work" / "made" / "deeper").mkdir(parents=True)
+    (root / "engine").mkdir()
+    (root / "work" / "busy").mkdir()
+    (root / "work" / "busy" / "member").write_text("")
+    failed = remove_tree(root)
+    assert not (root / "work" / "made").exists() and not (root / "engine").exists()
+    assert [f.split(" (")[0] for f in failed] == [str(root / "work" / "busy"), str(root / "work"), str(root)], failed
+    (root / "work" / "busy" / "member").unlink()
+    assert remove_tree(root) == [] and not root.exists()
+
+
+def test_kill_reaches_a_process_whose_leader_thread_exited(spawn, cg, caplog):
+    """Path: RunCgroup.kill after its cgroup.kill. A process whose leader thread exited
+    while another thread runs (the zombie-leader, trapping SIGTERM) is listed in
+    cgroup.procs but its leader not in cgroup.threads (leaderless), and cgroup.kill does
+    not end it (Linux 6.18: populated 1 after it). The kill takes it by its pid at once:
+    the cgroup empties with no "still populated" fallback. Ablation:
+    `threads-as-liveness-cgroup` (red: only the fallback, half the timeout later, kills
+    it, and warns)."""
+    import logging
+
+    v = spawn("zombie-leader", cgroup=cg)
+    assert cg.leaderless("work") == [v.pid]
+    with caplog.at_level(logging.WARNING, logger="runner.proc.cgroup"):
+        assert cg.kill("work", timeout=2)
+    assert "still populated" not in caplog.text, caplog.text
+    assert v.wait_gone(2)

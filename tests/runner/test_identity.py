@@ -139,3 +139,35 @@ def test_file_written_by_a_real_registry_round_trips(tmp_path, procs):
 def test_boot_id_is_the_kernels():
     with open("/proc/sys/kernel/random/boot_id") as f:
         assert boot_id() == f.read().strip()
+
+
+def test_a_process_whose_leader_thread_exited_is_alive_while_a_thread_runs(victim):
+    """Path: identity.stat, alive means any live thread. The zombie-leader victim's main
+    (leader) thread exited while its other thread sleeps on: /proc/PID/stat says `Z`,
+    yet stat() reads the process alive (that thread's state, `tid` naming it), current()
+    and is_running() see it, its environment (the run's tag) is read through the thread
+    (membership), and the kernel agrees: its pidfd is not readable. Only once SIGKILL
+    ends every thread does it read as gone. Ablation: `threads-as-liveness` (red: the
+    leader's `Z` is taken for death)."""
+    import select
+    import signal
+
+    from runner.proc import membership
+
+    v = victim("zombie-leader")
+    with open(f"/proc/{v.pid}/stat", "rb") as f:
+        assert f.read().rsplit(b")", 1)[1].split()[0] == b"Z", "the leader thread never exited"
+    st = identity.stat(v.pid)
+    assert st is not None and not st.zombie and st.tid != v.pid, st
+    assert identity.current(v.pid) is not None and identity.is_running(identity.current(v.pid))
+    assert membership.tag_of(v.pid) is None and b"STOPLATENCY_VICTIM=" in membership._environ(v.pid)
+    fd = os.pidfd_open(v.pid)
+    try:
+        assert not select.select([fd], [], [], 0)[0], "the kernel says the process is gone"
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        assert select.select([fd], [], [], 5)[0]
+    finally:
+        os.close(fd)
+    assert v.wait_gone(5)
+    st = identity.stat(v.pid)
+    assert st is None or st.zombie

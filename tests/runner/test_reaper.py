@@ -11,7 +11,7 @@ import pytest
 from runs import freeze, new_run_id
 
 from runner import defaults
-from runner.ident import Identity
+from runner.ident import Identity, boot_id
 from runner.proc import identity, reaper, sweep
 
 KILL_GRACE = defaults.KILL_GRACE
@@ -250,3 +250,75 @@ def test_kill_rounds_repeat_until_nothing_new(spawn, monkeypatch):
     assert newcomer[0].pid in report.needed_kill and report.left_running == [], report
     assert v.pid in report.needed_kill and v.wait_gone(2), report
     assert sweep.tagged(rid) == []
+
+
+def test_pid_route_kills_a_process_whose_leader_thread_exited(spawn):
+    """Path: reaper.kill_everything's pid route against a process whose leader thread
+    exited while another thread runs (the zombie-leader, trapping SIGTERM): it is
+    watched (its pidfd, readable only once every thread is gone), counted in
+    needed_kill, SIGKILLed by its pid and its death confirmed by its threads, never
+    taken for gone at its first look. Ablation: `threads-as-liveness` (red: nothing
+    signalled, the process lives on)."""
+    rid = new_run_id()
+    v = spawn("zombie-leader", run_id=rid)
+    ident = Identity(v.pid, v.pgid, v.sid, v.start_ticks, boot_id())
+    report = pid_route(ident, rid, SHORT)
+    assert report.needed_kill == [v.pid] and report.died_at_term == [] and report.left_running == [], report
+    assert v.wait_gone(2)
+
+
+# A child subreaper that starts its argv and reaps until SIGKILLed (as the engine does).
+_SUBREAPER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "if os.fork() == 0:\n"
+    "    signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+    "    os.execv(sys.argv[1], sys.argv[1:])\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.wait()\n"
+    "    except ChildProcessError:\n"
+    "        signal.pause()\n"
+)
+
+
+def test_kill_rounds_find_what_a_root_spawns_through_the_grace(victim):
+    """Path: reaper.find_new's lineage of the roots, in every kill round, and `last`. A
+    provider that traps SIGTERM and starts an env-less setsid process every few
+    hundredths of a second (the setsid-spawner): no tag, no group of the run, no cgroup.
+    Its parent is a child subreaper, as the engine is: the stop knows it alone (a root,
+    killed last, as a stopper knows its engine) and the spawner (a recorded pid). Each
+    round reads the root's descendants by parent links again: what the spawner started
+    through the kill grace, and what it forked just before its SIGKILL (adopted by the
+    root), is found and SIGKILLed. Nothing of the tree is left, nothing reported left
+    running. Ablation: `reach-in-rounds` (red: the spawns of the grace live on)."""
+    import subprocess
+    import sys
+
+    prepared = victim.prepare("setsid-spawner")
+    shim = subprocess.Popen(
+        [sys.executable, "-c", _SUBREAPER, *prepared.argv], process_group=0, stdin=subprocess.DEVNULL
+    )
+    try:
+        v = prepared.adopt(timeout=30)
+        root = identity.current(shim.pid)
+        spawner = Identity(v.pid, v.pgid, v.sid, v.start_ticks, boot_id())
+        assert root is not None
+        report = reaper.kill_everything(
+            groups=[],
+            pids=[spawner],
+            run_id=None,
+            tag_sweep=False,
+            kill_grace=SHORT,
+            roots=[root],
+            last=[root],
+            known=[root, spawner],
+        )
+        left = v.members()
+        assert not left and report.left_running == [], (left, report)
+        assert {v.pid, shim.pid} <= set(report.needed_kill) and len(report.needed_kill) > 3, report
+    finally:
+        if shim.poll() is None:
+            shim.kill()
+        shim.wait()

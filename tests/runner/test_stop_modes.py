@@ -79,6 +79,25 @@ def test_every_mode_keeps_the_same_promise(matrix_work, matrix_dashboard, mode, 
     assert not trial["problems"], trial
 
 
+@pytest.mark.parametrize("containment", modes.CONTAINMENTS)
+@pytest.mark.parametrize("mode", modes.MODES)
+@pytest.mark.parametrize("shape", modes.SHAPES)
+def test_every_mode_stops_every_shape(matrix_work, matrix_dashboard, shape, mode, containment):
+    """Path: the stop pipeline in every mode and containment against issue 38's shapes
+    (modes.SHAPES), each cell held to the matrix's invariants, and no cgroup of the run
+    left after the stop: a process whose leader thread exited while another runs
+    (liveness read from its threads, identity.stat; killed by its pid when cgroup.kill
+    leaves it, RunCgroup.kill); a provider that starts an env-less setsid process every
+    50 ms through the kill grace (the reach in rounds, reaper.kill_everything); cgroups
+    a provider made below the run's (removed depth-first, RunCgroup.remove). Ablations:
+    `threads-as-liveness`, `threads-as-liveness-cgroup`, `reach-in-rounds`,
+    `sub-cgroups-removed`."""
+    if containment == "cgroup" and not _cgroups_available():
+        pytest.skip("no writable cgroup v2 hierarchy")
+    trial = modes.cell(matrix_work, mode, shape, containment, dashboard=matrix_dashboard)
+    assert not trial["problems"], trial
+
+
 def _stop_within(runs, bound, *args):
     """`runner stop ARGS`, waited `bound` and no longer: past its worst case a stop has
     already failed, so an ablated bound fails here at once, not 30 s later."""
