@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from . import _cgroup, _guardian, _leakreport, _leaks, _options, _records, _report, _subreaper, _token
+from . import _cgroup, _guardian, _leakreport, _leaks, _options, _records, _report, _subreaper
 from .victim import EXTRAS_SUFFIX
 
 NAME = "stoplatency-process-leaks"
@@ -92,8 +92,9 @@ def _set_tag(value: str | None) -> None:
 
 
 class ProcessLeaks:
-    def __init__(self, config) -> None:
+    def __init__(self, config, session: int | None = None) -> None:
         self.config = config
+        self.session = session  # this pytest session's number in its process (_session.py)
         self.worker = config.workerinput.get("workerid") if hasattr(config, "workerinput") else None
         self.mode = _options.leaks_mode(config)
         self.kill = _options.leaks_kill(config)
@@ -105,10 +106,13 @@ class ProcessLeaks:
         # The leaks kept alive until the session's end, recorded where a sweep (this
         # process's guardian, the next session's start) finds them should pytest die first:
         # also those that dropped the tag a sweep looks for.
-        self.kept_record = _records.owner_dir(_token.me()) / f"process-leaks{EXTRAS_SUFFIX}"
+        # This session's own directory: an inner session (pytester.runpytest() in a test)
+        # has its own, and its end never removes the outer one's.
+        self.kept_record = _records.session_dir(session) / f"process-leaks{EXTRAS_SUFFIX}"
         self.tracker = _leaks.Tracker(
             helpers=_helper_pids,
             cgroups=self.cgroups,
+            session=session,
             reap=self.subreaper,
             kill_at_check=self.kill == _options.KILL_TEARDOWN,
             grace=_options.leaks_grace(config),

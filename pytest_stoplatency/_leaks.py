@@ -210,6 +210,7 @@ class Tracker:
         helpers=lambda: (),
         *,
         cgroups: bool = False,
+        session: int | None = None,
         reap: bool = False,
         kill_at_check: bool = True,
         grace: float = 0.0,
@@ -226,6 +227,7 @@ class Tracker:
         self.kept: dict[_Key, dict] = {}
         self.lineage: set[_Key] = set()  # what a kept process started since: its, not a new leak
         self._want_cgroups = cgroups
+        self.session = session  # the pytest session's number in this process: its cgroup's name
         self.cgroups: _cgroup.Session | None = None  # created with the first checked scope
         me = _proc(self.me)
         assert me is not None  # this very process
@@ -256,7 +258,7 @@ class Tracker:
         scope = Scope(f"{prefix}{n}", label, kind, now_ticks(), lo, running=kind == KIND_TEST)
         if checked and self._want_cgroups:
             if self.cgroups is None:
-                self.cgroups = _cgroup.Session.create()
+                self.cgroups = _cgroup.Session.create(self.session)
                 self._want_cgroups = self.cgroups is not None  # asked once
             if self.cgroups is not None:
                 scope.cgroup = self.cgroups.scope_dir(str(n))
