@@ -116,6 +116,7 @@ class ProcessLeaks:
             reap=self.subreaper,
             kill_at_check=self.kill == _options.KILL_TEARDOWN,
             grace=_options.leaks_grace(config),
+            stop_grace=_options.leaks_stop_grace(config),
             exclude=_options.leaks_exclude(config),
             on_keep=self._record_kept,
         )
@@ -241,12 +242,12 @@ class ProcessLeaks:
             test = request.node.stash.get(_SCOPE, None)
             if test is None:
                 return (yield)
-            lo = _leaks.last_pid()
+            start = _leaks.mark()
             try:
                 return (yield)
             finally:
                 label = fixture_label(fixturedef, request.config.rootpath)
-                test.fixture_windows.append((lo, _leaks.last_pid(), f"set-up of {label}"))
+                test.fixture_windows.append((_leaks.span(start, _leaks.mark()), f"set-up of {label}"))
         # A wider fixture is its own scope: what it starts, in its set-up and in its
         # teardown, carries its tag and is checked when it is torn down, not after the
         # test that happened to set it up or tear it down.
@@ -257,11 +258,11 @@ class ProcessLeaks:
         previous = os.environ.get(_leaks.TAG_ENV)
         os.environ[_leaks.TAG_ENV] = scope.tag
         was = self.tracker.enter(scope)  # its own cgroup too, then back to the test's
-        lo = _leaks.last_pid()
+        start = _leaks.mark()
         try:
             return (yield)
         finally:
-            scope.windows.append((lo, _leaks.last_pid()))
+            scope.windows.append(_leaks.span(start, _leaks.mark()))
             self.tracker.enter_path(was)
             _set_tag(previous)
             # And this one before it: the teardown runs under the fixture's tag.
@@ -271,11 +272,11 @@ class ProcessLeaks:
         teardown["previous"] = os.environ.get(_leaks.TAG_ENV)
         os.environ[_leaks.TAG_ENV] = scope.tag
         teardown["was"] = self.tracker.enter(scope)
-        teardown["lo"] = _leaks.last_pid()
+        teardown["start"] = _leaks.mark()
 
     def _fixture_torn_down(self, scope: _leaks.Scope, teardown: dict) -> None:
-        if "lo" in teardown:
-            scope.windows.append((teardown["lo"], _leaks.last_pid()))
+        if "start" in teardown:
+            scope.windows.append(_leaks.span(teardown["start"], _leaks.mark()))
             self.tracker.enter_path(teardown["was"])
             _set_tag(teardown["previous"])
         # Checked with the test, at the end of its teardown (outside the test's timeout).
