@@ -205,6 +205,9 @@ class ProcessLeaks:
             finally:
                 if held:
                     self.tracker.release_gc()
+                # Checked: nothing of the test's scope is kept (objects the collector tracks
+                # would move the suite's own collections, _leaks.Tracker._gaps).
+                del item.stash[_SCOPE]  # ablate: check-keeps-no-objects
             self._report(item.nodeid, leaks)
 
     def _report(self, nodeid: str, leaks: list[dict]) -> None:

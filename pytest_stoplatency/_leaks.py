@@ -33,7 +33,10 @@ The candidates are taken in one snapshot with the garbage collector held off: a
 finaliser (pexpect's, which kills its child) that a collection runs in the middle of the
 check would otherwise hide a process that was alive when the check began. They get a grace
 to exit (one wait on all their pidfds, the collector still held off): a process already
-told to exit is no leak. What is left is reported once and kept: never a candidate again,
+told to exit is no leak. A candidate told to stop (told_to_stop: exiting, a stop signal
+pending, or one sent by this process) gets the stop grace after that, with the collector
+back on: a thread of the suite that goes on working sets off its collections as it would
+without the check. What is left is reported once and kept: never a candidate again,
 and what it starts later is its own (its lineage). The kept are killed by pidfd after an
 identity check (_procs.signal_identified), round after round, at the session's check
 (check_session), or at once with kill_at_check (--process-leaks-kill=teardown). Zombies
@@ -367,8 +370,11 @@ class Tracker:
         self.fixtures: dict[str, Scope] = {}  # open fixture scopes, by tag
         self._closing: list[Scope] = []  # the fixtures the running check checks
         self.gap: Scope | None = None  # the gap since the last test ended
-        self.gaps: list[Scope] = []  # closed gaps in which some pid was handed out
-        self._past: dict[str, tuple[str, str, int | None]] = {}  # checked scopes: tag -> (kind, label, ticks at check)
+        # What the tracker keeps per test is kept as strings, which the garbage collector does
+        # not track: objects it tracks would count towards its thresholds and move the
+        # suite's own collections (and so its finalisers) to other tests.
+        self._gaps: list[str] = []  # closed gaps in which something may have started (_gap_text)
+        self._past: dict[str, str] = {}  # checked scopes: tag -> "kind\0ticks at check\0label"
         self._helpers = helpers  # pids of the plugin's own long-lived helpers (the guardian)
         self._gc_holds = 0
         self._gc_was = False
@@ -409,8 +415,7 @@ class Tracker:
         gap.running = False
         window = span(gap.opened, now)
         if not window.idle:  # nothing created on the machine meanwhile: nothing can have started
-            gap.windows.append(window)
-            self.gaps.append(gap)
+            self._gaps.append(_gap_text(gap, window))
 
     def enter(self, scope: Scope | None) -> Path | None:
         """Move pytest into the scope's cgroup (None: back home), so that what it starts
@@ -462,7 +467,8 @@ class Tracker:
         past = self._past.get(tag)
         if past is None:
             return None
-        kind, label, checked = past
+        kind, at, label = past.split("\0", 2)
+        checked = int(at) if at else None
         if checked is not None and ticks < checked:
             # It started before that check (which saw everything started by then): the
             # scope's own, found now (it was on its way out then, or is of an opted-out scope).
@@ -597,13 +603,14 @@ class Tracker:
         the last one, what carries the tag of a scope already checked, and the fixtures
         never torn down (an interrupted session), reported; then every process of this
         session still alive is killed: those leaks, the kept ones and what they started."""
-        scopes = [*self.gaps, *([self.gap] if self.gap is not None else []), *self.fixtures.values()]
+        gaps = [_gap_scope(text) for text in self._gaps]
+        scopes = [*gaps, *([self.gap] if self.gap is not None else []), *self.fixtures.values()]
         # And the tags of the scopes already checked, on anything started since the session began.
         scopes.append(Scope(f"{self.prefix}none", "", KIND_SESSION, self._born, None, running=False))
         leaks = self._check(None, scopes, past=True, final=True, held=held)
-        for gap in self.gaps:
-            self._past[gap.tag] = (gap.kind, gap.label, None)
-        self.gaps.clear()
+        for gap in gaps:
+            self._past[gap.tag] = f"{gap.kind}\0\0{gap.label}"
+        self._gaps.clear()
         return leaks
 
     def _check(self, test: Scope | None, full: list[Scope], *, past: bool, final: bool, held: bool) -> list[dict]:
@@ -617,6 +624,8 @@ class Tracker:
             self.fixtures.pop(scope.tag, None)
         scopes = [*([test] if test is not None else []), *full]
         zombies: list[int] = []
+        # Back on for the stop grace (below), which only told-to-stop processes wait out.
+        gc_back = True  # ablate: stop-grace-gc-on
         try:
             found: dict[_Key, Found] = {}
             hi = mark()
@@ -634,12 +643,23 @@ class Tracker:
                     found.setdefault((f.proc.pid, f.proc.ticks), f)
                 zombies += more
             kept = [*self.kept, *self.lineage] if final else []
-            alive = self._grace([*found, *kept], [f.proc for f in found.values()])
-            first = {key: self._leak_or_dying(f) for key, f in found.items() if key in alive}
+            start = time.monotonic()
+            told = self._told(found)
+            alive = self._grace([*found, *kept])
+            # Decided now, the collector still held off: what is not told to stop.
+            first = {key: self._leak_or_dying(f) for key, f in found.items() if key in alive and key not in told}
         finally:
-            self.release_gc()
-            if held:
-                self.release_gc()  # the caller's: a finaliser may run from here on
+            if gc_back:
+                self._release(held)
+        # The stop grace, with the collector back on: a suite's thread that allocates in the
+        # meantime sets off its collections (its finalisers) when it would without the check.
+        patient = [key for key in alive if key in told]
+        if patient:
+            left = wait_dead(patient, self.stop_grace - (time.monotonic() - start))
+            alive = (alive - set(patient)) | left
+            first.update((key, self._leak_or_dying(found[key])) for key in left)
+        if not gc_back:
+            self._release(held)
         self._retire(scopes, mark())
         leaks: dict[_Key, dict] = {}
         for key, leak in first.items():
@@ -690,21 +710,24 @@ class Tracker:
                 _subreaper.reap(zombies, _subreaper.tracked_children())
         return list(leaks.values())
 
-    def _grace(self, keys: list[_Key], procs: list[Proc]) -> set[_Key]:
+    def _release(self, held: bool) -> None:
+        self.release_gc()
+        if held:
+            self.release_gc()  # the caller's: a finaliser may run from here on
+
+    def _told(self, found: dict[_Key, Found]) -> set[_Key]:
+        """The candidates told to stop (told_to_stop), decided before the grace: they get
+        the stop grace, counted from the same start, once the ordinary grace is over."""
+        if self.stop_grace <= self.grace:
+            return set()
+        return {key for key, f in found.items() if told_to_stop(f.proc)}
+
+    def _grace(self, keys: list[_Key]) -> set[_Key]:
         """The candidates still alive after the grace: one wait for all of them on their
-        pidfds, which ends as soon as the last one has exited (or at once, none being left);
-        then, for those told to stop (told_to_stop, decided before the wait), one more wait
-        up to the stop grace, counted from the same start."""
+        pidfds, which ends as soon as the last one has exited (or at once, none being left)."""
         if not keys:
             return set()
-        start = time.monotonic()
-        told = {(p.pid, p.ticks) for p in procs if told_to_stop(p)} if self.stop_grace > self.grace else set()
-        alive = wait_dead(keys, self.grace)  # ablate: leak-grace
-        patient = [key for key in alive if key in told]
-        if patient:
-            left = wait_dead(patient, self.stop_grace - (time.monotonic() - start))
-            alive = (alive - set(patient)) | left
-        return alive
+        return wait_dead(keys, self.grace)  # ablate: leak-grace
 
     def _keep(self, key: _Key, leak: dict) -> None:
         self.kept[key] = leak
@@ -748,7 +771,7 @@ class Tracker:
                 if scope.opened is not None:
                     scope.windows.append(span(scope.opened, now))
             if scope.kind != KIND_SESSION and not scope.tag.startswith("off."):
-                self._past[scope.tag] = (scope.kind, scope.label, now.ticks)
+                self._past[scope.tag] = f"{scope.kind}\0{now.ticks}\0{scope.label}"
 
     def _leak_or_dying(self, f: Found) -> dict:
         """Its report, or {} when it is on its way out (SIGKILL pending, or in do_exit: its
@@ -807,6 +830,19 @@ class Tracker:
             if p is not None and p.ppid == self.me and p.state == "Z":
                 zombies.append(pid)
         return _subreaper.reap(zombies, _subreaper.tracked_children()) if zombies else 0
+
+
+def _gap_text(gap: Scope, window: Span) -> str:
+    """A closed gap as one string (Tracker._gaps), _gap_scope's inverse."""
+    w = window
+    ends = "\0".join("" if x is None else str(x) for x in (w.lo, w.hi))
+    return f"{gap.tag}\0{gap.floor}\0{ends}\0{w.t0}\0{w.t1}\0{int(w.complete)}\0{int(w.idle)}\0{gap.label}"
+
+
+def _gap_scope(text: str) -> Scope:
+    tag, floor, lo, hi, t0, t1, complete, idle, label = text.split("\0", 8)
+    window = Span(int(lo) if lo else None, int(hi) if hi else None, int(t0), int(t1), complete == "1", idle == "1")
+    return Scope(tag, label, KIND_SESSION, int(floor), None, running=False, windows=[window])
 
 
 def _comm(pid: int) -> str:

@@ -120,6 +120,24 @@ SUITES = {
                 "asyncio_default_fixture_loop_scope=function",
             ),
         ),
+        Suite(
+            "pytest-xprocess",
+            "1.0.2",
+            ("tests",),
+            why="a server per test, told to exit over a socket or terminate()d; pytest inside pytest (pytester)",
+            # Its configuration makes every warning an error; pytest-asyncio (plumbum's) warns
+            # when its loop scope is unset.
+            options=("-o", "asyncio_default_fixture_loop_scope=function"),
+        ),
+        Suite(
+            "supervisor",
+            "4.3.0",
+            ("supervisor/tests/test_end_to_end.py",),
+            needs=("pexpect",),
+            why="supervisord per test through pexpect, stopped by SIGINT; its end-to-end tests",
+            # Its end-to-end tests run only with END_TO_END set (as its tox.ini does).
+            env=(("END_TO_END", "1"),),
+        ),
     )
 }
 # Serially as a user runs it (xdist installed, no -n: psutil's own configuration loads xdist and

@@ -157,3 +157,173 @@ def test_a_server_told_to_stop_that_takes_0_8_s_is_not_a_leak(pytester, marks, m
         result.assert_outcomes(passed=3, errors=3)
         assert got == [("test_a_terminates_its_server", True), ("test_b_interrupts_its_server_group", True), forgot]
     assert not alive, f"outlived the session: {alive}"
+
+
+# -- the check never changes the order of a suite's own clean-up (issue 39, item 4) ------------
+
+GC_SUITE = """
+import gc, os, signal, subprocess, sys, threading, time
+
+SERVER = (
+    "import signal, sys, time\\n"
+    "def stop(*a):\\n"
+    "    print('stopping', flush=True)\\n"
+    "    time.sleep(1.5)\\n"
+    "    open('stopped', 'w').write(repr(time.monotonic()))\\n"
+    "    sys.exit(0)\\n"
+    "signal.signal(signal.SIGTERM, stop)\\n"
+    "print('ready', flush=True)\\n"
+    "time.sleep({told})\\n"
+)
+DONE = threading.Event()
+TAG = "STOPLATENCY_LEAK_TAG"
+
+
+class Cycle:
+    # A suite's object in a reference cycle, whose finaliser is its clean-up.
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        with open("finalised", "w") as f:
+            f.write(repr(time.monotonic()))
+        DONE.set()
+
+
+def _works_on():
+    # A thread of the suite that goes on working (allocating) once its test has returned:
+    # from the moment the check begins (the tag becomes the gap's), until the clean-up ran.
+    tag = os.environ[TAG]
+    deadline = time.monotonic() + 30
+    while os.environ.get(TAG) == tag and time.monotonic() < deadline:
+        time.sleep(0.002)
+    junk = []
+    while not DONE.is_set() and time.monotonic() < deadline:
+        junk.extend([] for _ in range(50))
+        time.sleep(0.001)
+
+
+def test_a_stops_its_server_and_leaves_garbage():
+    child = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE)
+    assert child.stdout.readline() == b"ready\\n"
+    child.terminate()
+    assert child.stdout.readline() == b"stopping\\n"
+    gc.collect()
+    Cycle()
+    threading.Thread(target=_works_on, daemon=True).start()
+
+
+def test_b_next():
+    assert DONE.wait(30)
+"""
+
+
+def test_a_suites_thread_sets_off_its_collections_while_the_check_waits_for_a_told_server(pytester, marks, monkeypatch):
+    """Path: the collector is held off only for the snapshot and the ordinary grace, not for
+    the stop grace (Tracker._check): a test stops its server (1.5 s in its SIGTERM handler)
+    and leaves garbage with a finaliser while a thread of it goes on allocating. Without the
+    check, that thread's allocations set off the collection that finalises the garbage within
+    milliseconds; with it, they still do while the check waits for the told server: the
+    finaliser runs before the server has exited, not after the check's wait.
+
+    Ablation: `stop-grace-gc-on` (the collector held off over the stop grace too, as over the
+    whole check before issue 39): the finaliser runs only after the server exited: red."""
+    monkeypatch.setenv(ENV_NO_GUARDIAN, "1")
+    pytester.makepyfile(test_gc=GC_SUITE.format(**marks))
+    args = ["-p", "no:cacheprovider", "-p", "no:xdist", "--process-leaks", "-o", "process_leaks_stop_grace=10"]
+    result = pytester.runpytest_subprocess(*args, timeout=120)
+    alive = sleepers(marks)
+    result.assert_outcomes(passed=2)
+    finalised = float((pytester.path / "finalised").read_text())
+    stopped = float((pytester.path / "stopped").read_text())
+    assert finalised < stopped, f"the finaliser ran {finalised - stopped:.3f} s after the told server exited"
+    assert not alive, f"outlived the session: {alive}"
+
+
+FINALISER_CONFTEST = """
+import gc, json, pytest
+
+PHASE = ["start"]
+LOG = {}
+
+
+class Cycle:
+    # A test's object in a reference cycle: only a collection finalises it.
+    def __init__(self, born):
+        self.born = born
+        self.me = self
+
+    def __del__(self):
+        LOG[self.born] = PHASE[0]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    PHASE[0] = item.name + ":setup"
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    PHASE[0] = item.name + ":call"
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item):
+    PHASE[0] = item.name + ":teardown"
+    try:
+        return (yield)
+    finally:
+        PHASE[0] = item.name + ":after its teardown"
+
+
+def pytest_sessionfinish(session):
+    PHASE[0] = "the session's end"
+    gc.collect()
+    with open("finalised.json", "w") as f:
+        json.dump(LOG, f)
+"""
+
+FINALISER_SUITE = """
+import gc, subprocess, pytest
+from conftest import Cycle
+
+@pytest.mark.parametrize("i", range(120))
+def test_t(i):
+    if i == 0:
+        gc.collect()  # from here on, the suite's own allocations decide when the collector runs
+    Cycle(i)
+    junk = [[j] for j in range(i * 7 % 50)]
+    if i % 3 == 0:
+        subprocess.run(["true"])  # a process started and waited for: the check reads /proc
+"""
+
+
+def test_a_suites_finalisers_run_at_the_same_point_with_and_without_the_check(pytester, monkeypatch):
+    """Path: the check keeps nothing the garbage collector tracks per test (the test's scope
+    leaves item.stash at its check; gaps and checked scopes are kept as strings,
+    Tracker._gaps, _past): objects it kept would count towards the collector's thresholds and
+    move the suite's own collections, and so its finalisers, to other tests. A suite of 120
+    tests, each leaving a reference cycle with a finaliser (a third of them start and wait for
+    a process): every finaliser runs in the same test and phase with --process-leaks as
+    without it. (The first test collects once: the plugin's own start, its modules and its
+    guardian, allocates once per session before that.)
+
+    Ablation: `check-keeps-no-objects` (the test's scope stays in item.stash, as before issue
+    39): the suite's collections come earlier and earlier: red."""
+    monkeypatch.setenv(ENV_NO_GUARDIAN, "1")
+    pytester.makeconftest(FINALISER_CONFTEST)
+    pytester.makepyfile(test_cycles=FINALISER_SUITE)
+    runs = {}
+    for name, extra in (("plain", ()), ("check", ("--process-leaks",))):
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", *extra, timeout=120)
+        result.assert_outcomes(passed=120)
+        runs[name] = json.loads((pytester.path / "finalised.json").read_text())
+    assert len(runs["plain"]) == 120
+    moved = {
+        born: (phase, runs["check"].get(born))
+        for born, phase in runs["plain"].items()
+        if runs["check"].get(born) != phase
+    }
+    assert not moved, f"{len(moved)} of 120 finalisers ran elsewhere with the check: {dict(list(moved.items())[:5])}"
