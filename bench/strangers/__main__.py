@@ -1,9 +1,9 @@
-"""`make leaks-strangers`: --process-leaks on five strangers' suites, from their sdists (issue 28).
+"""`make leaks-strangers`: --process-leaks on seven strangers' suites, from their sdists (issues 28, 39).
 
     python -m bench.strangers [--suites psutil,pexpect,...] [--json docs/leaks-strangers.json]
                               [--work ~/.cache/pytest-stoplatency-strangers] [--timeout 2400]
 
-Each suite (SUITES: psutil, pexpect, execnet, sh, plumbum, pinned) is fetched from PyPI
+Each suite (SUITES: psutil, pexpect, execnet, sh, plumbum, pytest-xprocess, supervisor, pinned) is fetched from PyPI
 (`pip download --no-binary :all:`), unpacked and installed, with pytest, pytest-xdist,
 pytest-timeout (this repository's versions), this plugin and what the suite's tests need, into
 one virtualenv under --work. Then, serially (`-p no:xdist`) and with `-n 2`, three sessions:
