@@ -716,11 +716,27 @@ class Tracker:
             self.release_gc()  # the caller's: a finaliser may run from here on
 
     def _told(self, found: dict[_Key, Found]) -> set[_Key]:
-        """The candidates told to stop (told_to_stop), decided before the grace: they get
-        the stop grace, counted from the same start, once the ordinary grace is over."""
+        """The candidates told to stop (told_to_stop), or whose parent or an ancestor below
+        pytest was (a server's children are stopped by the server, with signals only it
+        sent), decided before the grace: they get the stop grace, counted from the same
+        start, once the ordinary grace is over."""
         if self.stop_grace <= self.grace:
             return set()
-        return {key for key, f in found.items() if told_to_stop(f.proc)}
+        told: dict[_Key, bool] = {}
+        out = set()
+        for key, f in found.items():
+            p: Proc | None = f.proc
+            for _ in range(_MAX_DEPTH):
+                if p is None or p.pid in (self.me, 1) or p.ppid == 0:
+                    break
+                k = (p.pid, p.ticks)
+                if k not in told:
+                    told[k] = told_to_stop(p)
+                if told[k]:
+                    out.add(key)
+                    break
+                p = _proc(p.ppid)  # ablate: told-to-stop-ancestry
+        return out
 
     def _grace(self, keys: list[_Key]) -> set[_Key]:
         """The candidates still alive after the grace: one wait for all of them on their

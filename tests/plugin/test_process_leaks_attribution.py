@@ -127,6 +127,28 @@ def test_b_interrupts_its_server_group():
 
 def test_c_forgets_its_server():
     subprocess.Popen(["sleep", "{later}"])
+
+# A server that stops its worker itself (a signal pytest never sends): the worker spends
+# 0.8 s in its handler, the server waits for it.
+PARENT = (
+    "import os, signal, subprocess, sys\\n"
+    "w = subprocess.Popen([sys.executable, '-c', os.environ['WORKER']], stdout=subprocess.PIPE)\\n"
+    "assert w.stdout.readline() == b'ready\\\\n'\\n"
+    "def stop(*a):\\n"
+    "    w.terminate()\\n"
+    "    w.wait()\\n"
+    "    sys.exit(0)\\n"
+    "signal.signal(signal.SIGTERM, stop)\\n"
+    "print('ready', flush=True)\\n"
+    "signal.pause()\\n"
+)
+
+def test_d_terminates_a_server_that_stops_its_worker():
+    child = subprocess.Popen(
+        [sys.executable, "-c", PARENT], env={{**os.environ, "WORKER": SERVER}}, stdout=subprocess.PIPE
+    )
+    assert child.stdout.readline() == b"ready\\n"
+    child.terminate()
 """
 
 
@@ -136,11 +158,13 @@ def test_a_server_told_to_stop_that_takes_0_8_s_is_not_a_leak(pytester, marks, m
     child to stop (Popen.terminate(), os.killpg(SIGINT): pytest's own os.kill / os.killpg,
     seen by an audit hook) and returns while the child spends 0.8 s in its handler passes at
     default settings, the ordinary grace (0.25 s) being far shorter; a test that forgets
-    its child is still reported. With the stop grace set to 0 (the ordinary grace for all)
-    both servers are reported: the control that the patience is what spares them.
+    its child is still reported; a server told to stop that stops its own worker (a signal
+    only the server sends: the worker's parent was told, _Tracker._told) spares both. With
+    the stop grace set to 0 (the ordinary grace for all) all of them are reported: the
+    control that the patience is what spares them.
 
-    Ablation: `told-to-stop-patience` (no audit hook: nothing is known to be told): red
-    [default]."""
+    Ablations: `told-to-stop-patience` (no audit hook: nothing is known to be told) and
+    `told-to-stop-ancestry` (only the process itself): red [default]."""
     monkeypatch.setenv(ENV_NO_GUARDIAN, "1")
     pytester.makepyfile(test_stop=STOP_SUITE.format(**marks))
     extra = ("-o", f"process_leaks_stop_grace={stop_grace}") if stop_grace is not None else ()
@@ -151,11 +175,17 @@ def test_a_server_told_to_stop_that_takes_0_8_s_is_not_a_leak(pytester, marks, m
     got = sorted((x["nodeid"].split("::")[1], marks["told"] in x["cmdline"]) for x in doc["leaks"])
     forgot = ("test_c_forgets_its_server", False)
     if stop_grace is None:
-        result.assert_outcomes(passed=3, errors=1)
+        result.assert_outcomes(passed=4, errors=1)
         assert got == [forgot], doc["leaks"]
     else:
-        result.assert_outcomes(passed=3, errors=3)
-        assert got == [("test_a_terminates_its_server", True), ("test_b_interrupts_its_server_group", True), forgot]
+        result.assert_outcomes(passed=4, errors=4)
+        assert got == [
+            ("test_a_terminates_its_server", True),
+            ("test_b_interrupts_its_server_group", True),
+            forgot,
+            ("test_d_terminates_a_server_that_stops_its_worker", False),
+            ("test_d_terminates_a_server_that_stops_its_worker", True),
+        ], doc["leaks"]
     assert not alive, f"outlived the session: {alive}"
 
 
