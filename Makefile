@@ -206,8 +206,9 @@ leak-demo: $(STAMP) bytecode
 	$(PY) docgen/latency_demo.py --out docs/stop-latency-demo.json
 	$(PY) docgen/render_plugin.py
 
-# docs/leaks-strangers.json (issue 28): --process-leaks on five strangers' suites (psutil,
-# pexpect, execnet, sh, plumbum) from their sdists, serially and with -n 2, each plain, with the
+# docs/leaks-strangers.json (issues 28, 39): --process-leaks on seven strangers' suites (psutil,
+# pexpect, execnet, sh, plumbum, pytest-xprocess, supervisor's end-to-end tests) from their sdists,
+# serially and with -n 2, each plain, with the
 # check and plain again, an independent checker beside each session (bench/strangers/); then
 # the document. Not in CI: it needs PyPI's sdists (pip download) and about an hour on 2 cores.
 # Exits 1 (after writing) when a suite changed outcome, a report went unverified, the checker

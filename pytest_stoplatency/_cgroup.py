@@ -1,8 +1,8 @@
 """Per-scope cgroups for --process-leaks: the one route that sees a process which dropped
 its environment (no tag) AND left pytest's process tree (handed to a daemon outside it).
 
-Layout: <pytest's own cgroup>/stoplatency/<pid>.<start ticks>/<scope id>. A session cgroup
-per pytest process that runs tests (each xdist worker has its own), a child per checked
+Layout: <pytest's own cgroup>/stoplatency/<pid>.<start ticks>.<session>/<scope id>. A session
+cgroup per pytest session that runs tests (each xdist worker has its own), a child per checked
 scope. A process starts in its parent's cgroup, so pytest itself moves into the scope's
 cgroup while the scope runs (setup to teardown) and back home before the check; what
 the test started, and everything that descends from it, stays in that cgroup whatever it
@@ -33,7 +33,7 @@ from . import _token
 SUBDIR = "stoplatency"
 _GONE = (errno.ENOENT, errno.ENODEV, errno.ESRCH)  # a cgroup removed (or being removed) under us
 _CGROUP_LINE = re.compile(r"0::(/.*)")
-_SESSION_NAME = re.compile(r"(\d+)\.(\d+)")
+_SESSION_NAME = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?")  # Owner.session_name
 
 
 def root() -> Path | None:
@@ -161,13 +161,13 @@ class Session:
         self.inside: Path | None = None  # the scope cgroup pytest is in now
 
     @classmethod
-    def create(cls) -> Session | None:
+    def create(cls, session: int | None = None) -> Session | None:
         """None where cgroup v2 is not writable here, or has no cgroup.kill (Linux < 5.14)."""
         home = own()
         if home is None:
             return None
         owner = _token.me()
-        path = home / SUBDIR / f"{owner.pid}.{owner.start_ticks}"
+        path = home / SUBDIR / owner.session_name(session)  # one per pytest session (_session.py)
         for _ in range(3):  # a concurrent session's end may rmdir the shared parent meanwhile
             try:
                 path.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from . import _cgroup, _leaks, _procs, _records, _token
+from . import _cgroup, _leaks, _procs, _records, _session, _token
 
 SETTLE = 1.0  # how long a dying (or just killed) process gets to finish exiting, per round
 ROUNDS = 3  # a respawner may fork between our scan and our kill
@@ -105,12 +105,18 @@ def sweep_ownerless() -> int:
     return killed + _cgroup.sweep_dead()
 
 
-def drop_own_records() -> None:
-    """At a clean session end: our record directory is no longer needed once its extras are dead."""
+def drop_own_records(session: int | None) -> None:
+    """At a clean end of pytest session `session`: its record directory is no longer
+    needed once its extras are dead. Only its own: an inner session (pytester.runpytest()
+    in a test) ends while the outer one goes on using its records. The outermost session
+    also drops what this process recorded outside any session."""
     dirs = _records.owner_dirs()
     if not dirs:  # nothing recorded: not even this process's start ticks are read
         return
     me = _token.me()
+    mine = {me.session_name(session)}  # ablate: session-owned-records
+    if _session.outermost(session):
+        mine.add(me.session_name(None))
     for owner, d in dirs:
-        if owner == me and not any(_procs.is_alive(*e) for e in _records.recorded_extras(d)):
+        if owner == me and d.name in mine and not any(_procs.is_alive(*e) for e in _records.recorded_extras(d)):
             _records.remove(d)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from . import _cgroup, _guardian, _leakreport, _leaks, _options, _records, _report, _subreaper, _token
+from . import _cgroup, _guardian, _leakreport, _leaks, _options, _records, _report, _subreaper
 from .victim import EXTRAS_SUFFIX
 
 NAME = "stoplatency-process-leaks"
@@ -92,8 +92,9 @@ def _set_tag(value: str | None) -> None:
 
 
 class ProcessLeaks:
-    def __init__(self, config) -> None:
+    def __init__(self, config, session: int | None = None) -> None:
         self.config = config
+        self.session = session  # this pytest session's number in its process (_session.py)
         self.worker = config.workerinput.get("workerid") if hasattr(config, "workerinput") else None
         self.mode = _options.leaks_mode(config)
         self.kill = _options.leaks_kill(config)
@@ -105,13 +106,17 @@ class ProcessLeaks:
         # The leaks kept alive until the session's end, recorded where a sweep (this
         # process's guardian, the next session's start) finds them should pytest die first:
         # also those that dropped the tag a sweep looks for.
-        self.kept_record = _records.owner_dir(_token.me()) / f"process-leaks{EXTRAS_SUFFIX}"
+        # This session's own directory: an inner session (pytester.runpytest() in a test)
+        # has its own, and its end never removes the outer one's.
+        self.kept_record = _records.session_dir(session) / f"process-leaks{EXTRAS_SUFFIX}"
         self.tracker = _leaks.Tracker(
             helpers=_helper_pids,
             cgroups=self.cgroups,
+            session=session,
             reap=self.subreaper,
             kill_at_check=self.kill == _options.KILL_TEARDOWN,
             grace=_options.leaks_grace(config),
+            stop_grace=_options.leaks_stop_grace(config),
             exclude=_options.leaks_exclude(config),
             on_keep=self._record_kept,
         )
@@ -200,6 +205,9 @@ class ProcessLeaks:
             finally:
                 if held:
                     self.tracker.release_gc()
+                # Checked: nothing of the test's scope is kept (objects the collector tracks
+                # would move the suite's own collections, _leaks.Tracker._gaps).
+                del item.stash[_SCOPE]  # ablate: check-keeps-no-objects
             self._report(item.nodeid, leaks)
 
     def _report(self, nodeid: str, leaks: list[dict]) -> None:
@@ -237,12 +245,12 @@ class ProcessLeaks:
             test = request.node.stash.get(_SCOPE, None)
             if test is None:
                 return (yield)
-            lo = _leaks.last_pid()
+            start = _leaks.mark()
             try:
                 return (yield)
             finally:
                 label = fixture_label(fixturedef, request.config.rootpath)
-                test.fixture_windows.append((lo, _leaks.last_pid(), f"set-up of {label}"))
+                test.fixture_windows.append((_leaks.span(start, _leaks.mark()), f"set-up of {label}"))
         # A wider fixture is its own scope: what it starts, in its set-up and in its
         # teardown, carries its tag and is checked when it is torn down, not after the
         # test that happened to set it up or tear it down.
@@ -253,11 +261,11 @@ class ProcessLeaks:
         previous = os.environ.get(_leaks.TAG_ENV)
         os.environ[_leaks.TAG_ENV] = scope.tag
         was = self.tracker.enter(scope)  # its own cgroup too, then back to the test's
-        lo = _leaks.last_pid()
+        start = _leaks.mark()
         try:
             return (yield)
         finally:
-            scope.windows.append((lo, _leaks.last_pid()))
+            scope.windows.append(_leaks.span(start, _leaks.mark()))
             self.tracker.enter_path(was)
             _set_tag(previous)
             # And this one before it: the teardown runs under the fixture's tag.
@@ -267,11 +275,11 @@ class ProcessLeaks:
         teardown["previous"] = os.environ.get(_leaks.TAG_ENV)
         os.environ[_leaks.TAG_ENV] = scope.tag
         teardown["was"] = self.tracker.enter(scope)
-        teardown["lo"] = _leaks.last_pid()
+        teardown["start"] = _leaks.mark()
 
     def _fixture_torn_down(self, scope: _leaks.Scope, teardown: dict) -> None:
-        if "lo" in teardown:
-            scope.windows.append((teardown["lo"], _leaks.last_pid()))
+        if "start" in teardown:
+            scope.windows.append(_leaks.span(teardown["start"], _leaks.mark()))
             self.tracker.enter_path(teardown["was"])
             _set_tag(teardown["previous"])
         # Checked with the test, at the end of its teardown (outside the test's timeout).

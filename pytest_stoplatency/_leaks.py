@@ -6,11 +6,14 @@ gap: the time between one test's end and the next test's start, and after the la
 (session level: what a test's thread, finaliser or atexit handler starts after the test
 returned). Which processes are a scope's, without touching anybody else's:
 
-- NEW: its pid was handed out after the scope opened (the namespace's ns_last_pid, read
-  at open and at check: only that pid window is read from /proc, so a test that starts
-  nothing costs two small reads), and it started no earlier than the scope (start ticks:
-  a pid that wrapped around is not new). A process that existed before is never a
-  candidate.
+- NEW: it started no earlier than the scope opened (its start ticks, /proc/<pid>/stat,
+  against the scope's window on the boot clock): the start time decides, not the pid. A
+  process that existed before is never a candidate. The pid window (the namespace's
+  ns_last_pid, read at open and at check) only narrows which pids are read, and only
+  where it is complete: the machine's fork count (/proc/stat) rose by no more than the
+  counter moved, so the counter cannot have come round (a fork-heavy neighbour, pid_max
+  32768) nor been set back (a write to ns_last_pid). Otherwise every pid is read. A test
+  that starts nothing (no fork on the machine since it opened) costs three small reads.
 - TAG: the scope's tag (TAG_ENV=<pytest pid>.<pytest start ticks>.<n>) is in its
   environment, or, for a process that dropped its environment, in its nearest tagged
   ancestor's. Another scope's tag, another worker's or another pytest session's (their
@@ -30,7 +33,10 @@ The candidates are taken in one snapshot with the garbage collector held off: a
 finaliser (pexpect's, which kills its child) that a collection runs in the middle of the
 check would otherwise hide a process that was alive when the check began. They get a grace
 to exit (one wait on all their pidfds, the collector still held off): a process already
-told to exit is no leak. What is left is reported once and kept: never a candidate again,
+told to exit is no leak. A candidate told to stop (told_to_stop: exiting, a stop signal
+pending, or one sent by this process) gets the stop grace after that, with the collector
+back on: a thread of the suite that goes on working sets off its collections as it would
+without the check. What is left is reported once and kept: never a candidate again,
 and what it starts later is its own (its lineage). The kept are killed by pidfd after an
 identity check (_procs.signal_identified), round after round, at the session's check
 (check_session), or at once with kill_at_check (--process-leaks-kill=teardown). Zombies
@@ -40,6 +46,7 @@ subreaper, whose adopted orphans nobody else will reap.
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 import os
@@ -48,6 +55,7 @@ import select
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +84,17 @@ _MAX_DEPTH = 64  # ancestry walk: deeper than any real tree, short of a loop
 _Window = tuple[int | None, int | None]
 _Key = tuple[int, int]
 
+
+@functools.cache
+def pid_max() -> int:
+    """The pid counter's cycle (read once, at the first check: an unused plugin reads nothing)."""
+    try:
+        with open("/proc/sys/kernel/pid_max", "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 1 << 22  # the kernel's limit
+
+
 # Module-level, not per tracker: an in-process pytester session runs a second tracker in
 # the same process (same owner prefix), and its tags must not repeat the outer one's.
 _ids = itertools.count(1)
@@ -88,6 +107,114 @@ def last_pid() -> int | None:
             return int(f.read())
     except (OSError, ValueError):
         return None
+
+
+def forks() -> int | None:
+    """Processes and threads created on the machine since boot (/proc/stat's "processes"):
+    each takes a pid in this namespace (and in every namespace above it)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"processes "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A moment: the last pid handed out, the boot clock in ticks, the machine's forks."""
+
+    pid: int | None
+    ticks: int
+    forks: int | None
+
+
+def mark() -> Mark:
+    return Mark(last_pid(), now_ticks(), forks())
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """What started between two marks: by start ticks (both ends included: a tick is 10 ms),
+    and by pid only where the pid window is complete (`complete`)."""
+
+    lo: int | None
+    hi: int | None
+    t0: int
+    t1: int
+    complete: bool  # every pid handed out in the span is in (lo, hi]
+    idle: bool  # no process or thread was created on the machine in the span
+
+    def has(self, pid: int, ticks: int) -> bool:
+        if not self.t0 <= ticks <= self.t1:
+            return False
+        return not self.complete or _in_window(pid, (self.lo, self.hi))
+
+    @property
+    def window(self) -> _Window | None:
+        """The pids to read for it (None: every pid)."""
+        return (self.lo, self.hi) if self.complete else None
+
+    def size(self) -> tuple[int, int]:
+        return self.t1 - self.t0, ((self.hi or 0) - (self.lo or 0)) % pid_max() if self.complete else pid_max()
+
+
+def span(since: Mark, until: Mark) -> Span:
+    idle = since.forks is not None and since.forks == until.forks
+    complete = (
+        since.pid is not None
+        and until.pid is not None
+        and since.forks is not None
+        and until.forks is not None
+        # A counter that came round (or was set back) moved less than the forks it served.
+        and until.forks - since.forks <= (until.pid - since.pid) % pid_max()  # ablate: start-time-attribution
+    )
+    return Span(since.pid, until.pid, since.ticks, until.ticks, complete or idle, idle)
+
+
+# -- told to stop ------------------------------------------------------------------------
+
+STOP_SIGNALS = frozenset((signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
+_STOP_MASK = sum(1 << (sig - 1) for sig in STOP_SIGNALS)
+# The stop signals pytest's own process sent: (pid, or -pgid for a group; ticks when sent).
+# Bounded: only what was sent since a check's candidates started matters.
+_sent: deque[tuple[int, int]] = deque(maxlen=4096)
+_watching = False
+
+
+def _audit(event: str, args: tuple) -> None:
+    """os.kill and os.killpg, through which Popen.terminate() and send_signal(), psutil's
+    and pexpect's kill, and multiprocessing's terminate() all go: a stop signal's target."""
+    if event != "os.kill" and event != "os.killpg":
+        return
+    try:
+        target, sig = int(args[0]), int(args[1])
+    except (TypeError, ValueError, IndexError):
+        return
+    if sig not in STOP_SIGNALS or target in (0, -1):
+        return  # pytest's own group, or every process: nobody's stop in particular
+    _sent.append((-target if event == "os.killpg" else target, now_ticks()))
+
+
+def watch_stop_signals() -> None:
+    """Record the stop signals this process sends from now on (an audit hook: it cannot be
+    removed, so one per process, added only when the check is on)."""
+    global _watching
+    if not _watching:
+        sys.addaudithook(_audit)  # ablate: told-to-stop-patience
+        _watching = True
+
+
+def told_to_stop(p: Proc) -> bool:
+    """Exiting, a stop signal pending (sent by anyone, not yet delivered), or one sent to it
+    (or its process group) by this process since it started. Once a signal has reached a
+    handler, /proc shows nothing of it (SigPnd, ShdPnd and SigBlk are empty while a Python
+    handler runs): only the sender knows."""
+    if _procs.dying(p.pid, p.ticks) or _procs.pending(p.pid) & _STOP_MASK:
+        return True
+    return any(ticks >= p.ticks and target in (p.pid, -p.pgid) for target, ticks in _sent)
 
 
 def interpreter_helpers() -> list[int]:
@@ -142,6 +269,7 @@ class Proc:
     ticks: int
     state: str
     ppid: int
+    pgid: int
     sid: int
     image: tuple[bytes, ...]  # arg_start, arg_end, env_start, env_end: shared by a fork that never exec'd
 
@@ -150,7 +278,7 @@ def _proc(pid: int) -> Proc | None:
     f = _procs._stat(pid)
     if f is None:
         return None
-    return Proc(pid, int(f[19]), f[0].decode(), int(f[1]), int(f[3]), tuple(f[45:49]))
+    return Proc(pid, int(f[19]), f[0].decode(), int(f[1]), int(f[2]), int(f[3]), tuple(f[45:49]))
 
 
 @dataclass(slots=True)
@@ -159,31 +287,30 @@ class Scope:
     label: str  # a test's node id, "fixture 'name' (session scope, conftest.py)", or a gap's
     kind: str  # KIND_TEST, KIND_FIXTURE or KIND_SESSION
     floor: int  # start ticks: nothing older is this scope's
-    lo: int | None  # ns_last_pid when it opened
-    running: bool = True  # a test until its check, a gap until the next test: (lo, now] is its window
-    windows: list[_Window] = field(default_factory=list)  # closed windows of its own activity
+    opened: Mark | None  # when it opened
+    running: bool = True  # a test until its check, a gap until the next test: (opened, now] is its span
+    windows: list[Span] = field(default_factory=list)  # closed spans of its own activity
     cgroup: Path | None = None  # its cgroup, with --process-leaks-cgroup (_cgroup.py)
-    # A test's function-scoped fixtures: the pid windows of their set-up and teardown, by
-    # label ("set-up of fixture 'gw' (function scope, conftest.py)"): what one started is
-    # named after it.
-    fixture_windows: list[tuple[int | None, int | None, str]] = field(default_factory=list)
+    # A test's function-scoped fixtures: the spans of their set-up and teardown, by label
+    # ("set-up of fixture 'gw' (function scope, conftest.py)"): what one started is named
+    # after it.
+    fixture_windows: list[tuple[Span, str]] = field(default_factory=list)
 
-    def started_by(self, pid: int) -> str | None:
-        """The function fixture's set-up or teardown during which `pid` was handed out (the
+    def started_by(self, pid: int, ticks: int) -> str | None:
+        """The function fixture's set-up or teardown during which `pid` started (the
         innermost, where one fixture's set-up asked for another's), or None."""
-        best: tuple[int, str] | None = None
-        for lo, hi, label in self.fixture_windows:
-            if lo is None or hi is None or not _in_window(pid, (lo, hi)):
+        best: tuple[tuple[int, int], str] | None = None
+        for window, label in self.fixture_windows:
+            if not window.has(pid, ticks):
                 continue
-            span = (hi - lo) % (1 << 32)
-            if best is None or span < best[0]:
-                best = (span, label)
+            if best is None or window.size() < best[0]:
+                best = (window.size(), label)
         return best[1] if best is not None else None
 
-    def untagged_is_mine(self, pid: int, hi: int | None) -> bool:
-        if any(_in_window(pid, w) for w in self.windows):
+    def untagged_is_mine(self, pid: int, ticks: int, now: Mark | None) -> bool:
+        if any(w.has(pid, ticks) for w in self.windows):
             return True
-        return self.running and _in_window(pid, (self.lo, hi))
+        return self.running and self.opened is not None and now is not None and span(self.opened, now).has(pid, ticks)
 
 
 @dataclass
@@ -210,15 +337,20 @@ class Tracker:
         helpers=lambda: (),
         *,
         cgroups: bool = False,
+        session: int | None = None,
         reap: bool = False,
         kill_at_check: bool = True,
         grace: float = 0.0,
+        stop_grace: float = 0.0,
         exclude: re.Pattern[str] | None = None,
         on_keep=lambda key: None,
     ):
         self.me = os.getpid()
         self.kill_at_check = kill_at_check
         self.grace = grace
+        self.stop_grace = max(stop_grace, grace)
+        if self.stop_grace > grace:
+            watch_stop_signals()
         self.exclude = exclude
         self._on_keep = on_keep
         # Leaks reported and kept alive (and excluded ones, never reported), by identity:
@@ -226,6 +358,7 @@ class Tracker:
         self.kept: dict[_Key, dict] = {}
         self.lineage: set[_Key] = set()  # what a kept process started since: its, not a new leak
         self._want_cgroups = cgroups
+        self.session = session  # the pytest session's number in this process: its cgroup's name
         self.cgroups: _cgroup.Session | None = None  # created with the first checked scope
         me = _proc(self.me)
         assert me is not None  # this very process
@@ -237,8 +370,11 @@ class Tracker:
         self.fixtures: dict[str, Scope] = {}  # open fixture scopes, by tag
         self._closing: list[Scope] = []  # the fixtures the running check checks
         self.gap: Scope | None = None  # the gap since the last test ended
-        self.gaps: list[Scope] = []  # closed gaps in which some pid was handed out
-        self._past: dict[str, tuple[str, str]] = {}  # checked scopes: tag -> (kind, label)
+        # What the tracker keeps per test is kept as strings, which the garbage collector does
+        # not track: objects it tracks would count towards its thresholds and move the
+        # suite's own collections (and so its finalisers) to other tests.
+        self._gaps: list[str] = []  # closed gaps in which something may have started (_gap_text)
+        self._past: dict[str, str] = {}  # checked scopes: tag -> "kind\0ticks at check\0label"
         self._helpers = helpers  # pids of the plugin's own long-lived helpers (the guardian)
         self._gc_holds = 0
         self._gc_was = False
@@ -250,13 +386,13 @@ class Tracker:
         # processes, which its test (process_leaks(enabled=False)) keeps on purpose.
         prefix = self.prefix if checked else f"off.{self.prefix}"
         n = next(_ids)
-        lo = last_pid()
+        now = mark()
         if kind == KIND_TEST:
-            self.close_gap(lo)  # a test opens: the gap before it ends (the same read)
-        scope = Scope(f"{prefix}{n}", label, kind, now_ticks(), lo, running=kind == KIND_TEST)
+            self.close_gap(now)  # a test opens: the gap before it ends (the same reads)
+        scope = Scope(f"{prefix}{n}", label, kind, now.ticks, now, running=kind == KIND_TEST)
         if checked and self._want_cgroups:
             if self.cgroups is None:
-                self.cgroups = _cgroup.Session.create()
+                self.cgroups = _cgroup.Session.create(self.session)
                 self._want_cgroups = self.cgroups is not None  # asked once
             if self.cgroups is not None:
                 scope.cgroup = self.cgroups.scope_dir(str(n))
@@ -266,19 +402,20 @@ class Tracker:
 
     def open_gap(self, after: str) -> Scope:
         """The gap after test `after` returned, until the next test opens (or the process exits)."""
-        self.close_gap(last_pid())
+        now = mark()
+        self.close_gap(now)
         label = f"started after {after} returned; possibly a thread or a finaliser of that test"
-        self.gap = Scope(f"{self.prefix}{next(_ids)}", label, KIND_SESSION, now_ticks(), last_pid())
+        self.gap = Scope(f"{self.prefix}{next(_ids)}", label, KIND_SESSION, now.ticks, now)
         return self.gap
 
-    def close_gap(self, hi: int | None) -> None:
+    def close_gap(self, now: Mark) -> None:
         gap, self.gap = self.gap, None
-        if gap is None:
+        if gap is None or gap.opened is None:
             return
         gap.running = False
-        if gap.lo is None or hi != gap.lo:  # no pid handed out meanwhile: nothing can have started
-            gap.windows.append((gap.lo, hi))
-            self.gaps.append(gap)
+        window = span(gap.opened, now)
+        if not window.idle:  # nothing created on the machine meanwhile: nothing can have started
+            self._gaps.append(_gap_text(gap, window))
 
     def enter(self, scope: Scope | None) -> Path | None:
         """Move pytest into the scope's cgroup (None: back home), so that what it starts
@@ -324,22 +461,30 @@ class Tracker:
             cache[pid] = _procs.env_value(pid, _TAG_KEY)
         return cache[pid]
 
-    def _past_scope(self, tag: str) -> Scope | None:
+    def _past_scope(self, tag: str, ticks: int) -> Scope | None:
         """A checked scope's tag on a process still alive: it started after that check (a
         thread or a finaliser of the scope, or it forked from one we killed)."""
         past = self._past.get(tag)
         if past is None:
             return None
-        kind, label = past
+        kind, at, label = past.split("\0", 2)
+        checked = int(at) if at else None
+        if checked is not None and ticks < checked:
+            # It started before that check (which saw everything started by then): the
+            # scope's own, found now (it was on its way out then, or is of an opted-out scope).
+            return Scope(tag, label, kind, 0, None, running=False)
         if kind != KIND_SESSION:
             by = f"test {label}" if kind == KIND_TEST else label
             label = f"started by {by} after its check; possibly a thread or a finaliser of it"
         return Scope(tag, label, KIND_SESSION, 0, None, running=False)
 
-    def find(self, scopes: list[Scope], *, window: _Window | None, past: bool = False) -> tuple[list[Found], list[int]]:
+    def find(
+        self, scopes: list[Scope], *, window: _Window | None, now: Mark | None = None, past: bool = False
+    ) -> tuple[list[Found], list[int]]:
         """(the scopes' living processes, zombie children of pytest seen on the way). A kept
-        leak is nobody's new leak, nor is what it started (that joins self.lineage)."""
-        hi = window[1] if window is not None else last_pid()
+        leak is nobody's new leak, nor is what it started (that joins self.lineage). window:
+        the pids to read (None: all); now: the end of a running scope's span."""
+        hi = now if now is not None else mark()
         by_tag = {s.tag: s for s in scopes}
         floor = min(s.floor for s in scopes)
         helpers = set(self._helpers())
@@ -367,7 +512,7 @@ class Tracker:
                 self.lineage.add(key)
                 continue
             if tag is not None:
-                scope = by_tag.get(tag) or (self._past_scope(tag) if past else None)
+                scope = by_tag.get(tag) or (self._past_scope(tag, p.ticks) if past else None)
                 if scope is None or p.ticks < scope.floor:
                     continue  # another scope's, another worker's or another session's
             else:
@@ -399,10 +544,10 @@ class Tracker:
                 found.append(self._found(p, own, tag, in_tree, scope))
         return found, zombies
 
-    def _untagged_owner(self, p: Proc, scopes: list[Scope], hi: int | None) -> Scope | None:
+    def _untagged_owner(self, p: Proc, scopes: list[Scope], hi: Mark) -> Scope | None:
         for scope in scopes:
-            if p.ticks >= scope.floor and scope.untagged_is_mine(p.pid, hi):
-                return None if self._in_open_fixture(p.pid, scope) else scope
+            if p.ticks >= scope.floor and scope.untagged_is_mine(p.pid, p.ticks, hi):
+                return None if self._in_open_fixture(p, scope) else scope
         return None
 
     def _found(self, p: Proc, own: str | None, tag: str | None, in_tree: bool, scope: Scope) -> Found:
@@ -435,13 +580,13 @@ class Tracker:
                 tag = self._tag(q.pid, tags)
         return tag, False, None
 
-    def _in_open_fixture(self, pid: int, scope: Scope) -> bool:
+    def _in_open_fixture(self, p: Proc, scope: Scope) -> bool:
         # The fixtures torn down in a test's teardown count as open for that test's own claim:
         # a module fixture set up and torn down within one test (the only test of its module
         # on an xdist worker) started what its set-up started, not the test.
         closing = self._closing if scope.kind == KIND_TEST else []  # ablate: leak-fixture-in-test
         fixtures = [*self.fixtures.values(), *closing]
-        return any(f is not scope and f.untagged_is_mine(pid, None) for f in fixtures)
+        return any(f is not scope and f.untagged_is_mine(p.pid, p.ticks, None) for f in fixtures)
 
     # -- checking -----------------------------------------------------------------
 
@@ -458,13 +603,14 @@ class Tracker:
         the last one, what carries the tag of a scope already checked, and the fixtures
         never torn down (an interrupted session), reported; then every process of this
         session still alive is killed: those leaks, the kept ones and what they started."""
-        scopes = [*self.gaps, *([self.gap] if self.gap is not None else []), *self.fixtures.values()]
+        gaps = [_gap_scope(text) for text in self._gaps]
+        scopes = [*gaps, *([self.gap] if self.gap is not None else []), *self.fixtures.values()]
         # And the tags of the scopes already checked, on anything started since the session began.
         scopes.append(Scope(f"{self.prefix}none", "", KIND_SESSION, self._born, None, running=False))
         leaks = self._check(None, scopes, past=True, final=True, held=held)
-        for gap in self.gaps:
-            self._past[gap.tag] = (gap.kind, gap.label)
-        self.gaps.clear()
+        for gap in gaps:
+            self._past[gap.tag] = f"{gap.kind}\0\0{gap.label}"
+        self._gaps.clear()
         return leaks
 
     def _check(self, test: Scope | None, full: list[Scope], *, past: bool, final: bool, held: bool) -> list[dict]:
@@ -478,12 +624,17 @@ class Tracker:
             self.fixtures.pop(scope.tag, None)
         scopes = [*([test] if test is not None else []), *full]
         zombies: list[int] = []
+        # Back on for the stop grace (below), which only told-to-stop processes wait out.
+        gc_back = True  # ablate: stop-grace-gc-on
         try:
             found: dict[_Key, Found] = {}
-            hi = last_pid()
-            # A test's window: the pids handed out since it opened (none: nothing is new).
-            if test is not None and (test.lo is None or hi != test.lo):
-                got, more = self.find([test], window=(test.lo, hi))
+            hi = mark()
+            # A test's span: what started since it opened, by start time (nothing created on
+            # the machine since: nothing is new); the pids handed out meanwhile narrow what is
+            # read only where that pid window is complete.
+            window = span(test.opened, hi) if test is not None and test.opened is not None else None
+            if test is not None and (window is None or not window.idle):
+                got, more = self.find([test], window=window.window if window is not None else None, now=hi)
                 found.update(((f.proc.pid, f.proc.ticks), f) for f in got)
                 zombies += more
             if full:
@@ -492,13 +643,24 @@ class Tracker:
                     found.setdefault((f.proc.pid, f.proc.ticks), f)
                 zombies += more
             kept = [*self.kept, *self.lineage] if final else []
+            start = time.monotonic()
+            told = self._told(found)
             alive = self._grace([*found, *kept])
-            first = {key: self._leak_or_dying(f) for key, f in found.items() if key in alive}
+            # Decided now, the collector still held off: what is not told to stop.
+            first = {key: self._leak_or_dying(f) for key, f in found.items() if key in alive and key not in told}
         finally:
-            self.release_gc()
-            if held:
-                self.release_gc()  # the caller's: a finaliser may run from here on
-        self._retire(scopes, last_pid())
+            if gc_back:
+                self._release(held)
+        # The stop grace, with the collector back on: a suite's thread that allocates in the
+        # meantime sets off its collections (its finalisers) when it would without the check.
+        patient = [key for key in alive if key in told]
+        if patient:
+            left = wait_dead(patient, self.stop_grace - (time.monotonic() - start))
+            alive = (alive - set(patient)) | left
+            first.update((key, self._leak_or_dying(found[key])) for key in left)
+        if not gc_back:
+            self._release(held)
+        self._retire(scopes, mark())
         leaks: dict[_Key, dict] = {}
         for key, leak in first.items():
             if not leak:
@@ -548,6 +710,34 @@ class Tracker:
                 _subreaper.reap(zombies, _subreaper.tracked_children())
         return list(leaks.values())
 
+    def _release(self, held: bool) -> None:
+        self.release_gc()
+        if held:
+            self.release_gc()  # the caller's: a finaliser may run from here on
+
+    def _told(self, found: dict[_Key, Found]) -> set[_Key]:
+        """The candidates told to stop (told_to_stop), or whose parent or an ancestor below
+        pytest was (a server's children are stopped by the server, with signals only it
+        sent), decided before the grace: they get the stop grace, counted from the same
+        start, once the ordinary grace is over."""
+        if self.stop_grace <= self.grace:
+            return set()
+        told: dict[_Key, bool] = {}
+        out = set()
+        for key, f in found.items():
+            p: Proc | None = f.proc
+            for _ in range(_MAX_DEPTH):
+                if p is None or p.pid in (self.me, 1) or p.ppid == 0:
+                    break
+                k = (p.pid, p.ticks)
+                if k not in told:
+                    told[k] = told_to_stop(p)
+                if told[k]:
+                    out.add(key)
+                    break
+                p = _proc(p.ppid)  # ablate: told-to-stop-ancestry
+        return out
+
     def _grace(self, keys: list[_Key]) -> set[_Key]:
         """The candidates still alive after the grace: one wait for all of them on their
         pidfds, which ends as soon as the last one has exited (or at once, none being left)."""
@@ -589,14 +779,15 @@ class Tracker:
                 todo += [key for key in self.lineage if _procs.is_alive(*key)]
         return signalled
 
-    def _retire(self, scopes: list[Scope], hi: int | None) -> None:
+    def _retire(self, scopes: list[Scope], now: Mark) -> None:
         """A checked test or fixture: what carries its tag from now on started after its check."""
         for scope in scopes:
             if scope.kind == KIND_TEST and scope.running:
                 scope.running = False
-                scope.windows.append((scope.lo, hi))
+                if scope.opened is not None:
+                    scope.windows.append(span(scope.opened, now))
             if scope.kind != KIND_SESSION and not scope.tag.startswith("off."):
-                self._past[scope.tag] = (scope.kind, scope.label)
+                self._past[scope.tag] = f"{scope.kind}\0{now.ticks}\0{scope.label}"
 
     def _leak_or_dying(self, f: Found) -> dict:
         """Its report, or {} when it is on its way out (SIGKILL pending, or in do_exit: its
@@ -619,7 +810,7 @@ class Tracker:
             "scope": f.scope.label,
             "kind": f.scope.kind,
         }
-        started_by = f.scope.started_by(f.proc.pid)
+        started_by = f.scope.started_by(f.proc.pid, f.proc.ticks)
         if started_by is not None:
             leak["started_by"] = started_by
         return leak
@@ -655,6 +846,19 @@ class Tracker:
             if p is not None and p.ppid == self.me and p.state == "Z":
                 zombies.append(pid)
         return _subreaper.reap(zombies, _subreaper.tracked_children()) if zombies else 0
+
+
+def _gap_text(gap: Scope, window: Span) -> str:
+    """A closed gap as one string (Tracker._gaps), _gap_scope's inverse."""
+    w = window
+    ends = "\0".join("" if x is None else str(x) for x in (w.lo, w.hi))
+    return f"{gap.tag}\0{gap.floor}\0{ends}\0{w.t0}\0{w.t1}\0{int(w.complete)}\0{int(w.idle)}\0{gap.label}"
+
+
+def _gap_scope(text: str) -> Scope:
+    tag, floor, lo, hi, t0, t1, complete, idle, label = text.split("\0", 8)
+    window = Span(int(lo) if lo else None, int(hi) if hi else None, int(t0), int(t1), complete == "1", idle == "1")
+    return Scope(tag, label, KIND_SESSION, int(floor), None, running=False, windows=[window])
 
 
 def _comm(pid: int) -> str:

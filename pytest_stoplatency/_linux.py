@@ -91,7 +91,7 @@ class VictimFactory:
         extras = [
             e
             for p in self.prepared
-            for e in records.extras_of(p.ready_info()) + records.read_extras(records.extras_path(p.token))
+            for e in records.extras_of(p.ready_info()) + records.read_extras(records.extras_path(p.ready_path))
         ]
         return tokens, extras
 
@@ -110,8 +110,9 @@ class StopLatency:
     """The stop-latency feature's plugin object: one per pytest process (controller and
     each xdist worker), holding that process's samples."""
 
-    def __init__(self, config) -> None:
+    def __init__(self, config, session: int | None = None) -> None:
         self.worker: str | None = config.workerinput.get("workerid") if _is_worker(config) else None
+        self.session = session  # this pytest session's number in its process (_session.py)
         self.samples: list = []
         self.missing_workers: list = []
         self.swept = 0
@@ -201,13 +202,13 @@ class StopLatency:
                 "guardian_notes": list(self.guardian_notes),
             }
             if _records_left():
-                _lazy("_cleanup").drop_own_records()
+                _lazy("_cleanup").drop_own_records(self.session)
             return
         if _records_left():
             cleanup = _lazy("_cleanup")
             if cleanup.sweep_needed():  # a worker that died, or another session that did meanwhile
                 self.swept += cleanup.sweep_ownerless()
-            cleanup.drop_own_records()
+            cleanup.drop_own_records(self.session)
         if self.compare_old is not None:
             stat, percent = self.compare_rule or ("median", None)
             new = _lazy("_report").summarize(self.samples)

@@ -55,6 +55,17 @@ told to exit (a gateway after its exit(), a server after its stop()) is gone wit
 milliseconds, and is no leak. Paid only where some process is left, and only until the last
 of them exits."""
 
+STOP_GRACE = 2.0
+"""Seconds the check waits, at most, for a leftover process that was told to stop: one
+exiting already (the kernel shows it), one with SIGTERM, SIGINT or SIGHUP pending, or one
+that pytest's own process signalled so (os.kill, os.killpg: Popen.terminate(),
+send_signal(), psutil's and pexpect's kill go through them) since it started. Once a
+signal is delivered to a handler nothing in /proc shows it, so the check asks the sender.
+Such a process runs its clean-up (supervisord's after its SIGINT, a server's SIGTERM
+handler) and is gone within a second even at a load of 8; twice that keeps a busy machine
+from turning a clean stop into a report, while the ordinary grace stays short. Paid only
+where a told-to-stop process is still alive, and only until it exits."""
+
 HELP_LEAKS = (
     "report each test that leaves a process it started alive after its teardown, as an error at that "
     "teardown (children, setsid escapees, double forks, processes without the run tag; a wider fixture's "
@@ -77,6 +88,13 @@ HELP_LEAKS_GRACE = (
     "(one wait for all of them; a process already told to exit is no leak)"
 )
 HELP_LEAKS_GRACE_INI = "as --process-leaks-grace: seconds a leftover process gets to exit"
+HELP_LEAKS_STOP_GRACE = (
+    "seconds to wait, at most, for a leftover process that was told to stop (exiting, SIGTERM/SIGINT/SIGHUP "
+    "pending, or so signalled by pytest's own process since it started) before it is called leaked: a "
+    "server's clean-up after its stop signal can outlast the ordinary grace on a busy machine; never less "
+    "than --process-leaks-grace"
+)
+HELP_LEAKS_STOP_GRACE_INI = "as --process-leaks-stop-grace: seconds a leftover process told to stop gets to exit"
 HELP_LEAKS_EXCLUDE_INI = (
     "a regular expression: a leaked process whose command line it matches (re.search) is not "
     "reported; it is still killed at the session's end"
@@ -176,6 +194,15 @@ def add_options(parser) -> None:
         help=HELP_LEAKS_GRACE,
     )
     parser.addini("process_leaks_grace", HELP_LEAKS_GRACE_INI, type="string", default=str(GRACE))
+    g.addoption(
+        "--process-leaks-stop-grace",
+        dest="process_leaks_stop_grace",
+        metavar="SECONDS",
+        type=float,
+        default=None,
+        help=HELP_LEAKS_STOP_GRACE,
+    )
+    parser.addini("process_leaks_stop_grace", HELP_LEAKS_STOP_GRACE_INI, type="string", default=str(STOP_GRACE))
     parser.addini("process_leaks_exclude", HELP_LEAKS_EXCLUDE_INI, type="string", default="")
     g.addoption(
         "--process-leaks-cgroup", action="store_true", default=None, dest="process_leaks_cgroup", help=HELP_LEAKS_CGROUP
@@ -269,16 +296,20 @@ def leaks_kill(config) -> str:
     return value
 
 
-def leaks_grace(config) -> float:
-    opt = config.getoption("process_leaks_grace")
-    where = "--process-leaks-grace" if opt is not None else "process_leaks_grace (ini file)"
+def leaks_grace(config, key: str = "process_leaks_grace") -> float:
+    opt = config.getoption(key)
+    where = f"--{key.replace('_', '-')}" if opt is not None else f"{key} (ini file)"
     try:
-        value = float(opt if opt is not None else config.getini("process_leaks_grace"))
+        value = float(opt if opt is not None else config.getini(key))
     except ValueError:
         value = -1.0
     if not 0 <= value < float("inf"):
         raise pytest.UsageError(f"{where}: expected a number of seconds, 0 or more")
     return value
+
+
+def leaks_stop_grace(config) -> float:
+    return max(leaks_grace(config, "process_leaks_stop_grace"), leaks_grace(config))
 
 
 def leaks_exclude(config) -> re.Pattern[str] | None:

@@ -105,6 +105,19 @@ def _sigkill_pending(pid: int) -> bool:
     return False
 
 
+def pending(pid: int) -> int:
+    """The signals pending on the process or its thread group (SigPnd | ShdPnd), as a mask."""
+    mask = 0
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith((b"SigPnd:", b"ShdPnd:")):
+                    mask |= int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        return 0
+    return mask
+
+
 def dying(pid: int, ticks: int | None = None) -> bool:
     """Gone, a zombie, or on its way out: SIGKILL (or a fatal signal) pending, or already exiting."""
     f = _stat(pid)

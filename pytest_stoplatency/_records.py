@@ -1,7 +1,10 @@
 """The owner's record directory: where its victims write their ready files.
 
-One directory per owner (pytest process), named after the owner's token prefix,
-under a machine-wide base shared by every session: a fixed path, not the temp
+One directory per pytest session, named after its owner (the pytest process: pid and
+start ticks) and the session's number in that process (_session.py): a test that runs
+pytest in its own process (pytester.runpytest()) opens a session inside the session,
+whose end removes its own records and never the outer one's. Under a machine-wide base
+shared by every session: a fixed path, not the temp
 directory, since sessions with different TMPDIRs must still see each other's
 records (a sweep that looks elsewhere never finds a dead owner's extras).
 
@@ -20,25 +23,29 @@ import os
 import shutil
 from pathlib import Path
 
-from ._token import Owner, Token
+from . import _session
+from ._token import Owner, Token, me, parse_session_name
 from .victim import EXTRAS_SUFFIX, READY_SUFFIX
 
 BASE = Path("/tmp") / f"pytest-stoplatency-{os.getuid()}"
 
 
-def owner_dir(owner: Owner) -> Path:
-    d = BASE / f"{owner.pid}.{owner.start_ticks}"
+def session_dir(session: int | None) -> Path:
+    """This process's record directory for pytest session `session` (None: outside any
+    session), made if missing."""
+    d = BASE / me().session_name(session)
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     return d
 
 
 def ready_path(token: Token) -> Path:
-    return owner_dir(token.owner) / f"{token.victim_id}{READY_SUFFIX}"
+    """In the directory of the innermost session open now: the one whose test starts it."""
+    return session_dir(_session.current()) / f"{token.victim_id}{READY_SUFFIX}"
 
 
-def extras_path(token: Token) -> Path:
+def extras_path(ready: Path) -> Path:
     """Where the victim appends its extras (derived by the victim from the ready path)."""
-    return owner_dir(token.owner) / f"{token.victim_id}{EXTRAS_SUFFIX}"
+    return Path(ready).with_suffix(EXTRAS_SUFFIX)
 
 
 def read_extras(path: Path) -> list[tuple[int, int]]:
@@ -78,9 +85,9 @@ def owner_dirs() -> list[tuple[Owner, Path]]:
     except FileNotFoundError:
         return out
     for d in entries:
-        pid, _, ticks = d.name.partition(".")
-        if pid.isdigit() and ticks.isdigit():
-            out.append((Owner(int(pid), int(ticks)), d))
+        owner = parse_session_name(d.name)
+        if owner is not None:
+            out.append((owner, d))
     return out
 
 

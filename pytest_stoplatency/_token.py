@@ -30,6 +30,20 @@ class Owner(NamedTuple):
     def alive(self) -> bool:
         return _procs.is_alive(self.pid, self.start_ticks)
 
+    def session_name(self, session: int | None) -> str:
+        """``<pid>.<start-ticks>.<session>``: what one pytest session of this owner keeps on
+        disk (_session.py); ``<pid>.<start-ticks>`` for what it keeps outside any session."""
+        base = f"{self.pid}.{self.start_ticks}"
+        return base if session is None else f"{base}.{session}"
+
+
+def parse_session_name(name: str) -> Owner | None:
+    """The owner a session name (Owner.session_name) names, or None for any other name."""
+    parts = name.split(".")
+    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+        return None
+    return Owner(int(parts[0]), int(parts[1]))
+
 
 class Token(NamedTuple):
     owner: Owner

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from . import _options
+from . import _options, _session
 from ._options import LEAKS_INI_OFF_LINUX, LEAKS_MARKER_LINE, LEAKS_OFF_LINUX, MARKER_LINE, NEEDS_LINUX
 
 
@@ -51,7 +51,14 @@ def _leak_check_asked(config) -> str | None:
     return None
 
 
+SESSION = pytest.StashKey[int]()
+
+
 def pytest_configure(config):
+    # This session's number in its process: what it keeps on disk is named after it, so that
+    # a session run inside a test (pytester.runpytest()) ends without touching the outer's.
+    session = config.stash[SESSION] = _session.begin()
+    config.add_cleanup(lambda: _session.end(session))
     config.addinivalue_line("markers", MARKER_LINE)
     config.addinivalue_line("markers", LEAKS_MARKER_LINE)
     reason = inactive_reason()
@@ -62,18 +69,18 @@ def pytest_configure(config):
         from . import _linux
 
         if _options.leaks_enabled(config):
-            from . import _leakplugin, _records, _token
+            from . import _leakplugin, _records
 
             # The owner's record directory marks this process as one whose processes a
             # sweep may have to end (its tagged ones, its session cgroup, the leaks it keeps
             # until the session's end) should it die: created before any test runs,
             # removed at a clean end (_cleanup.drop_own_records).
-            _records.owner_dir(_token.me())
+            _records.session_dir(session)
             # Registered first: of two trylast hooks pluggy calls the first registered
             # last, and the stop latency's session end (which writes the leaks into its
             # JSON and drops the records) must come after the check's (which kills).
-            config.pluginmanager.register(_leakplugin.ProcessLeaks(config), _leakplugin.NAME)
-        latency = _linux.StopLatency(config)
+            config.pluginmanager.register(_leakplugin.ProcessLeaks(config, session), _leakplugin.NAME)
+        latency = _linux.StopLatency(config, session)
         config.pluginmanager.register(latency, _linux.PLUGIN_NAME)
         if config.getoption("stop_conformance"):
             from . import _conformance

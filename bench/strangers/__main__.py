@@ -1,9 +1,9 @@
-"""`make leaks-strangers`: --process-leaks on five strangers' suites, from their sdists (issue 28).
+"""`make leaks-strangers`: --process-leaks on seven strangers' suites, from their sdists (issues 28, 39).
 
     python -m bench.strangers [--suites psutil,pexpect,...] [--json docs/leaks-strangers.json]
                               [--work ~/.cache/pytest-stoplatency-strangers] [--timeout 2400]
 
-Each suite (SUITES: psutil, pexpect, execnet, sh, plumbum, pinned) is fetched from PyPI
+Each suite (SUITES: psutil, pexpect, execnet, sh, plumbum, pytest-xprocess, supervisor, pinned) is fetched from PyPI
 (`pip download --no-binary :all:`), unpacked and installed, with pytest, pytest-xdist,
 pytest-timeout (this repository's versions), this plugin and what the suite's tests need, into
 one virtualenv under --work. Then, serially (`-p no:xdist`) and with `-n 2`, three sessions:
@@ -119,6 +119,24 @@ SUITES = {
                 "-o",
                 "asyncio_default_fixture_loop_scope=function",
             ),
+        ),
+        Suite(
+            "pytest-xprocess",
+            "1.0.2",
+            ("tests",),
+            why="a server per test, told to exit over a socket or terminate()d; pytest inside pytest (pytester)",
+            # Its configuration makes every warning an error; pytest-asyncio (plumbum's) warns
+            # when its loop scope is unset.
+            options=("-o", "asyncio_default_fixture_loop_scope=function"),
+        ),
+        Suite(
+            "supervisor",
+            "4.3.0",
+            ("supervisor/tests/test_end_to_end.py",),
+            needs=("pexpect",),
+            why="supervisord per test through pexpect, stopped by SIGINT; its end-to-end tests",
+            # Its end-to-end tests run only with END_TO_END set (as its tox.ini does).
+            env=(("END_TO_END", "1"),),
         ),
     )
 }

@@ -249,7 +249,7 @@ def test_killed_before_its_handshake(victim):
         proc = subprocess.Popen(p.argv, start_new_session=True, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         victim.processes.append(proc)
-        extras = _records.extras_path(p.token)
+        extras = _records.extras_path(p.ready_path)
         wait_until(lambda: _records.read_extras(extras), "the grandchild never recorded itself")
         [(grandchild, _)] = _records.read_extras(extras)
         os.kill(proc.pid, signal.SIGSTOP)  # from now on the victim forks no publisher of its ready file

@@ -81,6 +81,7 @@ MODULES_OFF_LINUX = [
     "pytest_stoplatency",
     "pytest_stoplatency._inactive",
     "pytest_stoplatency._options",
+    "pytest_stoplatency._session",
     "pytest_stoplatency.plugin",
 ]
 

@@ -444,12 +444,15 @@ def test_help_texts(pytester):
             f"*{_options.HELP_LEAKS_KILL[:30]}*",
             "*--process-leaks-grace=SECONDS*",
             f"*{_options.HELP_LEAKS_GRACE[:30]}*",
+            "*--process-leaks-stop-grace=SECONDS*",
+            f"*{_options.HELP_LEAKS_STOP_GRACE[:30]}*",
         ]
     )
     for key, text in (
         ("process_leaks", _options.HELP_LEAKS_INI),
         ("process_leaks_kill", _options.HELP_LEAKS_KILL_INI),
         ("process_leaks_grace", _options.HELP_LEAKS_GRACE_INI),
+        ("process_leaks_stop_grace", _options.HELP_LEAKS_STOP_GRACE_INI),
         ("process_leaks_exclude", _options.HELP_LEAKS_EXCLUDE_INI),
     ):
         result.stdout.fnmatch_lines([f"  {key} (string):*", f"*{text[:30]}*"])
