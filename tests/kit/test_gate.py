@@ -1,0 +1,116 @@
+"""The kit's gate (`--compare`, `--compare-fail`, `--compare-allow-new`; kit/gate.py): its
+refusals, its codes, and the one JSON format that the kit and `pytest --stop-conformance`
+share, each a baseline for the other."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pytest_stoplatency.kit import gate, verdict
+
+KIT = [sys.executable, "-m", "pytest_stoplatency", "conformance"]
+FAST = ["--stopper", "popen", "--kinds", "cooperative"]  # one quick sample: the gate is under test
+
+
+@pytest.fixture
+def kit(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "TMPDIR": str(work)}
+
+    def run(*args):
+        return subprocess.run([*KIT, *map(str, args)], env=env, capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)  # fmt: skip
+
+    run.work = work
+    return run
+
+
+def _other_labels(path, **machine):
+    doc = {"machine": machine, "labels": {"other / cooperative": {"n": 1, "failed": 0, "median": 0.01}}}
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--compare-fail", "median:20%"], "--compare-fail needs --compare"),
+        (["--compare", "base.json", "--compare-fail", "median:0.001"], "say its unit"),
+        (["--compare", "base.json", "--compare-fail", "max:1e309"], "a finite number"),
+        (["--compare", "base.json", "--compare-fail", "median:nan%"], "a finite number"),
+        (["--compare", "base.json", "--compare-fail", "median:-5ms"], "a finite number"),
+        (["--compare", "base.json", "--compare-fail", "mean:5%"], "STAT:THRESH"),
+        (["--compare", "nosuch.json"], "--compare nosuch.json"),
+        (["--compare", "junk.json"], "no 'labels'"),
+        (["--compare-allow-new"], "--compare-allow-new needs --compare"),
+    ],
+)
+def test_a_bad_gate_is_a_usage_error_before_any_sample(kit, tmp_path, args, message):
+    """Path: cli.parse through gate.parse_rule and gate.load: exit 2, one line naming the
+    fault, nothing started (the work directory stays empty)."""
+    _other_labels(tmp_path / "base.json")
+    (tmp_path / "junk.json").write_text(json.dumps({"samples": []}))
+    got = kit(*FAST, *args)
+    assert got.returncode == 2 and message in got.stderr, got.stderr
+    assert "Traceback" not in got.stderr
+    assert list(kit.work.iterdir()) == []
+
+
+def test_no_label_in_common_exits_6_unless_allowed_and_names_the_other_machine(kit, tmp_path):
+    """Path: gate.compare's no-label-in-common refusal and report.gated's code: exit 6 with
+    the reason; --compare-allow-new passes (exit 0, the label 'new'); the baseline's machine
+    named with both fingerprints on one line. Ablation no-label-in-common-refused turns it red."""
+    _other_labels(tmp_path / "base.json", kernel="9.9.9-other", cpus=8, python="3.99.0")
+    refused = kit(*FAST, "--compare", "base.json", "--json", "r.json")
+    assert refused.returncode == gate.NO_LABEL_IN_COMMON, refused.stdout + refused.stderr
+    assert "gate failed: no label in common with the baseline" in refused.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == gate.NO_LABEL_IN_COMMON
+    machine = [line for line in refused.stdout.splitlines() if "another machine" in line]
+    assert len(machine) == 1 and "baseline kernel 9.9.9-other, 8 CPUs, Python 3.99.0; this run kernel" in machine[0]
+    allowed = kit(*FAST, "--compare", "base.json", "--compare-allow-new")
+    assert allowed.returncode == verdict.OK, allowed.stdout + allowed.stderr
+    assert any(line.split()[:3] == ["popen", "/", "cooperative"] and line.endswith("new")
+               for line in allowed.stdout.splitlines())  # fmt: skip
+
+
+def test_a_label_slower_than_an_absolute_threshold_exits_5(kit, tmp_path):
+    """Path: the kit's gate on its own --json: a baseline whose median is 0 (edited) makes any
+    real stop slower than +0ms: exit 5, the label and both medians named. Ablation
+    compare-threshold turns it red."""
+    first = kit(*FAST, "--json", "base.json")
+    assert first.returncode == verdict.OK, first.stdout + first.stderr
+    doc = json.loads((tmp_path / "base.json").read_text())
+    assert set(doc["labels"]) == {"popen / cooperative"} and doc["machine"] == gate.machine()
+    doc["labels"]["popen / cooperative"]["median"] = 0.0
+    (tmp_path / "base.json").write_text(json.dumps(doc))
+    got = kit(*FAST, "--compare", "base.json", "--compare-fail", "median:0ms")
+    assert got.returncode == gate.GATE_FAILED, got.stdout + got.stderr
+    assert "gate failed: popen / cooperative: median 0.0000 ->" in got.stdout
+    lenient = kit(*FAST, "--compare", "base.json", "--compare-fail", "median:+60s")
+    assert lenient.returncode == verdict.OK, lenient.stdout + lenient.stderr
+
+
+def test_the_kit_and_pytest_take_each_others_json_as_baseline(kit, tmp_path, pytester):
+    """Path: one label format (`STOPPER / KIND`, kit/gate.kit_labels) and one `labels` key:
+    the kit's --json is pytest --stop-conformance's baseline, and pytest's --stop-latency-json
+    (with --stop-latency-repeat 2, honoured: n = 2) is the kit's."""
+    assert kit(*FAST, "--json", "kit.json").returncode == verdict.OK
+    pytester.makepyfile(test_own="def test_own():\n    pass\n")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", "--stop-conformance", "popen", "-k", "cooperative",
+        "--stop-latency-repeat", "2", "--stop-latency-json", "lat.json",
+        "--stop-latency-compare", tmp_path / "kit.json", "--stop-latency-compare-fail", "median:+60s", timeout=300,
+    )  # fmt: skip
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    rows = [line for line in result.stdout.lines if line.strip().startswith("popen / cooperative")]
+    assert rows and "new" not in rows[-1] and "-" not in rows[-1].split()[3:5], rows
+    labels = json.loads((pytester.path / "lat.json").read_text())["labels"]
+    assert labels["popen / cooperative"]["n"] == 2
+    back = kit(*FAST, "--compare", pytester.path / "lat.json", "--compare-fail", "median:+60s")
+    assert back.returncode == verdict.OK, back.stdout + back.stderr
+    assert any(line.split()[:3] == ["popen", "/", "cooperative"] and not line.endswith("new")
+               for line in back.stdout.splitlines())  # fmt: skip
