@@ -94,8 +94,8 @@ class Context:
         return re.sub(r" ?\([^()]*docs/plugin\.md[^()]*\)", "", value)
 
     def const(self, dotted: str) -> str:
-        mod, _, name = dotted.partition(".")
-        value = getattr(_module(mod), name, None)
+        mod, _, name = dotted.rpartition(".")
+        value = getattr(_module(mod.replace("/", ".")), name, None)
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise RenderError(f"template names {dotted!r}, which is no number or text constant")
         shown = f"`{value}`" if isinstance(value, str) else f"{value:g}"
@@ -274,7 +274,7 @@ class Context:
         f = (self.examples_dir / path).resolve()
         if self.examples_dir.resolve() not in f.parents or not f.is_file():
             raise RenderError(f"template names example {path!r}, which {self.examples_dir} does not hold")
-        lang = {".py": "python", ".toml": "toml", ".sh": "sh"}.get(f.suffix, "")
+        lang = {".py": "python", ".toml": "toml", ".sh": "sh", ".yml": "yaml"}.get(f.suffix, "")
         return f"```{lang}\n" + f.read_text(encoding="utf-8").rstrip("\n") + "\n```"
 
     def latency_demo(self) -> str:
@@ -307,8 +307,42 @@ class Context:
         return "\n".join(rows)
 
     def kit_exit_codes(self) -> str:
-        codes = _module("kit.verdict").EXIT_CODES
-        return "\n".join(f"- `{code}`: {meaning}." for code, meaning in codes.items())
+        codes = {**_module("kit.verdict").EXIT_CODES, **_module("kit.gate").EXIT_CODES}
+        return "\n".join(f"- `{code}`: {meaning}." for code, meaning in sorted(codes.items()))
+
+    gate: dict | None = None
+    gate_name = "docs/gate.json"
+
+    def gate_figures(self) -> str:
+        """The gate's default rule on unchanged code and on a slower stop, beside CPU hogs
+        (docgen/gate_measure.py), MEASURED."""
+        d = self.gate
+        if not d:
+            return f"*Not measured: `{self.gate_name}` is absent (run `.venv/bin/python docgen/gate_measure.py`).*"
+        seconds = _module("kit.stats").seconds
+        u, s, base = d["unchanged_passed"], d["slower_failed"], d["baseline"]
+
+        def ratios(variant: str) -> list[float]:
+            return [t["medians"][k] / base[k] for t in d["trials"] if t["variant"] == variant for k in base]
+
+        same, slow = ratios("unchanged"), ratios("slower")
+        m = d["machine"]
+        return (
+            f"- unchanged code passed the gate **{u['count']} of {u['of']}** times (each label's median within "
+            f"{min(same):.2f}x to {max(same):.2f}x of the baseline's);\n"
+            f"- a stop {d['slowdown']:g}x slower failed it (exit 5) **{s['count']} of {s['of']}** times (each "
+            f"label's median {min(slow):.2f}x to {max(slow):.2f}x of the baseline's).\n\n"
+            f"MEASURED: `{d['command']}` (`{self.gate_name}`, {d['time']}): the kit's own `--compare` and "
+            f"`--compare-fail {d['rule']}`, `--stopper {d['stopper']}`, kinds "
+            + ", ".join(f"`{k}`" for k in d["kinds"])
+            + f", {d['repeat']} samples per kind, beside {d['hogs']} CPU hogs (`python3 -c 'while True: pass'`; "
+            f"1-minute load {d['load_1min']['min']:.1f} to {d['load_1min']['max']:.1f}), the baseline taken beside "
+            f"them too; the baseline's medians: "
+            + "; ".join(f"{k} {seconds(v)}" for k, v in sorted(base.items()))
+            + f". Linux {m.get('kernel', '?')}, {m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}. The "
+            f"slower stop is the same adapter sleeping, after its stop returned, {d['slowdown'] - 1:g} times "
+            f"the stop's own time (`SlowerRunner`)."
+        )
 
     def kit_kinds(self) -> str:
         return ", ".join(f"`{v.id}` ({v.label})" for v in _module("kit").VICTIMS)
@@ -423,6 +457,7 @@ def render(template: str, ctx: Context) -> str:
             "kit_adapters",
             "kit_exit_codes",
             "kit_kinds",
+            "gate_figures",
         ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")
@@ -444,6 +479,7 @@ def main(argv=None) -> int:
     ap.add_argument("--latency-demo", type=Path, default=HERE / "stop-latency-demo.json")
     ap.add_argument("--stop-bench", type=Path, default=HERE / "bench.json")
     ap.add_argument("--strangers", type=Path, default=HERE / "leaks-strangers.json")
+    ap.add_argument("--gate", type=Path, default=HERE / "gate.json")
     ap.add_argument("--out", type=Path, default=HERE / "plugin.md")
     ap.add_argument("--check", action="store_true", help="fail with a diff if --out differs from a fresh render")
     args = ap.parse_args(argv)
@@ -462,6 +498,7 @@ def main(argv=None) -> int:
             _load(args.strangers),
             f"docs/{args.strangers.name}",
         )
+        ctx.gate, ctx.gate_name = _load(args.gate), f"docs/{args.gate.name}"
         text = render(args.template.read_text(encoding="utf-8"), ctx)
     except (RenderError, ValueError, KeyError) as exc:
         print(f"render_plugin: {exc}", file=sys.stderr)

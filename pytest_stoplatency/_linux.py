@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -120,7 +120,7 @@ class StopLatency:
         # that a bad file or STAT:PCT stops the session before any test runs.
         self.compare_path = config.getoption("stop_latency_compare")
         self.compare_rule = compare_fail(config)
-        self.compare_old: dict | None = None
+        self.compare_old: Any = None  # a kit.gate.Baseline
         self.compare_lines: list[str] = []
         self.compare_failures: list[str] = []
         self.svg_path = svg_path(config) if self.worker is None else None
@@ -241,8 +241,13 @@ class StopLatency:
         if self.svg_path:
             from . import pictures  # only when a picture is asked for
 
+            gate = []
+            if self.compare_old is not None:
+                stat = self.compare_rule.stat if self.compare_rule else "median"
+                new = _lazy("_report").summarize(self.samples)
+                gate = pictures.compare_series(self.compare_old.labels, new, stat, self.compare_failures)
             (Path(config.invocation_params.dir) / self.svg_path).write_text(
-                pictures.samples_svg(self.samples, "stop latency per label")
+                pictures.samples_svg(self.samples, "stop latency per label", gate)
             )
 
     def pytest_terminal_summary(self, terminalreporter, config):

@@ -114,3 +114,59 @@ def test_the_kit_and_pytest_take_each_others_json_as_baseline(kit, tmp_path, pyt
     assert back.returncode == verdict.OK, back.stdout + back.stderr
     assert any(line.split()[:3] == ["popen", "/", "cooperative"] and not line.endswith("new")
                for line in back.stdout.splitlines())  # fmt: skip
+
+
+needs_plots = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("matplotlib") is None, reason="the plots extra (make venv installs it)"
+)
+
+
+def test_a_cell_shows_the_statistic_its_colour_comes_from_with_n():
+    """Path: pictures.cell_text and kit/picture._cell_text: an over-bound cell (its max over a
+    3 s bound, its median under it: the issue's orange cell reading 2.81 s) shows its max; an
+    orphaned cell says how many of its n samples were not stopped, not a bare sum."""
+    from pytest_stoplatency import pictures
+    from pytest_stoplatency.kit import picture
+
+    over = {"verdict": "over-bound", "n": 5, "stopped": 5, "orphans": 0, "errors": [], "median_s": 2.81, "max_s": 3.4}
+    orphaned = {"verdict": "orphaned", "n": 5, "stopped": 1, "orphans": 4, "errors": [], "median_s": 0.1, "max_s": 0.1}
+    for text in (pictures.cell_text, picture._cell_text):
+        assert "3.4" in text(over) and "2.81" not in text(over) and "n=5" in text(over)
+        assert text(orphaned).startswith("4/5 orphaned")
+
+
+@needs_plots
+def test_the_kit_picture_names_the_command_marks_orphans_and_shows_the_gate(kit, tmp_path):
+    """Path: pictures.kit_svg: the --stop column is named by its command, every strip has its n,
+    a kind with orphans stays in the latency panel marked ORPHANED, and with --compare the
+    gate's panel shows the baseline beside this run."""
+    stop = ["--stop", "kill -KILL {pid}", "--kinds", "cooperative,setsid-escapee"]
+    assert kit(*stop, "--json", "base.json").returncode == verdict.ORPHANED
+    got = kit(*stop, "--compare", "base.json", "--svg", "p.svg", "--json", "now.json")
+    assert got.returncode == verdict.ORPHANED, got.stdout + got.stderr
+    svg = (tmp_path / "p.svg").read_text()
+    assert "stop: kill -KILL {pid}" in svg
+    assert "stop: kill -KILL {pid} / cooperative (n=1)" in svg
+    assert "stop: kill -KILL {pid} / setsid-escapee (n=0 stopped; 1/1 ORPHANED)" in svg
+    rows = {r["kind"]: r for r in json.loads((tmp_path / "now.json").read_text())["stoppers"][0]["rows"]}
+    assert pictures_max(rows["cooperative"]["max_s"]) in svg
+    assert "baseline " in svg and "this run " in svg and "the gate" in svg
+
+
+def pictures_max(seconds):
+    from pytest_stoplatency import pictures
+
+    return f"max {pictures._t(seconds)} n=1"
+
+
+@needs_plots
+def test_the_plugin_picture_shows_the_gate_beside_its_strips():
+    """Path: pictures.samples_svg with the gate's series (as _linux passes it under
+    --stop-latency-compare): n on each label, and baseline and this run side by side."""
+    from pytest_stoplatency import pictures
+
+    samples = [{"label": "a", "latency": 0.2, "bound": 1, "stopped": True}, {"label": "a", "latency": 1, "bound": 1,
+               "stopped": False}]  # fmt: skip
+    svg = pictures.samples_svg(samples, "t", pictures.compare_series({"a": {"median": 0.1}}, {"a": {"median": 0.2}},
+                                                                     "median", ["a: slower"]))  # fmt: skip
+    assert "a (n=2; 1 NOT STOPPED)" in svg and "baseline 100 ms" in svg and "this run 200 ms" in svg
