@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         "slower_nonzero": count("slower", tuple(range(1, 256))),
     }
     args.out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    print(f"gate_measure: unchanged passed {doc['unchanged_passed']}, slower failed {doc['slower_failed']} (by the gate)")
+    passed, failed = doc["unchanged_passed"], doc["slower_failed"]
+    print(f"gate_measure: unchanged passed {passed}, slower failed {failed} (by the gate)")
     return 0
 
 
