@@ -61,9 +61,7 @@ def kit(*args: str) -> subprocess.CompletedProcess[str]:
 
 def figures(path: Path) -> dict[str, dict[str, float | None]]:
     """Each label's statistics (the gate's rule reads one; the others say how it compares)."""
-    return {
-        label: {k: s[k] for k in gate.STATS} for label, s in json.loads(path.read_text())["labels"].items()
-    }
+    return {label: {k: s[k] for k in gate.STATS} for label, s in json.loads(path.read_text())["labels"].items()}
 
 
 def main(argv: list[str] | None = None) -> int:
