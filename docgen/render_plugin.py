@@ -321,24 +321,28 @@ class Context:
             return f"*Not measured: `{self.gate_name}` is absent (run `.venv/bin/python docgen/gate_measure.py`).*"
         seconds = _module("kit.stats").seconds
         u, s, base = d["unchanged_passed"], d["slower_failed"], d["baseline"]
+        stat = d["rule"].partition(":")[0]
 
         def ratios(variant: str) -> list[float]:
-            return [t["medians"][k] / base[k] for t in d["trials"] if t["variant"] == variant for k in base]
+            return [
+                t["labels"][k][stat] / base[k][stat] for t in d["trials"] if t["variant"] == variant for k in base
+            ]
 
         same, slow = ratios("unchanged"), ratios("slower")
         m = d["machine"]
         return (
-            f"- unchanged code passed the gate **{u['count']} of {u['of']}** times (each label's median within "
-            f"{min(same):.2f}x to {max(same):.2f}x of the baseline's);\n"
+            f"- unchanged code passed the gate **{u['count']} of {u['of']}** times (each label's {stat} "
+            f"{min(same):.2f}x to {max(same):.2f}x the baseline's);\n"
             f"- a stop {d['slowdown']:g}x slower failed it (exit 5) **{s['count']} of {s['of']}** times (each "
-            f"label's median {min(slow):.2f}x to {max(slow):.2f}x of the baseline's).\n\n"
+            f"label's {stat} {min(slow):.2f}x to {max(slow):.2f}x the baseline's; a non-zero exit "
+            f"{d['slower_nonzero']['count']} of {d['slower_nonzero']['of']}).\n\n"
             f"MEASURED: `{d['command']}` (`{self.gate_name}`, {d['time']}): the kit's own `--compare` and "
             f"`--compare-fail {d['rule']}`, `--stopper {d['stopper']}`, kinds "
             + ", ".join(f"`{k}`" for k in d["kinds"])
             + f", {d['repeat']} samples per kind, beside {d['hogs']} CPU hogs (`python3 -c 'while True: pass'`; "
             f"1-minute load {d['load_1min']['min']:.1f} to {d['load_1min']['max']:.1f}), the baseline taken beside "
-            f"them too; the baseline's medians: "
-            + "; ".join(f"{k} {seconds(v)}" for k, v in sorted(base.items()))
+            f"them too; the baseline's {stat}s: "
+            + "; ".join(f"{k} {seconds(v[stat])}" for k, v in sorted(base.items()))
             + f". Linux {m.get('kernel', '?')}, {m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}. The "
             f"slower stop is the same adapter sleeping, after its stop returned, {d['slowdown'] - 1:g} times "
             f"the stop's own time (`SlowerRunner`)."

@@ -36,7 +36,7 @@ def _baseline(pytester, delay):
 
 
 def test_a_stop_2_5_times_slower_fails_the_gate_naming_its_label(pytester):
-    """Path: _compare.regressed against the previous file's median: 1.0 s -> 2.5 s fails
+    """Path: kit/gate.Rule.regressed against the previous file's median: 1.0 s -> 2.5 s fails
     `median:20%` (exit 1, the label named, old and new side by side), though every test
     passed. Ablation compare-threshold (never slower) turns it red."""
     old = _baseline(pytester, 1.0)
