@@ -174,8 +174,17 @@ def compare_series(
     base: dict[str, dict[str, Any]], now: dict[str, dict[str, Any]], stat: str, failures: Sequence[str]
 ) -> list[tuple[str, float | None, float | None, bool]]:
     failed = {f.split(":")[0] for f in failures}
+
+    def n(side: dict[str, dict[str, Any]], label: str) -> str:
+        return str(side[label].get("n", "?")) if label in side else "-"
+
     return [
-        (label, base.get(label, {}).get(stat), now.get(label, {}).get(stat), label in failed)
+        (
+            f"{label} (n={n(base, label)} / {n(now, label)})",
+            base.get(label, {}).get(stat),
+            now.get(label, {}).get(stat),
+            label in failed,
+        )
         for label in sorted(set(base) | set(now))
     ]
 
@@ -198,7 +207,7 @@ def _draw_gate(fig: Any, series: Sequence[tuple[str, float | None, float | None,
     ax.set_xlim(0, top * 1.45)
     ax.set_yticks(range(len(series)), [label for label, *_ in series])
     ax.set_ylim(len(series) - 0.5, -0.5)
-    ax.set_xlabel("seconds; grey: the baseline, blue: this run, red: this run failed the gate")
+    ax.set_xlabel("seconds; grey: the baseline, blue: this run, red: this run failed the gate; n: baseline / this run")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(title)
 

@@ -35,6 +35,27 @@ def _other_labels(path, **machine):
 
 
 @pytest.mark.parametrize(
+    "text, percent, seconds, old, limit",
+    [
+        ("median:20%", 20.0, None, 1.0, 1.2),
+        ("median:5ms", None, 0.005, 1.0, 1.005),
+        ("max:+50ms", None, 0.05, 0.1, 0.15),
+        ("p95:0.2s", None, 0.2, 1.0, 1.2),
+        ("min:300us", None, 0.0003, 0.001, 0.0013),
+        ("median:0%", 0.0, None, 1.0, 1.0),
+    ],
+)
+def test_a_threshold_is_relative_or_absolute_by_its_unit(text, percent, seconds, old, limit):
+    """Path: gate.parse_rule and Rule.limit: % is relative, us/ms/s absolute (with or without
+    its +). Ablation threshold-absolute-unit (an absolute threshold read as a percentage)
+    turns it red."""
+    rule = gate.parse_rule(text, "--compare-fail")
+    assert (rule.percent, rule.seconds) == (percent, seconds)
+    assert rule.limit(old) == pytest.approx(limit)
+    assert rule.regressed(old, limit * 1.001 + 1e-9) and not rule.regressed(old, limit * 0.999)
+
+
+@pytest.mark.parametrize(
     "args, message",
     [
         (["--compare-fail", "median:20%"], "--compare-fail needs --compare"),
@@ -167,6 +188,7 @@ def test_the_plugin_picture_shows_the_gate_beside_its_strips():
 
     samples = [{"label": "a", "latency": 0.2, "bound": 1, "stopped": True}, {"label": "a", "latency": 1, "bound": 1,
                "stopped": False}]  # fmt: skip
-    svg = pictures.samples_svg(samples, "t", pictures.compare_series({"a": {"median": 0.1}}, {"a": {"median": 0.2}},
+    svg = pictures.samples_svg(samples, "t", pictures.compare_series({"a": {"median": 0.1, "n": 5}}, {"a": {"median": 0.2, "n": 2}},
                                                                      "median", ["a: slower"]))  # fmt: skip
     assert "a (n=2; 1 NOT STOPPED)" in svg and "baseline 100 ms" in svg and "this run 200 ms" in svg
+    assert "a (n=5 / 2)" in svg  # the gate panel's label: n of the baseline and of this run
