@@ -186,9 +186,11 @@ def test_the_plugin_picture_shows_the_gate_beside_its_strips():
     --stop-latency-compare): n on each label, and baseline and this run side by side."""
     from pytest_stoplatency import pictures
 
-    samples = [{"label": "a", "latency": 0.2, "bound": 1, "stopped": True}, {"label": "a", "latency": 1, "bound": 1,
-               "stopped": False}]  # fmt: skip
-    svg = pictures.samples_svg(samples, "t", pictures.compare_series({"a": {"median": 0.1, "n": 5}}, {"a": {"median": 0.2, "n": 2}},
-                                                                     "median", ["a: slower"]))  # fmt: skip
+    samples = [
+        {"label": "a", "latency": 0.2, "bound": 1, "stopped": True},
+        {"label": "a", "latency": 1, "bound": 1, "stopped": False},
+    ]
+    series = pictures.compare_series({"a": {"median": 0.1, "n": 5}}, {"a": {"median": 0.2, "n": 2}}, "median", ["a: x"])
+    svg = pictures.samples_svg(samples, "t", series)
     assert "a (n=2; 1 NOT STOPPED)" in svg and "baseline 100 ms" in svg and "this run 200 ms" in svg
     assert "a (n=5 / 2)" in svg  # the gate panel's label: n of the baseline and of this run
