@@ -324,9 +324,7 @@ class Context:
         stat = d["rule"].partition(":")[0]
 
         def ratios(variant: str) -> list[float]:
-            return [
-                t["labels"][k][stat] / base[k][stat] for t in d["trials"] if t["variant"] == variant for k in base
-            ]
+            return [t["labels"][k][stat] / base[k][stat] for t in d["trials"] if t["variant"] == variant for k in base]
 
         same, slow = ratios("unchanged"), ratios("slower")
         m = d["machine"]
