@@ -320,20 +320,38 @@ class Context:
         if not d:
             return f"*Not measured: `{self.gate_name}` is absent (run `.venv/bin/python docgen/gate_measure.py`).*"
         seconds = _module("kit.stats").seconds
-        u, s, base = d["unchanged_passed"], d["slower_failed"], d["baseline"]
-        stat = d["rule"].partition(":")[0]
+        base = d["baseline"]
+        rule = _module("kit.gate").parse_rule(d["rule"], "docs/gate.json")
+        stat = rule.stat
+
+        def trials(variant: str) -> list[dict]:
+            return [t for t in d["trials"] if t["variant"] == variant]
 
         def ratios(variant: str) -> list[float]:
-            return [t["labels"][k][stat] / base[k][stat] for t in d["trials"] if t["variant"] == variant for k in base]
+            return [t["labels"][k][stat] / base[k][stat] for t in trials(variant) for k in base]
 
+        def held(variant: str) -> int:  # the rule's verdict, from the figures the run recorded
+            return sum(
+                1 for t in trials(variant) if not any(rule.regressed(base[k][stat], t["labels"][k][stat]) for k in base)
+            )
+
+        def exits(variant: str) -> str:
+            codes = [t["exit"] for t in trials(variant)]
+            return ", ".join(f"exit {c}: {codes.count(c)}" for c in sorted(set(codes)))
+
+        over_bound = _module("kit.verdict").OVER_BOUND
+        over = ""
+        if any(t["exit"] == over_bound for t in d["trials"]):
+            over = f"; exit {over_bound}: a sample also over the kit's bound, a code it names before the gate's"
         same, slow = ratios("unchanged"), ratios("slower")
+        n_same, n_slow = len(trials("unchanged")), len(trials("slower"))
         m = d["machine"]
         return (
-            f"- unchanged code passed the gate **{u['count']} of {u['of']}** times (each label's {stat} "
-            f"{min(same):.2f}x to {max(same):.2f}x the baseline's);\n"
-            f"- a stop {d['slowdown']:g}x slower failed it (exit 5) **{s['count']} of {s['of']}** times (each "
-            f"label's {stat} {min(slow):.2f}x to {max(slow):.2f}x the baseline's; a non-zero exit "
-            f"{d['slower_nonzero']['count']} of {d['slower_nonzero']['of']}).\n\n"
+            f"- unchanged code passed the rule **{held('unchanged')} of {n_same}** times (each label's {stat} "
+            f"{min(same):.2f}x to {max(same):.2f}x the baseline's; the kit's {exits('unchanged')});\n"
+            f"- a stop {d['slowdown']:g}x slower failed it **{n_slow - held('slower')} of {n_slow}** times (each "
+            f"label's {stat} {min(slow):.2f}x to {max(slow):.2f}x the baseline's; the kit's {exits('slower')}"
+            f"{over}).\n\n"
             f"MEASURED: `{d['command']}` (`{self.gate_name}`, {d['time']}): the kit's own `--compare` and "
             f"`--compare-fail {d['rule']}`, `--stopper {d['stopper']}`, kinds "
             + ", ".join(f"`{k}`" for k in d["kinds"])

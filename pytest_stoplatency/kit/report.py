@@ -125,6 +125,8 @@ def markdown(doc: dict[str, Any]) -> str:
         out += ["| " + " | ".join(HEADS) + " |", "|" + "---|" * len(HEADS)]
         out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows(s)]
         out.append("")
+    if doc.get("gate"):
+        out += ["## The gate", "", "```", *gate_text(doc), "```", ""]
     out.append(f"Exit {doc['exit_code']}: {doc['exit_meaning']}.")
     return "\n".join(out) + "\n"
 

@@ -107,9 +107,10 @@ def test_a_label_slower_than_an_absolute_threshold_exits_5(kit, tmp_path):
     assert set(doc["labels"]) == {"popen / cooperative"} and doc["machine"] == gate.machine()
     doc["labels"]["popen / cooperative"]["median"] = 0.0
     (tmp_path / "base.json").write_text(json.dumps(doc))
-    got = kit(*FAST, "--compare", "base.json", "--compare-fail", "median:0ms")
+    got = kit(*FAST, "--compare", "base.json", "--compare-fail", "median:0ms", "--markdown", "t.md")
     assert got.returncode == gate.GATE_FAILED, got.stdout + got.stderr
     assert "gate failed: popen / cooperative: median 0.0000 ->" in got.stdout
+    assert "gate failed: popen / cooperative: median 0.0000 ->" in (tmp_path / "t.md").read_text()
     lenient = kit(*FAST, "--compare", "base.json", "--compare-fail", "median:+60s")
     assert lenient.returncode == verdict.OK, lenient.stdout + lenient.stderr
 
