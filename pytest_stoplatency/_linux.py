@@ -117,7 +117,7 @@ class StopLatency:
         self.swept = 0
         self.guardian_notes: list = []  # every worker's, on the controller
         # The gate (--stop-latency-compare): the previous labels, read and checked up front so
-        # that a bad file or STAT:PCT stops the session before any test runs.
+        # that a bad file or STAT:THRESH stops the session before any test runs.
         self.compare_path = config.getoption("stop_latency_compare")
         self.compare_rule = compare_fail(config)
         self.compare_old: Any = None  # a kit.gate.Baseline
