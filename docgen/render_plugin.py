@@ -352,7 +352,17 @@ class Context:
             f"- a stop {d['slowdown']:g}x slower failed it **{n_slow - held('slower')} of {n_slow}** times (each "
             f"label's {stat} {min(slow):.2f}x to {max(slow):.2f}x the baseline's; the kit's {exits('slower')}"
             f"{over}).\n\n"
-            f"MEASURED: `{d['command']}` (`{self.gate_name}`, {d['time']}): the kit's own `--compare` and "
+            + (
+                f"Not {n_slow} of {n_slow}: the machine's load changed under the run "
+                f"({d['load_1min']['min']:.1f} to {d['load_1min']['max']:.1f}): on a machine quieter than when "
+                f"the baseline was taken, unchanged code ran at down to {min(same):.2f}x the baseline's {stat}, "
+                f"and a {d['slowdown']:g}x slower stop at as little as {min(slow):.2f}x: no threshold on one "
+                "baseline tells these apart when the load moves that much. Take the baseline under the load the "
+                "check runs under.\n\n"
+                if held("slower")
+                else ""
+            )
+            + f"MEASURED: `{d['command']}` (`{self.gate_name}`, {d['time']}): the kit's own `--compare` and "
             f"`--compare-fail {d['rule']}`, `--stopper {d['stopper']}`, kinds "
             + ", ".join(f"`{k}`" for k in d["kinds"])
             + f", {d['repeat']} samples per kind, beside {d['hogs']} CPU hogs (`python3 -c 'while True: pass'`; "
