@@ -94,8 +94,8 @@ class Context:
         return re.sub(r" ?\([^()]*docs/plugin\.md[^()]*\)", "", value)
 
     def const(self, dotted: str) -> str:
-        mod, _, name = dotted.partition(".")
-        value = getattr(_module(mod), name, None)
+        mod, _, name = dotted.rpartition(".")
+        value = getattr(_module(mod.replace("/", ".")), name, None)
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise RenderError(f"template names {dotted!r}, which is no number or text constant")
         shown = f"`{value}`" if isinstance(value, str) else f"{value:g}"
@@ -274,7 +274,7 @@ class Context:
         f = (self.examples_dir / path).resolve()
         if self.examples_dir.resolve() not in f.parents or not f.is_file():
             raise RenderError(f"template names example {path!r}, which {self.examples_dir} does not hold")
-        lang = {".py": "python", ".toml": "toml", ".sh": "sh"}.get(f.suffix, "")
+        lang = {".py": "python", ".toml": "toml", ".sh": "sh", ".yml": "yaml"}.get(f.suffix, "")
         return f"```{lang}\n" + f.read_text(encoding="utf-8").rstrip("\n") + "\n```"
 
     def latency_demo(self) -> str:
@@ -307,8 +307,72 @@ class Context:
         return "\n".join(rows)
 
     def kit_exit_codes(self) -> str:
-        codes = _module("kit.verdict").EXIT_CODES
-        return "\n".join(f"- `{code}`: {meaning}." for code, meaning in codes.items())
+        codes = {**_module("kit.verdict").EXIT_CODES, **_module("kit.gate").EXIT_CODES}
+        return "\n".join(f"- `{code}`: {meaning}." for code, meaning in sorted(codes.items()))
+
+    gate: dict | None = None
+    gate_name = "docs/gate.json"
+
+    def gate_figures(self) -> str:
+        """The gate's default rule on unchanged code and on a slower stop, beside CPU hogs
+        (docgen/gate_measure.py), MEASURED."""
+        d = self.gate
+        if not d:
+            return f"*Not measured: `{self.gate_name}` is absent (run `.venv/bin/python docgen/gate_measure.py`).*"
+        seconds = _module("kit.stats").seconds
+        base = d["baseline"]
+        rule = _module("kit.gate").parse_rule(d["rule"], "docs/gate.json")
+        stat = rule.stat
+
+        def trials(variant: str) -> list[dict]:
+            return [t for t in d["trials"] if t["variant"] == variant]
+
+        def ratios(variant: str) -> list[float]:
+            return [t["labels"][k][stat] / base[k][stat] for t in trials(variant) for k in base]
+
+        def held(variant: str) -> int:  # the rule's verdict, from the figures the run recorded
+            return sum(
+                1 for t in trials(variant) if not any(rule.regressed(base[k][stat], t["labels"][k][stat]) for k in base)
+            )
+
+        def exits(variant: str) -> str:
+            codes = [t["exit"] for t in trials(variant)]
+            return ", ".join(f"exit {c}: {codes.count(c)}" for c in sorted(set(codes)))
+
+        over_bound = _module("kit.verdict").OVER_BOUND
+        over = ""
+        if any(t["exit"] == over_bound for t in d["trials"]):
+            over = f"; exit {over_bound}: a sample also over the kit's bound, a code it names before the gate's"
+        same, slow = ratios("unchanged"), ratios("slower")
+        n_same, n_slow = len(trials("unchanged")), len(trials("slower"))
+        m = d["machine"]
+        return (
+            f"- unchanged code passed the rule **{held('unchanged')} of {n_same}** times (each label's {stat} "
+            f"{min(same):.2f}x to {max(same):.2f}x the baseline's; the kit's {exits('unchanged')});\n"
+            f"- a stop {d['slowdown']:g}x slower failed it **{n_slow - held('slower')} of {n_slow}** times (each "
+            f"label's {stat} {min(slow):.2f}x to {max(slow):.2f}x the baseline's; the kit's {exits('slower')}"
+            f"{over}).\n\n"
+            + (
+                f"Not {n_slow} of {n_slow}: the machine's load changed under the run "
+                f"({d['load_1min']['min']:.1f} to {d['load_1min']['max']:.1f}): on a machine quieter than when "
+                f"the baseline was taken, unchanged code ran at down to {min(same):.2f}x the baseline's {stat}, "
+                f"and a {d['slowdown']:g}x slower stop at as little as {min(slow):.2f}x: no threshold on one "
+                "baseline tells these apart when the load moves that much. Take the baseline under the load the "
+                "check runs under.\n\n"
+                if held("slower")
+                else ""
+            )
+            + f"MEASURED: `{d['command']}` (`{self.gate_name}`, {d['time']}): the kit's own `--compare` and "
+            f"`--compare-fail {d['rule']}`, `--stopper {d['stopper']}`, kinds "
+            + ", ".join(f"`{k}`" for k in d["kinds"])
+            + f", {d['repeat']} samples per kind, beside {d['hogs']} CPU hogs (`python3 -c 'while True: pass'`; "
+            f"1-minute load {d['load_1min']['min']:.1f} to {d['load_1min']['max']:.1f}), the baseline taken beside "
+            f"them too; the baseline's {stat}s: "
+            + "; ".join(f"{k} {seconds(v[stat])}" for k, v in sorted(base.items()))
+            + f". Linux {m.get('kernel', '?')}, {m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}. The "
+            f"slower stop is the same adapter sleeping, after its stop returned, {d['slowdown'] - 1:g} times "
+            f"the stop's own time (`SlowerRunner`)."
+        )
 
     def kit_kinds(self) -> str:
         return ", ".join(f"`{v.id}` ({v.label})" for v in _module("kit").VICTIMS)
@@ -423,6 +487,7 @@ def render(template: str, ctx: Context) -> str:
             "kit_adapters",
             "kit_exit_codes",
             "kit_kinds",
+            "gate_figures",
         ):
             return getattr(ctx, kind)()
         raise RenderError(f"unknown placeholder {m.group(0)!r}")
@@ -444,6 +509,7 @@ def main(argv=None) -> int:
     ap.add_argument("--latency-demo", type=Path, default=HERE / "stop-latency-demo.json")
     ap.add_argument("--stop-bench", type=Path, default=HERE / "bench.json")
     ap.add_argument("--strangers", type=Path, default=HERE / "leaks-strangers.json")
+    ap.add_argument("--gate", type=Path, default=HERE / "gate.json")
     ap.add_argument("--out", type=Path, default=HERE / "plugin.md")
     ap.add_argument("--check", action="store_true", help="fail with a diff if --out differs from a fresh render")
     args = ap.parse_args(argv)
@@ -462,6 +528,7 @@ def main(argv=None) -> int:
             _load(args.strangers),
             f"docs/{args.strangers.name}",
         )
+        ctx.gate, ctx.gate_name = _load(args.gate), f"docs/{args.gate.name}"
         text = render(args.template.read_text(encoding="utf-8"), ctx)
     except (RenderError, ValueError, KeyError) as exc:
         print(f"render_plugin: {exc}", file=sys.stderr)

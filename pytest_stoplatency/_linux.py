@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -118,16 +118,18 @@ class StopLatency:
         self.swept = 0
         self.guardian_notes: list = []  # every worker's, on the controller
         # The gate (--stop-latency-compare): the previous labels, read and checked up front so
-        # that a bad file or STAT:PCT stops the session before any test runs.
+        # that a bad file or STAT:THRESH stops the session before any test runs.
         self.compare_path = config.getoption("stop_latency_compare")
         self.compare_rule = compare_fail(config)
-        self.compare_old: dict | None = None
+        self.compare_old: Any = None  # a kit.gate.Baseline
         self.compare_lines: list[str] = []
         self.compare_failures: list[str] = []
         self.svg_path = svg_path(config) if self.worker is None else None
+        self.compare_machine: str | None = None
+        self.compare_code: int | None = None
         if self.compare_path and self.worker is None:
             try:
-                self.compare_old = _lazy("_compare").load(
+                self.compare_old = _lazy("_compare").load_baseline(
                     Path(config.invocation_params.dir) / self.compare_path, self.compare_path
                 )
             except _lazy("_compare").CompareError as exc:
@@ -210,11 +212,22 @@ class StopLatency:
                 self.swept += cleanup.sweep_ownerless()
             cleanup.drop_own_records(self.session)
         if self.compare_old is not None:
-            stat, percent = self.compare_rule or ("median", None)
-            new = _lazy("_report").summarize(self.samples)
-            self.compare_lines, self.compare_failures = _lazy("_compare").compare(self.compare_old, new, stat, percent)
-            if self.compare_failures and session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            report, gate = _lazy("_report"), _lazy("_compare")
+            result = gate.compare(
+                self.compare_old,
+                report.summarize(self.samples),
+                self.compare_rule,
+                here=report.machine(),
+                allow_new=config.getoption("stop_latency_compare_allow_new"),
+                allow_flag="--stop-latency-compare-allow-new",
+            )
+            self.compare_lines, self.compare_failures = result.lines, result.failures
+            self.compare_machine, self.compare_code = result.machine, result.code
+            if result.code is not None and session.exitstatus == pytest.ExitCode.OK:
+                # A slower label fails the session as a failed test would (1); no label in
+                # common is the gate's own code (6), not any of pytest's.
+                no_common = result.code == gate.NO_LABEL_IN_COMMON
+                session.exitstatus = gate.NO_LABEL_IN_COMMON if no_common else pytest.ExitCode.TESTS_FAILED
         path = config.getoption("stop_latency_json")
         if path:
             report = _lazy("_report")
@@ -229,8 +242,13 @@ class StopLatency:
         if self.svg_path:
             from . import pictures  # only when a picture is asked for
 
+            gate = []
+            if self.compare_old is not None:
+                stat = self.compare_rule.stat if self.compare_rule else "median"
+                new = _lazy("_report").summarize(self.samples)
+                gate = pictures.compare_series(self.compare_old.labels, new, stat, self.compare_failures)
             (Path(config.invocation_params.dir) / self.svg_path).write_text(
-                pictures.samples_svg(self.samples, "stop latency per label")
+                pictures.samples_svg(self.samples, "stop latency per label", gate)
             )
 
     def pytest_terminal_summary(self, terminalreporter, config):
@@ -251,6 +269,8 @@ class StopLatency:
         tr.write_line(f"stoplatency: swept {self.swept} ownerless victim process(es)")
         if self.missing_workers:
             tr.write_line(f"stoplatency: workers that returned no samples: {', '.join(self.missing_workers)}")
+        if self.compare_machine:
+            tr.write_line(f"stoplatency: {self.compare_machine}")
         if self.compare_lines:
             tr.write_line(f"stoplatency: compared with {self.compare_path}:")
             for line in self.compare_lines:

@@ -22,16 +22,32 @@ HELP_SVG = (
     "draw the latency distribution per label (each sample a dot, the bound a red bar) as an SVG at PATH "
     "(needs matplotlib: the plots extra)"
 )
-HELP_REPEAT = "run each stop_latency-marked test N times (to collect enough samples for a p95)"
+HELP_REPEAT = (
+    "run each stop_latency-marked test N times (to collect enough samples for a p95), and each kind of "
+    "--stop-conformance N times"
+)
 HELP_COMPARE = "compare this session's stop latencies, label by label, with a previous --stop-latency-json file"
 HELP_COMPARE_FAIL = (
     "with --stop-latency-compare: fail the session when a label's STAT (min, median, p95 or max) "
-    "is more than PCT percent slower than before; a label with a failed sample fails it always"
+    "is slower than before by more than THRESH, relative (median:25%) or absolute (median:5ms, "
+    "max:+50ms); a label with a failed sample fails it always"
+)
+HELP_COMPARE_ALLOW_NEW = (
+    "with --stop-latency-compare: pass a session none of whose labels is in the previous file "
+    "(without it such a compare fails, exit 6)"
 )
 COMPARE_STATS = ("min", "median", "p95", "max")
 HELP_CONFORMANCE = (
     "run the stop-conformance kit's victim zoo against this stopper (a built-in adapter's name or "
     "module:Class), one test per victim kind, with the stop-latency table and JSON; may be given more than once"
+)
+HELP_CONFORMANCE_START = (
+    "with --stop-conformance-stop: start each victim the way the tool under test starts work, a shell "
+    "command whose {argv} is the victim's command line (as the kit's --start)"
+)
+HELP_CONFORMANCE_STOP = (
+    "run the stop-conformance zoo against this stop command (a shell command; {pid} is the started "
+    "process, {pgid} its group), as the kit's --stop; its labels are 'command / KIND'"
 )
 MARKER_LINE = (
     "stop_latency(bound=SECONDS, label=TEXT): a stop-latency test; skipped unless --stop-latency "
@@ -166,13 +182,28 @@ def add_options(parser) -> None:
         default=[],
         help=HELP_CONFORMANCE,
     )
+    g.addoption(
+        "--stop-conformance-start", dest="stop_conformance_start", metavar="CMD", default=None,
+        help=HELP_CONFORMANCE_START,
+    )  # fmt: skip
+    g.addoption(
+        "--stop-conformance-stop", dest="stop_conformance_stop", metavar="CMD", default=None,
+        help=HELP_CONFORMANCE_STOP,
+    )  # fmt: skip
     g.addoption("--stop-latency-compare", dest="stop_latency_compare", metavar="PATH", default=None, help=HELP_COMPARE)
     g.addoption(
         "--stop-latency-compare-fail",
         dest="stop_latency_compare_fail",
-        metavar="STAT:PCT",
+        metavar="STAT:THRESH",
         default=None,
-        help=HELP_COMPARE_FAIL,
+        help=HELP_COMPARE_FAIL.replace("%", "%%"),  # argparse formats help with %
+    )
+    g.addoption(
+        "--stop-latency-compare-allow-new",
+        dest="stop_latency_compare_allow_new",
+        action="store_true",
+        default=False,
+        help=HELP_COMPARE_ALLOW_NEW,
     )
     parser.addini("stop_latency", HELP_INI, type="bool", default=False)
     # `--process-leaks=warn` is an option string of its own, not a value of --process-leaks:
@@ -218,23 +249,33 @@ def add_options(parser) -> None:
     parser.addini("process_leaks_subreaper", HELP_LEAKS_SUBREAPER_INI, type="bool", default=False)
 
 
-def compare_fail(config) -> tuple[str, float] | None:
-    """--stop-latency-compare-fail as (stat, percent); a malformed value is a usage error."""
+def compare_fail(config):
+    """--stop-latency-compare-fail as a gate rule (kit/gate.py's Rule); a malformed, NaN,
+    infinite or negative threshold, or one without its unit, is a usage error."""
     value = config.getoption("stop_latency_compare_fail")
     if value is None:
         return None
-    stat, _, pct = value.partition(":")
+    from .kit import gate  # only when a gate is asked for
+
     try:
-        percent = float(pct.rstrip("%"))
-    except ValueError:
-        percent = -1.0
-    if stat not in COMPARE_STATS or not percent >= 0:
-        raise pytest.UsageError(
-            f"--stop-latency-compare-fail {value!r}: STAT:PCT, STAT one of {', '.join(COMPARE_STATS)}, PCT >= 0"
-        )
+        rule = gate.parse_rule(value, "--stop-latency-compare-fail")
+    except gate.GateError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if config.getoption("stop_latency_compare") is None:
         raise pytest.UsageError("--stop-latency-compare-fail needs --stop-latency-compare PATH")
-    return stat, percent
+    return rule
+
+
+def conformance_command(config) -> tuple[str | None, str] | None:
+    """(--stop-conformance-start, --stop-conformance-stop), or None when no stop command is given."""
+    start, stop = config.getoption("stop_conformance_start"), config.getoption("stop_conformance_stop")
+    if start is not None and stop is None:
+        raise pytest.UsageError("--stop-conformance-start needs --stop-conformance-stop (how the tool stops it)")
+    return None if stop is None else (start, stop)
+
+
+def conformance_asked(config) -> bool:
+    return bool(config.getoption("stop_conformance")) or conformance_command(config) is not None
 
 
 def svg_path(config) -> str | None:

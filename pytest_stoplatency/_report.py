@@ -110,15 +110,21 @@ def git_dirty(cwd: Path) -> bool | None:
     return bool(r.stdout.strip()) if r.returncode == 0 else None
 
 
+def machine() -> dict:
+    """The machine's fingerprint, the same keys as the kit's (kit/gate.py): a baseline from
+    another kernel, CPU count or Python is named when compared."""
+    return {
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "hostname": socket.gethostname(),
+    }
+
+
 def document(samples: list[dict], *, missing_workers: list[str], swept: int, rootdir: Path) -> dict:
     return {
         "schema": SCHEMA,
-        "machine": {
-            "kernel": platform.release(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "hostname": socket.gethostname(),
-        },
+        "machine": machine(),
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "git_commit": git_commit(rootdir),
         "git_dirty": git_dirty(rootdir),

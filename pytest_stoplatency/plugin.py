@@ -82,7 +82,7 @@ def pytest_configure(config):
             config.pluginmanager.register(_leakplugin.ProcessLeaks(config, session), _leakplugin.NAME)
         latency = _linux.StopLatency(config, session)
         config.pluginmanager.register(latency, _linux.PLUGIN_NAME)
-        if config.getoption("stop_conformance"):
+        if _options.conformance_asked(config):
             from . import _conformance
 
             plugin = _conformance.Conformance(config, latency.samples, latency.worker)

@@ -17,7 +17,7 @@ from typing import Any
 
 from runner import defaults
 
-from . import load, measure, report, verdict, zoo
+from . import gate, load, measure, report, verdict, zoo
 from .adapters import BUILTIN
 from .command import Command
 
@@ -35,7 +35,10 @@ HELP_STOPPER = (
     "a built-in adapter by name or a Python adapter as module:Class (the Stopper protocol, "
     "pytest_stoplatency.kit.Stopper); may be given more than once"
 )
-HELP_REPEAT = "samples per victim kind (default 1)"
+HELP_REPEAT = (
+    f"samples per victim kind (default 1; the gate's default rule, {gate.DEFAULT_RULE}, was measured "
+    f"with {gate.DEFAULT_REPEAT})"
+)
 HELP_KILL_GRACE = f"seconds each stopper waits between its TERM and its KILL (default {KILL_GRACE:g})"
 HELP_BOUND = f"the latency each kind must stop within (default: the kill grace + {BOUND_MARGIN:g} s)"
 HELP_KINDS = "victim kinds, comma-separated (default: every kind of the zoo)"
@@ -45,6 +48,17 @@ HELP_SVG = (
     "write the kinds x stoppers grid and the latency distribution per stopper and kind as an SVG here "
     "(matplotlib, the plots extra; without it, the grid alone, in plain SVG)"
 )
+HELP_COMPARE = (
+    "compare each STOPPER / KIND label with a baseline: a previous --json of this command or a "
+    "pytest --stop-latency-json file"
+)
+HELP_COMPARE_FAIL = (
+    "with --compare: fail (exit 5) when a label's STAT (min, median, p95, max) is slower than the "
+    "baseline's by more than THRESH, relative (median:25%) or absolute (median:5ms, max:+50ms) "
+    f"(without it the comparison is shown, and only failed samples and --compare's refusals fail; the measured "
+    f"default rule: {gate.DEFAULT_RULE})"
+)
+HELP_COMPARE_ALLOW_NEW = "with --compare: pass when no label is in the baseline (without it: exit 6)"
 
 
 def _ids(text: str) -> list[str]:
@@ -56,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m pytest_stoplatency conformance",
         description=__doc__.split("\n\n")[0],
-        epilog="exit codes: " + "; ".join(f"{c} {m}" for c, m in verdict.EXIT_CODES.items()),
+        epilog="exit codes: " + "; ".join(f"{c} {m}" for c, m in {**verdict.EXIT_CODES, **gate.EXIT_CODES}.items()),
     )
     ap.add_argument("--start", metavar="CMD", help=HELP_START)
     ap.add_argument("--stop", metavar="CMD", help=HELP_STOP)
@@ -67,10 +81,13 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         help=f"{HELP_STOPPER} (built-in: {', '.join(BUILTIN)})",
     )
-    ap.add_argument("--repeat", type=int, default=1, metavar="N", help=HELP_REPEAT)
+    ap.add_argument("--repeat", type=int, default=1, metavar="N", help=HELP_REPEAT.replace("%", "%%"))
     ap.add_argument("--kill-grace", type=float, default=KILL_GRACE, metavar="S", help=HELP_KILL_GRACE)
     ap.add_argument("--bound", type=float, metavar="S", help=HELP_BOUND)
     ap.add_argument("--kinds", type=_ids, metavar="K,K", help=f"{HELP_KINDS}: {kinds}")
+    ap.add_argument("--compare", type=Path, metavar="PATH", help=HELP_COMPARE)
+    ap.add_argument("--compare-fail", metavar="STAT:THRESH", help=HELP_COMPARE_FAIL.replace("%", "%%"))
+    ap.add_argument("--compare-allow-new", action="store_true", help=HELP_COMPARE_ALLOW_NEW)
     ap.add_argument("--json", type=Path, metavar="PATH", help=HELP_JSON)
     ap.add_argument("--markdown", type=Path, metavar="PATH", help=HELP_MARKDOWN)
     ap.add_argument("--svg", type=Path, metavar="PATH", help=HELP_SVG)
@@ -105,6 +122,18 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[type], list[zoo.Vic
         except load.UnknownStopper as exc:
             ap.error(str(exc))
     victims = [known[k] for k in args.kinds] if args.kinds else list(zoo.VICTIMS)
+    args.rule, args.baseline = None, None
+    try:
+        if args.compare_fail is not None:
+            args.rule = gate.parse_rule(args.compare_fail, "--compare-fail")
+            if args.compare is None:
+                ap.error("--compare-fail needs --compare PATH")
+        if args.compare is not None:
+            args.baseline = gate.load(args.compare, "--compare")
+    except gate.GateError as exc:
+        ap.error(str(exc))
+    if args.compare_allow_new and args.compare is None:
+        ap.error("--compare-allow-new needs --compare PATH")
     return args, classes, victims
 
 
@@ -138,7 +167,14 @@ def main(argv: list[str]) -> int:
     finally:
         zoo.clean_up(work, "conformance")
     doc = report.document(result, bound=args.bound, kill_grace=args.kill_grace)
+    if args.baseline is not None:
+        compared = gate.compare(
+            args.baseline, doc["labels"], args.rule, here=doc["machine"], allow_new=args.compare_allow_new
+        )
+        report.gated(doc, compared, args.baseline, args.rule)
     print(report.table(doc))
+    for line in report.gate_text(doc):
+        print(line)
     if args.json:
         report.write(args.json, report.json_text(doc))
     if args.markdown:

@@ -12,16 +12,27 @@ from xml.sax.saxutils import escape
 
 from . import stats
 
+
+def stopper_name(s: dict[str, Any]) -> str:
+    """A stopper's column: its adapter's name, or for `--start/--stop` its stop command."""
+    how = s.get("how") or ""
+    if s["id"] == "command" and ", stop `" in how:
+        cmd = how.rsplit(", stop `", 1)[1].rstrip("`")
+        return "stop: " + (cmd if len(cmd) <= 22 else cmd[:21] + "…")
+    return str(s["id"])
+
+
 COLOURS = {"whole": "#2e7d32", "over-bound": "#f9a825", "orphaned": "#c62828", "failed": "#616161"}
 CELL_W, CELL_H, HEAD_W, HEAD_H = 150, 28, 170, 60
 
 
 def _cell_text(row: dict[str, Any]) -> str:
+    """From the statistic the colour comes from (the max; the samples not stopped), with n."""
     if row["verdict"] == "orphaned":
-        return f"orphaned {row['orphans']}"
+        return f"{row['n'] - row['stopped']}/{row['n']} orphaned ({row['orphans']} proc)"
     if row["verdict"] == "failed":
-        return "failed"
-    return f"{stats.seconds(row['median_s'])} median"
+        return f"failed {len(row['errors'])} (n={row['n']})"
+    return f"max {stats.seconds(row['max_s'])} n={row['n']}"
 
 
 def grid(doc: dict[str, Any]) -> str:
@@ -32,11 +43,13 @@ def grid(doc: dict[str, Any]) -> str:
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'font-family="sans-serif" font-size="12">',
-        f"<title>Stop conformance: bound {doc['bound_s']:g} s, kill grace {doc['kill_grace_s']:g} s</title>",
+        f"<title>Stop conformance: bound {doc['bound_s']:g} s, kill grace {doc['kill_grace_s']:g} s, "
+        f"{doc['repeat']} sample(s) per cell</title>",
     ]
     for j, s in enumerate(stoppers):
         x = HEAD_W + j * CELL_W + CELL_W / 2
-        out.append(f'<text x="{x}" y="{HEAD_H - 10}" text-anchor="middle" font-weight="bold">{escape(s["id"])}</text>')
+        name = escape(stopper_name(s))
+        out.append(f'<text x="{x}" y="{HEAD_H - 10}" text-anchor="middle" font-weight="bold">{name}</text>')
     for i, kind in enumerate(kinds):
         y = HEAD_H + i * CELL_H
         out.append(f'<text x="{HEAD_W - 8}" y="{y + CELL_H * 0.65}" text-anchor="end">{escape(kind)}</text>')
@@ -52,6 +65,9 @@ def grid(doc: dict[str, Any]) -> str:
                 f"{escape(_cell_text(row))}</text>"
             )
     legend = ", ".join(f"{v}: {c}" for v, c in COLOURS.items())
-    out.append(f'<text x="10" y="{height - 12}" fill="#333">{escape(legend)}; exit {doc["exit_code"]}</text>')
+    out.append(
+        f'<text x="10" y="{height - 12}" fill="#333">{escape(legend)}; a cell: its max, or its samples not '
+        f"stopped, of n; exit {doc['exit_code']}</text>"
+    )
     out.append("</svg>")
     return "\n".join(out) + "\n"

@@ -6,9 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import stats, verdict
+from . import gate, stats, verdict
 
-SCHEMA = 1
+SCHEMA = 2
+"""2: `labels` (per `STOPPER / KIND`, the plugin's --stop-latency-json label format) and
+`machine` (its fingerprint) beside `stoppers`, so that either tool's file is a baseline for
+the other's gate; `gate` when --compare was given."""
 
 
 def document(result: dict[str, Any], *, bound: float, kill_grace: float) -> dict[str, Any]:
@@ -22,8 +25,11 @@ def document(result: dict[str, Any], *, bound: float, kill_grace: float) -> dict
         verdicts += [r["verdict"] for r in rows]
         stoppers.append({**s, "rows": rows})
     code = verdict.exit_code(verdicts) if verdicts else verdict.FAILED
+    doc: dict[str, Any] = {"bound_s": bound, "stoppers": stoppers}
     return {
         "schema": SCHEMA,
+        "machine": gate.machine(),
+        "labels": gate.kit_labels(doc),
         "repeat": result["n"],
         "bound_s": bound,
         "kill_grace_s": kill_grace,
@@ -32,6 +38,34 @@ def document(result: dict[str, Any], *, bound: float, kill_grace: float) -> dict
         "exit_code": code,
         "exit_meaning": verdict.EXIT_CODES[code],
     }
+
+
+def gated(doc: dict[str, Any], result: gate.Result, baseline: gate.Baseline, rule: gate.Rule | None) -> None:
+    """The gate's outcome into the document: its table, failures, the baseline's labels (for
+    the side-by-side picture) and, when the verdicts passed, its exit code."""
+    doc["gate"] = {
+        "rule": rule.text if rule else None,
+        "stat": rule.stat if rule else gate.DEFAULT_STAT,
+        "lines": result.lines,
+        "failures": result.failures,
+        "machine": result.machine,
+        "baseline_machine": baseline.machine,
+        "baseline": baseline.labels,
+    }
+    if result.code is not None and doc["exit_code"] == verdict.OK:
+        doc["exit_code"] = result.code
+        doc["exit_meaning"] = gate.EXIT_CODES[result.code]
+
+
+def gate_text(doc: dict[str, Any]) -> list[str]:
+    g = doc.get("gate")
+    if not g:
+        return []
+    out = [f"conformance: {g['machine']}"] if g["machine"] else []
+    out.append("compared with the baseline:")
+    out += ["  " + line for line in g["lines"]]
+    out += [f"gate failed: {f}" for f in g["failures"]]
+    return out
 
 
 def _outcome(row: dict[str, Any]) -> str:
@@ -91,6 +125,8 @@ def markdown(doc: dict[str, Any]) -> str:
         out += ["| " + " | ".join(HEADS) + " |", "|" + "---|" * len(HEADS)]
         out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows(s)]
         out.append("")
+    if doc.get("gate"):
+        out += ["## The gate", "", "```", *gate_text(doc), "```", ""]
     out.append(f"Exit {doc['exit_code']}: {doc['exit_meaning']}.")
     return "\n".join(out) + "\n"
 

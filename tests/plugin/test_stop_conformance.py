@@ -33,7 +33,7 @@ def test_runner_stops_the_escapees_under_xdist(pytester):
                  "--stop-latency-json", "lat.json")  # fmt: skip
     result.assert_outcomes(passed=2)
     labels = json.loads((pytester.path / "lat.json").read_text())["labels"]
-    assert set(labels) == {"runner / setsid-escapee", "runner / env-scrubber"}
+    assert set(labels) == {"runner-stop / setsid-escapee", "runner-stop / env-scrubber"}  # the kit's label
 
 
 def test_an_unknown_stopper_is_a_usage_error(pytester):
@@ -42,6 +42,34 @@ def test_an_unknown_stopper_is_a_usage_error(pytester):
     assert "--stop-conformance: unknown stopper 'nosuch'" in result.stderr.str()
 
 
+def test_a_stop_command_and_its_start_as_the_kits(pytester):
+    """Path: --stop-conformance-stop/--stop-conformance-start (_options.conformance_command) run
+    the kit's Command stopper, labelled 'command / KIND' as the kit's --stop is: a group kill
+    of an `env` start stops the python forker whole, with --stop-latency-repeat 2
+    honoured (two tests, n = 2)."""
+    result = run(pytester, "-p", "no:xdist", "--stop-conformance-start", "env {argv}",
+                 "--stop-conformance-stop", "kill -KILL -{pgid}", "--stop-latency-repeat", "2",
+                 "-k", "python-trap-kids", "--stop-latency-json", "lat.json")  # fmt: skip
+    result.assert_outcomes(passed=2)
+    labels = json.loads((pytester.path / "lat.json").read_text())["labels"]
+    assert set(labels) == {"command / python-trap-kids"} and labels["command / python-trap-kids"]["n"] == 2
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--stop-conformance-start", "x {argv}"], "--stop-conformance-start needs --stop-conformance-stop"),
+        (["--stop-conformance", "popen", "--stop-latency-repeat", "0"], "--stop-latency-repeat: at least 1"),
+    ],
+)
+def test_conformance_usage_errors(pytester, args, message):
+    """Path: _options.conformance_command and _conformance.Conformance at configure: exit 4."""
+    result = run(pytester, "-p", "no:xdist", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
 def test_help_text_is_the_option(pytester):
     flat = " ".join(pytester.runpytest_subprocess("--help").stdout.str().split())
-    assert " ".join(_options.HELP_CONFORMANCE.split()) in flat
+    for text in (_options.HELP_CONFORMANCE, _options.HELP_CONFORMANCE_START, _options.HELP_CONFORMANCE_STOP):
+        assert " ".join(text.split()) in flat
