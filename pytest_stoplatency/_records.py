@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from ._token import Owner, Token
@@ -93,5 +94,28 @@ def recorded_extras(d: Path) -> list[tuple[int, int]]:
     return out
 
 
+SCRATCH_FILE = "scratch"
+"""In an owner's record directory: the scratch directories to remove once the owner is
+dead (written by pytest_stoplatency.hold.guard; the conformance kit's /tmp/stop-conformance-*)."""
+
+
+def remove_scratch(d: Path) -> None:
+    """Remove the scratch directories a dead owner named: only directories this user owns,
+    never through a link."""
+    try:
+        lines = (d / SCRATCH_FILE).read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        path = Path(line)
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if path.is_absolute() and stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def remove(d: Path) -> None:
+    remove_scratch(d)
     shutil.rmtree(d, ignore_errors=True)
