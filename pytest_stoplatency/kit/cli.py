@@ -19,9 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from runner import defaults
-
 from pytest_stoplatency import hold as holding
+from runner import defaults
 
 from . import load, measure, report, verdict, zoo
 from .adapters import BUILTIN

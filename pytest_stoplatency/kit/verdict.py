@@ -14,8 +14,7 @@ interrupted (Ctrl-C, SIGTERM)."""
 EXIT_CODES = {
     OK: "every kind stopped whole within the bound",
     ORPHANED: "a kind was not stopped whole (a process of the tree outlived a stop that ran)",
-    USAGE: "usage error, an adapter that cannot be loaded, or an output path that cannot be written "
-    "(nothing was run)",
+    USAGE: "usage error, an adapter that cannot be loaded, or an output path that cannot be written (nothing was run)",
     OVER_BOUND: "every kind stopped whole, but a latency was over the bound",
     FAILED: "a sample failed to start, or its stop failed: the stop command could not run, exited non-zero, "
     "outlived --stop-timeout or left processes of its own (each named on its row)",
