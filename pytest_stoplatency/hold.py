@@ -109,7 +109,7 @@ class Scope:
 def describe(member: Member) -> str:
     """A process as a row can show it: its command line (short)."""
     text = _procs.cmdline(member[0])
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 class Hold:
