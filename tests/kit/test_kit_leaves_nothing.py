@@ -37,7 +37,8 @@ def test_a_stop_command_that_leaves_a_process_of_its_own_fails_by_name(kit, tmp_
     assert "the stopper left 1 process of its own: " in got.stdout and "time.sleep(61)" in got.stdout
     (row,) = json.loads(out.read_text())["stoppers"][0]["rows"]
     (sample,) = row["samples"]
-    assert row["verdict"] == "failed" and len(sample["stopper_left"]) == 1 and "time.sleep(61)" in sample["stopper_left"][0]
+    assert row["verdict"] == "failed"
+    assert len(sample["stopper_left"]) == 1 and "time.sleep(61)" in sample["stopper_left"][0]
     assert sample["left"] == 0  # the tree itself was stopped: the fault is the stopper's own process
     assert left_under(kit.work) == [] and _workdirs(kit.work) == []
 
