@@ -183,12 +183,13 @@ def main(argv: list[str]) -> int:
         # Before anything starts: if the kit dies, even by SIGKILL, its guardian kills what
         # it started (victims by token, commands by tag and cgroup) and removes `work`.
         holding.guard([work])
-        hold = holding.Hold.open()
+        if args.stop is not None:  # the Python adapters' own processes are theirs to start
+            hold = holding.Hold.open()
         try:
             stoppers = [c(work, args.kill_grace) for c in classes]
         except Exception as exc:  # a user's adapter whose constructor raises: its fault, one line
             return _fail(f"--stopper: cannot build the adapter: {type(exc).__name__}: {exc}", verdict.USAGE)
-        if args.stop is not None:
+        if hold is not None:
             stoppers.insert(
                 0,
                 Command(

@@ -11,9 +11,21 @@ import subprocess
 import sys
 import time
 
+import pytest
 from kit_helpers import KIT, left_under
 
+from pytest_stoplatency import hold
 from pytest_stoplatency.kit import verdict
+
+# The two routes of pytest_stoplatency.hold: the kit's own cgroup (where one can be made, as
+# here) and, without it, the kit as a child subreaper with a tag on every command.
+ROUTES = pytest.mark.parametrize("route", ["cgroup", "subreaper"])
+
+
+def _route(kit, route):
+    if route == "subreaper":
+        kit.env[hold.ENV_NO_CGROUP] = "1"
+    return "held by cgroup" if route == "cgroup" else "held by subreaper and tags"
 
 
 def _sleeper(path, seconds=61):
@@ -25,15 +37,18 @@ def _workdirs(work):
     return sorted(p.name for p in work.glob("stop-conformance-*"))
 
 
-def test_a_stop_command_that_leaves_a_process_of_its_own_fails_by_name(kit, tmp_path):
+@ROUTES
+def test_a_stop_command_that_leaves_a_process_of_its_own_fails_by_name(kit, tmp_path, route):
     """Path: command.Command.judge: the stop command's scope (its own cgroup) after the
     stop, minus the tree: `kill -9 {pid}; CMD &` stops the victim but leaves CMD running,
     named on the row ("the stopper left 1 process of its own"), exit 4, and killed.
     Ablation stop-command-leftovers-counted (nothing named: "stopped whole", exit 0)."""
     own = kit.work / "own-leftover"
     out = tmp_path / "o.json"
+    held = _route(kit, route)
     got = kit("--stop", f"kill -9 {{pid}}; {_sleeper(own)} &", "--kinds", "cooperative", "--json", out)
     assert got.returncode == verdict.FAILED, got.stdout + got.stderr
+    assert held in got.stderr
     assert "the stopper left 1 process of its own: " in got.stdout and "time.sleep(61)" in got.stdout
     (row,) = json.loads(out.read_text())["stoppers"][0]["rows"]
     (sample,) = row["samples"]
@@ -80,24 +95,28 @@ def test_a_start_command_that_never_brings_a_victim_up_fails_its_first_sample_on
     assert left_under(kit.work) == []
 
 
-def test_a_killed_kit_leaves_nothing_its_guardian_kills_the_trees_and_removes_its_directory(kit, tmp_path):
+@ROUTES
+def test_a_killed_kit_leaves_nothing_its_guardian_kills_the_trees_and_removes_its_directory(kit, tmp_path, route):
     """Path: hold.guard (the plugin's guardian, started by cli.main before anything): the stop
-    command SIGKILLs the kit (`kill -9 $PPID`) mid-sample; the guardian, not another
-    session's sweep (its own log line names the kit), kills the four processes of the
-    tree and the kit's scratch directory goes. Ablation kit-guardian."""
+    command starts a child that leaves its session, then SIGKILLs the kit (`kill -9 $PPID`)
+    mid-sample; the guardian, not another session's sweep (its own log line names the
+    kit), kills the four processes of the tree and the stop command's child (by cgroup, or
+    by tag), and the kit's scratch directory goes. Ablation kit-guardian."""
     log = tmp_path / "guardian.log"
+    held = _route(kit, route)
     env = {**kit.env, "STOPLATENCY_GUARDIAN_LOG": str(log)}
+    stop = f"setsid {_sleeper(kit.work / 'stop-child')} & kill -9 $PPID # {{pid}}"
     proc = subprocess.run(
-        [*KIT, "--stop", "kill -9 $PPID # {pid}", "--kinds", "python-trap-kids"],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [*KIT, "--stop", stop, "--kinds", "python-trap-kids"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    assert held in proc.stderr
     deadline = time.monotonic() + 60
     while not log.exists() or not log.read_text().strip():  # the event: the guardian has swept
         assert time.monotonic() < deadline, f"no guardian swept for the kit; left: {left_under(kit.work)}"
         time.sleep(0.05)
     (line,) = [json.loads(x) for x in log.read_text().splitlines()]
-    assert line["killed"] >= 4, line  # the forker and its three children
+    assert line["killed"] >= 5, line  # the forker, its three children, the stop command's child
     assert left_under(kit.work) == []
     assert _workdirs(kit.work) == []
 
