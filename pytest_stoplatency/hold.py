@@ -71,10 +71,10 @@ class Scope:
             kw["preexec_fn"] = self._enter
         return kw
 
-    def members(self) -> list[Member]:
+    def members(self, adopted: bool = True) -> list[Member]:
         """The living processes of the scope: its cgroup's, the carriers of its tag, and,
         without a cgroup, orphans re-parented to this process (the subreaper) that no
-        Popen of ours waits for."""
+        Popen of ours waits for (`adopted`: which scope they came from is not known)."""
         pids: set[int] = set()
         if self.path is not None:
             pids.update(_cgroup.members(self.path))
@@ -82,7 +82,7 @@ class Scope:
         for entry in os.listdir("/proc"):
             if entry.isdigit() and _procs.env_value(int(entry), key) == self.tag:
                 pids.add(int(entry))
-        if self.path is None:
+        if self.path is None and adopted:
             pids.update(self.hold.adopted())
         pids.discard(os.getpid())
         out = []

@@ -63,6 +63,13 @@ class Started:
     said: dict[str, Any] = field(default_factory=dict)
 
 
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:  # gone already: {pgid} names its group as it was, its own
+        return pid
+
+
 def _tail(path: Path, size: int = 4096) -> str:
     try:
         with open(path, "rb") as f:
@@ -129,7 +136,7 @@ class Command(Stopper):
             if isinstance(exc, StartFailed):
                 self.broken = f"the start command brought no victim up in an earlier sample ({exc})"
             raise
-        return Started(proc, scope, pid, pid if pid == proc.pid else os.getpgid(pid), tree.dir)
+        return Started(proc, scope, pid, pid if pid == proc.pid else _pgid(pid), tree.dir)
 
     def _up(self, tree: Tree, proc: subprocess.Popen[bytes], scope: holding.Scope, err_path: Path) -> int:
         """Wait for the victim's handshake; the pid `{pid}` names."""
@@ -207,7 +214,7 @@ class Command(Stopper):
         scope = handle.stop_scope
         if scope is None:
             return {}
-        ours = set(tree.members())
+        ours = set(tree.members()) | set(handle.scope.members(adopted=False))  # the tree's, the start's
         own = [m for m in scope.members() if m not in ours]
         if own:
             with zoo.Deaths({"own": own}) as deaths:  # dying already (a `kill &` of its own)
