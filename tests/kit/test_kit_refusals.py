@@ -41,6 +41,19 @@ def test_an_adapter_whose_import_raises_is_a_usage_error_in_one_line(kit, tmp_pa
     assert list(kit.work.iterdir()) == []
 
 
+def test_an_adapter_whose_constructor_raises_is_a_usage_error_in_one_line(kit, tmp_path):
+    """Path: cli.main builds each adapter before the first sample: its exception is one line, 2."""
+    (tmp_path / "picky_adapter.py").write_text(
+        "from pytest_stoplatency.kit import Stopper\n\n"
+        "class Stop(Stopper):\n"
+        "    def __init__(self, work, kill_grace):\n"
+        "        raise ValueError('needs a license key')\n"
+    )
+    got = kit("--stopper", "picky_adapter:Stop", cwd=tmp_path)
+    _one_line_refusal(got, "--stopper: cannot build the adapter: ValueError: needs a license key")
+    assert list(kit.work.iterdir()) == []
+
+
 @pytest.mark.parametrize("opt", ["--json", "--markdown", "--svg"])
 def test_an_output_that_cannot_be_written_is_refused_before_the_first_sample(kit, tmp_path, opt):
     """Path: report.unwritable, from cli.parse: a path under a regular file, and a directory,
