@@ -7,6 +7,8 @@ the conformance kit uses it; a pytest session gets the same through the plugin).
   carries one of this process's tags (``Scope.tag``), everything in this process's
   ``Hold`` cgroup, and removes the ``scratch`` directories. The next pytest session's
   sweep does the same should the guardian itself be gone.
+- ``tag_environment()`` tags everything this process starts from then on, whoever starts
+  it, for that guardian.
 - ``Hold.open()`` holds what this process starts through its scopes: a cgroup of this
   process's own (``<its cgroup>/stoplatency/<pid>.<start ticks>``, the layout of
   ``--process-leaks-cgroup``, which the sweep of a dead owner knows) where one can be
@@ -45,6 +47,17 @@ def guard(scratch: list[Path] | tuple[Path, ...] = ()) -> int | None:
             f.writelines(f"{Path(p).resolve()}\n" for p in scratch)
     _guardian.ensure_started()  # ablate: kit-guardian
     return _guardian.pid()
+
+
+def tag_environment(name: str = "harness") -> str:
+    """Put this process's own tag (``STOPLATENCY_LEAK_TAG=<pid>.<start ticks>.<name>``) in its
+    environment: everything it starts from now on carries it, whoever starts it (a Python
+    adapter's daemon too), so that its guardian kills it should this process die. A
+    Scope's tag replaces it for what the scope starts."""
+    owner = _token.me()
+    tag = f"{owner.pid}.{owner.start_ticks}.{name}"
+    os.environ[_leaks.TAG_ENV] = tag  # ablate: kit-tags-its-environment
+    return tag
 
 
 class Scope:

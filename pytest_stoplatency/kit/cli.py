@@ -183,6 +183,7 @@ def main(argv: list[str]) -> int:
         # Before anything starts: if the kit dies, even by SIGKILL, its guardian kills what
         # it started (victims by token, commands by tag and cgroup) and removes `work`.
         holding.guard([work])
+        holding.tag_environment("conformance")  # a Python adapter's own processes too
         if args.stop is not None:  # the Python adapters' own processes are theirs to start
             hold = holding.Hold.open()
         try:

@@ -151,3 +151,39 @@ def test_ctrl_c_during_a_hung_stop_writes_what_finished_and_leaves_nothing(kit, 
     assert [r["kind"] for r in doc["stoppers"][0]["rows"]] == ["cooperative"]
     assert "cooperative" in stdout and "interrupted" in stdout
     assert left_under(kit.work) == [] and _workdirs(kit.work) == []
+
+
+ADAPTER_WITH_A_DAEMON = """
+import os, signal, subprocess, sys
+from pytest_stoplatency.kit import Stopper
+
+class Daemon(Stopper):
+    def start(self, tree):
+        # A daemon of the adapter's own, outside the tree, in a session of its own.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(61)", os.environ["DAEMON_MARK"]],
+                         start_new_session=True)
+        return subprocess.Popen(tree.argv, start_new_session=True)
+
+    def stop(self, proc):
+        os.kill(os.getpid(), signal.SIGKILL)  # the kit dies mid-stop
+"""
+
+
+def test_a_killed_kit_leaves_no_process_of_a_python_adapter(kit, tmp_path):
+    """Path: hold.tag_environment (from cli.main): whatever a Python adapter starts carries the
+    kit's tag, so the guardian of a SIGKILLed kit kills the adapter's own daemon with the
+    tree. Ablation kit-tags-its-environment."""
+    (tmp_path / "daemon_adapter.py").write_text(ADAPTER_WITH_A_DAEMON)
+    log = tmp_path / "guardian.log"
+    env = {**kit.env, "STOPLATENCY_GUARDIAN_LOG": str(log), "DAEMON_MARK": str(kit.work / "daemon")}
+    proc = subprocess.run(
+        [*KIT, "--stopper", "daemon_adapter:Daemon", "--kinds", "trap-term"],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    deadline = time.monotonic() + 60
+    while not log.exists() or not log.read_text().strip():  # the event: the guardian has swept
+        assert time.monotonic() < deadline, f"no guardian swept for the kit; left: {left_under(kit.work)}"
+        time.sleep(0.05)
+    assert left_under(kit.work) == []
+    assert _workdirs(kit.work) == []
