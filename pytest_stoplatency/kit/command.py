@@ -48,8 +48,9 @@ PLACEHOLDERS_STOP = ("{pid}", "{pgid}")
 
 
 class StartFailed(RuntimeError):
-    """The start command brought no victim up: the sample fails, and so does every later
-    sample of this stopper at once (a start that never works costs one wait, not one a sample)."""
+    """The start command brought no victim up: the sample fails, and, where it never brought
+    one up before, so does every later sample of this stopper, at once (a start that never
+    works costs one wait, not one a sample)."""
 
 
 @dataclass
@@ -102,7 +103,8 @@ class Command(Stopper):
         self.start_cmd, self.stop_cmd, self.hold = start, stop, hold
         self.stop_timeout = kill_grace + STOP_TIMEOUT_MARGIN if stop_timeout is None else stop_timeout
         self.how = f"start `{start or '{argv}'}`, stop `{stop}`"
-        self.broken: str | None = None
+        self.broken: str | None = None  # the start never worked: later samples fail at once
+        self.started = False
 
     def _fill(self, text: str) -> str:
         return text.replace("{grace}", f"{self.kill_grace:g}")
@@ -133,9 +135,10 @@ class Command(Stopper):
         except BaseException as exc:
             scope.kill()
             reap(proc)
-            if isinstance(exc, StartFailed):
+            if isinstance(exc, StartFailed) and not self.started:  # never worked: it will not
                 self.broken = f"the start command brought no victim up in an earlier sample ({exc})"
             raise
+        self.started = True
         return Started(proc, scope, pid, pid if pid == proc.pid else _pgid(pid), tree.dir)
 
     def _up(self, tree: Tree, proc: subprocess.Popen[bytes], scope: holding.Scope, err_path: Path) -> int:

@@ -160,8 +160,9 @@ from pytest_stoplatency.kit import Stopper
 class Daemon(Stopper):
     def start(self, tree):
         # A daemon of the adapter's own, outside the tree, in a session of its own.
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(61)", os.environ["DAEMON_MARK"]],
-                         start_new_session=True)
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", os.environ["DAEMON_MARK"]],
+                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
         return subprocess.Popen(tree.argv, start_new_session=True)
 
     def stop(self, proc):
