@@ -42,11 +42,15 @@ def guard(scratch: list[Path] | tuple[Path, ...] = ()) -> int | None:
     """Start this process's guardian (once; again if it died) and name the scratch
     directories it removes should this process die; the guardian's pid (None: none)."""
     if scratch:
-        d = _records.owner_dir(_token.me())
-        with open(d / _records.SCRATCH_FILE, "a") as f:
-            f.writelines(f"{Path(p).resolve()}\n" for p in scratch)
+        _records.add_scratch(_token.me(), scratch)
     _guardian.ensure_started()  # ablate: kit-guardian
     return _guardian.pid()
+
+
+def release() -> None:
+    """At this process's clean end, its scratch directories already removed: forget them."""
+    owner = _token.me()
+    (_records.BASE / f"{owner.pid}.{owner.start_ticks}{_records.SCRATCH_SUFFIX}").unlink(missing_ok=True)
 
 
 def tag_environment(name: str = "harness") -> str:

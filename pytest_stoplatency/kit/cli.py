@@ -174,12 +174,12 @@ def main(argv: list[str]) -> int:
     args, classes, victims = parse(argv)
     _KIT_PID, _STOPPING = os.getpid(), False
     log = lambda m: print(f"conformance: {m}", file=sys.stderr)  # noqa: E731
-    signal.signal(signal.SIGTERM, _interrupted)
-    signal.signal(signal.SIGINT, _interrupted)
     work = Path(tempfile.mkdtemp(prefix="stop-conformance-"))
     hold: holding.Hold | None = None
     result = None
     try:
+        signal.signal(signal.SIGTERM, _interrupted)
+        signal.signal(signal.SIGINT, _interrupted)
         # Before anything starts: if the kit dies, even by SIGKILL, its guardian kills what
         # it started (victims by token, commands by tag and cgroup) and removes `work`.
         holding.guard([work])
@@ -212,6 +212,7 @@ def main(argv: list[str]) -> int:
         if hold is not None:
             hold.close()
         zoo.clean_up(work, "conformance")
+        holding.release()
     doc = report.document(result, bound=args.bound, kill_grace=args.kill_grace)
     print(report.table(doc))
     try:

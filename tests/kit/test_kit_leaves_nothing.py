@@ -187,4 +187,4 @@ def test_a_killed_kit_leaves_no_process_of_a_python_adapter(kit, tmp_path):
         assert time.monotonic() < deadline, f"no guardian swept for the kit; left: {left_under(kit.work)}"
         time.sleep(0.05)
     assert left_under(kit.work) == []
-    assert _workdirs(kit.work) == []
+    assert _workdirs(kit.work) == [], log.read_text()
