@@ -124,3 +124,13 @@ def test_small_things_a_kind_once_no_p95_of_one_sample_and_the_grace_placeholder
     heads, rows = cells[0], cells[1:]
     assert [r[0] for r in rows] == ["cooperative"]
     assert rows[0][heads.index("p95")] == "-" and rows[0][heads.index("max")] != "-"
+
+
+def test_a_start_command_that_fails_is_named_with_its_code_and_stderr(kit):
+    """Path: command.Command._up: a start command that exits non-zero before the handshake
+    fails its sample with its code and the last line of its stderr (a file, never a pipe
+    a child could hold open)."""
+    got = kit("--start", "sh -c 'echo starting >&2; echo no such image >&2; exit 3' {argv}", "--stop", "kill {pid}",
+              "--kinds", "cooperative")  # fmt: skip
+    assert got.returncode == verdict.FAILED, got.stdout + got.stderr
+    assert "start: the start command exited 3 before the victim's handshake: no such image" in got.stdout
