@@ -72,6 +72,8 @@ class Scope:
         owner = _token.me()
         self.tag = f"{owner.pid}.{owner.start_ticks}.{name}-{next(_serial)}"
         self.path = hold.session.scope_dir(f"{name}-{next(_serial)}") if hold.session else None
+        self.done = False
+        hold.scopes.append(self)
 
     def _enter(self) -> None:
         # In the child between fork and exec: it, and all it will ever start, is held
@@ -113,6 +115,7 @@ class Scope:
         """SIGKILL everything of the scope, wait for it to be gone, remove its cgroup;
         what was alive (before the kill)."""
         found = self.members()
+        self.done = True
         if self.path is not None:
             _cgroup.kill(self.path, timeout)
             _cgroup.remove_tree(self.path)
@@ -138,6 +141,7 @@ class Hold:
     def __init__(self, session: _cgroup.Session | None, subreaper: bool) -> None:
         self.session = session
         self.subreaper = subreaper
+        self.scopes: list[Scope] = []
 
     @classmethod
     def open(cls) -> Hold:
@@ -174,7 +178,11 @@ class Hold:
             _subreaper.reap(self.adopted(), set())
 
     def close(self) -> None:
-        """Kill whatever is still held and remove the cgroup."""
+        """Kill whatever is still held (a scope an interruption left alive) and remove the cgroup."""
+        for scope in self.scopes:
+            if not scope.done:
+                scope.kill()
+        self.scopes.clear()
         if self.session is not None:
             self.session.close()
 
