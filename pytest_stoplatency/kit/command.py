@@ -204,7 +204,7 @@ class Command(Stopper):
         if "failed" not in said and code:
             why = f"could not run (exit {code})" if code in (126, 127) else f"exited {code}"
             said["failed"] = f"the stop command {why}" + f": {last}" * bool(last)
-        if handle.proc.returncode is None:
+        if handle.proc.returncode is None and "failed" not in said:  # a failed stop: its sample fails anyway
             try:
                 handle.proc.wait(self.kill_grace + WAIT_MARGIN)
             except subprocess.TimeoutExpired:
