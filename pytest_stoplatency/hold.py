@@ -10,8 +10,8 @@ the conformance kit uses it; a pytest session gets the same through the plugin).
 - ``tag_environment()`` tags everything this process starts from then on, whoever starts
   it, for that guardian.
 - ``Hold.open()`` holds what this process starts through its scopes: a cgroup of this
-  process's own (``<its cgroup>/stoplatency/<pid>.<start ticks>``, the layout of
-  ``--process-leaks-cgroup``, which the sweep of a dead owner knows) where one can be
+  process's own (``<its cgroup>/stoplatency/<pid>.<start ticks>.hold``, the layout of
+  ``--process-leaks-cgroup``, which the sweep of a dead owner knows, beside that one's) where one can be
   made; elsewhere this process becomes a child subreaper (an orphan of what it started
   is re-parented to it, not to init) and the tag in each process's environment is the
   route. ``Hold.scope(name)`` is one group of processes: ``popen_kwargs()`` starts a
@@ -144,12 +144,15 @@ class Hold:
         self.scopes: list[Scope] = []
 
     @classmethod
-    def open(cls) -> Hold:
-        session = None if os.environ.get(ENV_NO_CGROUP) else _cgroup.Session.create()
-        subreaper = False
-        if session is None:
-            subreaper = _subreaper.enable()
-        return cls(session, subreaper)
+    def open(cls, subreaper: bool = True) -> Hold:
+        """`subreaper`: without a cgroup, make this process a child subreaper (not for a
+        process whose children someone else's code waits for: a pytest session; its
+        tags alone hold what it starts then)."""
+        session = None if os.environ.get(ENV_NO_CGROUP) else _cgroup.Session.create("hold")
+        reaper = False
+        if session is None and subreaper:
+            reaper = _subreaper.enable()
+        return cls(session, reaper)
 
     @property
     def how(self) -> str:

@@ -96,11 +96,15 @@ class Command(Stopper):
         *,
         start: str | None,
         stop: str,
-        hold: holding.Hold,
+        hold: holding.Hold | None = None,
         stop_timeout: float | None = None,
     ) -> None:
         super().__init__(work, kill_grace)
-        self.start_cmd, self.stop_cmd, self.hold = start, stop, hold
+        # Without a hold of the caller's (pytest --stop-conformance), one of its own, closed
+        # with it, and never a subreaper: pytest's children are its tests' business.
+        self.own_hold = hold is None
+        self.hold = holding.Hold.open(subreaper=False) if hold is None else hold
+        self.start_cmd, self.stop_cmd = start, stop
         self.stop_timeout = kill_grace + STOP_TIMEOUT_MARGIN if stop_timeout is None else stop_timeout
         self.how = f"start `{start or '{argv}'}`, stop `{stop}`"
         self.broken: str | None = None  # the start never worked: later samples fail at once
@@ -232,6 +236,10 @@ class Command(Stopper):
             "stopper_left": names,
             "failed": f"the stopper left {n} process{'es' * (n != 1)} of its own: {', '.join(names)}",
         }
+
+    def close(self) -> None:
+        if self.own_hold:
+            self.hold.close()
 
     def cleanup(self, handle: Started) -> None:
         reap(handle.proc)

@@ -188,3 +188,22 @@ def test_a_killed_kit_leaves_no_process_of_a_python_adapter(kit, tmp_path):
         time.sleep(0.05)
     assert left_under(kit.work) == []
     assert _workdirs(kit.work) == [], log.read_text()
+
+
+def test_a_command_stopper_without_a_hold_holds_its_own_and_never_makes_pytest_a_subreaper(tmp_path):
+    """Path: command.Command with no hold of the caller's (how `pytest --stop-conformance`
+    builds it, in pytest's own process): a hold of its own, never a subreaper, closed with
+    the stopper; the stop's own leftover is still named and killed."""
+    from pytest_stoplatency.kit import measure, zoo
+    from pytest_stoplatency.kit.command import Command
+
+    own = tmp_path / "own-leftover"
+    stopper = Command(tmp_path, 1.0, start=None, stop=f"kill -9 {{pid}}; {_sleeper(own)} &")
+    try:
+        assert not stopper.hold.subreaper
+        got = measure.sample(stopper, zoo.Tree(zoo.VICTIMS[0], tmp_path / "trees"))
+    finally:
+        stopper.close()
+        zoo.sweep(tmp_path / "trees")
+    assert got["error"].startswith("stop: the stopper left 1 process of its own: ")
+    assert left_under(tmp_path) == []
