@@ -7,8 +7,9 @@ start command's process, ``{pgid}``: its process group, ``{grace}``: the kill gr
 seconds). Both run under ``/bin/sh -c`` in a session of their own, the start command as
 ``exec CMD`` (so ``{pid}`` is the tool itself; a compound start command is one
 ``sh -c '…'`` of its own). A start command that exits before the victim's handshake (a
-launcher: ``setsid -f {argv}``, ``sh -c '{argv} &'``) is waited for by the handshake,
-not by its pid: ``{pid}`` and ``{pgid}`` are then the victim's own. The stop is over when
+launcher: ``setsid -f {argv}``, ``sh -c '{argv} &'``; or within LAUNCHER_GRACE after it)
+is waited for by the handshake, not by its pid: ``{pid}`` and ``{pgid}`` are then the
+victim's own. The stop is over when
 the stop command has exited and the start command's process is gone, or ``kill_grace``
 plus a margin after the stop command exited, whichever is first (a tool that keeps
 running, a daemon, is not waited for).
@@ -43,6 +44,8 @@ START_TIMEOUT = 10.0
 """How long a --start command has to bring the victim up (its ready handshake)."""
 STOP_TIMEOUT_MARGIN = 10.0
 """A --stop command's limit by default: the kill grace plus this."""
+LAUNCHER_GRACE = 0.25
+"""A start command that exits 0 within this of the victim's handshake is a launcher too."""
 PLACEHOLDERS_START = ("{argv}",)
 PLACEHOLDERS_STOP = ("{pid}", "{pgid}")
 
@@ -150,9 +153,18 @@ class Command(Stopper):
         deadline = time.monotonic() + START_TIMEOUT
         try:
             tree.adopt(START_TIMEOUT, process=proc)
-            return proc.pid
         except RuntimeError:  # the plugin's VictimNotReady: no handshake, or its process exited
             pass
+        else:
+            if tree.victim.pid == proc.pid:
+                return proc.pid  # the tool execs the victim: one process
+            try:
+                # A launcher whose victim won the race to the handshake (a busy machine): it
+                # exits at once after, and is a launcher all the same.
+                exited = proc.wait(LAUNCHER_GRACE)
+            except subprocess.TimeoutExpired:
+                return proc.pid  # the tool runs on: {pid} is the tool
+            return int(tree.victim.pid) if exited == 0 else proc.pid
         code = proc.poll()
         if code is None:
             raise StartFailed(f"no victim handshake within {START_TIMEOUT:g} s of the start command")
