@@ -94,12 +94,12 @@ class Context:
         return re.sub(r" ?\([^()]*docs/plugin\.md[^()]*\)", "", value)
 
     def const(self, dotted: str) -> str:
-        mod, _, name = dotted.rpartition(".")
+        mod, _, name = dotted.rpartition(".")  # a module of a subpackage too: kit.report.P95_MIN_N
         value = getattr(_module(mod.replace("/", ".")), name, None)
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise RenderError(f"template names {dotted!r}, which is no number or text constant")
         shown = f"`{value}`" if isinstance(value, str) else f"{value:g}"
-        return f"{shown} (DERIVED: `pytest_stoplatency/{mod}.py: {name}`)"
+        return f"{shown} (DERIVED: `pytest_stoplatency/{mod.replace('.', '/')}.py: {name}`)"
 
     def default(self, param: str) -> str:
         """A default of `victim(...)` (VictimFactory.__call__), bare: it stands in code."""

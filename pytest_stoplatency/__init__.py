@@ -2,7 +2,9 @@
 
 Public API: ``Victim`` and ``PreparedVictim`` (the handles the ``victim`` fixture
 returns), ``ProcessLeakWarning`` (what ``--process-leaks=warn`` reports), and
-``sweep_ownerless_victims()`` for a harness that kills pytest sessions itself. They are
+``sweep_ownerless_victims()`` for a harness that kills pytest sessions itself; and the
+module ``pytest_stoplatency.hold`` (``guard``, ``Hold``) for a harness that is not pytest
+(the conformance kit): what it starts held, and a guardian should it die. They are
 imported lazily: ``python -m pytest_stoplatency.victim`` runs this file first, and the
 victim program must not pay for psutil or pytest.
 

@@ -33,7 +33,7 @@ from . import _token
 SUBDIR = "stoplatency"
 _GONE = (errno.ENOENT, errno.ENODEV, errno.ESRCH)  # a cgroup removed (or being removed) under us
 _CGROUP_LINE = re.compile(r"0::(/.*)")
-_SESSION_NAME = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?")  # Owner.session_name
+_SESSION_NAME = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?(?:\.[a-z]+)?")  # Owner.session_name, with a kind (.hold)
 
 
 def root() -> Path | None:
@@ -161,13 +161,17 @@ class Session:
         self.inside: Path | None = None  # the scope cgroup pytest is in now
 
     @classmethod
-    def create(cls, session: int | None = None) -> Session | None:
-        """None where cgroup v2 is not writable here, or has no cgroup.kill (Linux < 5.14)."""
+    def create(cls, session: int | None = None, kind: str = "") -> Session | None:
+        """None where cgroup v2 is not writable here, or has no cgroup.kill (Linux < 5.14).
+        `kind` (lower-case letters) names a session of another user of this layout than
+        --process-leaks-cgroup (pytest_stoplatency.hold: "hold"), beside it in the same
+        process, swept the same way once the owner is dead."""
         home = own()
         if home is None:
             return None
         owner = _token.me()
-        path = home / SUBDIR / owner.session_name(session)  # one per pytest session (_session.py)
+        # one per pytest session (_session.py); a kind's beside it
+        path = home / SUBDIR / (owner.session_name(session) + (f".{kind}" if kind else ""))
         for _ in range(3):  # a concurrent session's end may rmdir the shared parent meanwhile
             try:
                 path.mkdir(parents=True, exist_ok=True)

@@ -101,6 +101,9 @@ def sweep_ownerless() -> int:
     for owner, d in _records.owner_dirs():
         if not owner.alive():
             _records.remove(d)
+    for owner, f in _records.scratch_files():  # a dead harness's scratch directories (hold.guard)
+        if not owner.alive():
+            _records.remove_scratch(f)
     # --process-leaks-cgroup sessions whose pytest died: what they hold is theirs, tag or not.
     return killed + _cgroup.sweep_dead()
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from . import _session
@@ -98,6 +99,50 @@ def recorded_extras(d: Path) -> list[tuple[int, int]]:
     for f in d.glob(f"*{EXTRAS_SUFFIX}"):
         out.extend(read_extras(f))
     return out
+
+
+SCRATCH_SUFFIX = ".scratch"
+"""Beside an owner's record directory, ``<owner>.scratch``: the scratch directories to remove
+once the owner is dead (written by pytest_stoplatency.hold.guard: the conformance kit's
+/tmp/stop-conformance-*). A file of its own, not one inside the record directory: a sweep
+that removes the directory without knowing of it (an older plugin's) leaves it in place."""
+
+
+def add_scratch(owner: Owner, paths) -> None:
+    owner_dir(owner)  # the base, private, exists
+    with open(BASE / f"{owner.pid}.{owner.start_ticks}{SCRATCH_SUFFIX}", "a") as f:
+        f.writelines(f"{Path(p).resolve()}\n" for p in paths)
+
+
+def scratch_files() -> list[tuple[Owner, Path]]:
+    out: list[tuple[Owner, Path]] = []
+    try:
+        entries = list(BASE.glob(f"*{SCRATCH_SUFFIX}"))
+    except OSError:
+        return out
+    for f in entries:
+        pid, _, ticks = f.name[: -len(SCRATCH_SUFFIX)].partition(".")
+        if pid.isdigit() and ticks.isdigit():
+            out.append((Owner(int(pid), int(ticks)), f))
+    return out
+
+
+def remove_scratch(f: Path) -> None:
+    """Remove the scratch directories a dead owner named, then the list: only directories
+    this user owns, never through a link."""
+    try:
+        lines = f.read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        path = Path(line)
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if path.is_absolute() and stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+    f.unlink(missing_ok=True)
 
 
 def remove(d: Path) -> None:

@@ -57,6 +57,16 @@ def sample(stopper: Stopper, tree: Tree) -> dict[str, Any]:
             "left": len(left),
             **said,
         }
+        judge = getattr(stopper, "judge", None)  # what the stop left of its own (command.py)
+        if judge is not None:
+            faults = judge(handle, tree, SETTLE)
+            if out.get("failed") and faults.get("failed"):
+                faults["failed"] = f"{out['failed']}; {faults['failed']}"
+            out.update(faults)
+        if out.get("failed"):
+            # The stopper's own fault (its stop could not run, failed, hung or left processes
+            # of its own): a failed sample, whatever it left of the tree.
+            out["error"] = f"stop: {out.pop('failed')}"
         return out
     finally:
         zoo.kill_rounds(tree.members)
@@ -87,17 +97,23 @@ def run(
         if s.missing() is not None:
             log(f"skipping {s.id}: {s.missing()}")
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {s.id: {v.id: [] for v in victims} for s in present}
+    interrupted = False
     try:
         for r in range(n):
             for s in present:
                 for v in victims:
                     samples[s.id][v.id].append(sample(s, Tree(v, work / "trees")))
             log(f"round {r + 1} of {n} done")
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (cli): what finished is the result
+        interrupted = True
+        done = sum(len(c) for row in samples.values() for c in row.values())
+        log(f"interrupted: {done} sample(s) finished, reported below")
     finally:
         for s in present:
             s.close()
     return {
         "n": n,
+        "interrupted": interrupted,
         "settle_s": SETTLE,
         "victims": [{"id": v.id, "label": v.label, "kind": v.kind, "lang": v.lang} for v in victims],
         "stoppers": [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,15 @@ def document(result: dict[str, Any], *, bound: float, kill_grace: float) -> dict
         rows = []
         for v in result["victims"] if not s["skipped"] else []:
             cell = result["cells"][s["id"]][v["id"]]
+            if result.get("interrupted") and not cell["samples"]:
+                continue  # not reached before the interruption
             rows.append({"kind": v["id"], "label": v["label"], "verdict": verdict.of_cell(cell, bound), **cell})
         verdicts += [r["verdict"] for r in rows]
         stoppers.append({**s, "rows": rows})
     code = verdict.exit_code(verdicts) if verdicts else verdict.FAILED
     doc: dict[str, Any] = {"bound_s": bound, "stoppers": stoppers}
+    if result.get("interrupted"):
+        code = verdict.INTERRUPTED
     return {
         "schema": SCHEMA,
         "machine": gate.machine(),
@@ -35,6 +40,7 @@ def document(result: dict[str, Any], *, bound: float, kill_grace: float) -> dict
         "kill_grace_s": kill_grace,
         "settle_s": result["settle_s"],
         "stoppers": stoppers,
+        "interrupted": bool(result.get("interrupted")),
         "exit_code": code,
         "exit_meaning": verdict.EXIT_CODES[code],
     }
@@ -77,6 +83,9 @@ def _outcome(row: dict[str, Any]) -> str:
     return "OVER BOUND" if row["verdict"] == "over-bound" else "stopped whole"
 
 
+P95_MIN_N = 20
+"""Below this many latencies the table prints no p95: the nearest-rank p95 of fewer is the max."""
+
 HEADS = ("kind", "stopped", "min", "median", "p95", "max", "verdict")
 
 
@@ -85,7 +94,9 @@ def rows(stopper: dict[str, Any]) -> list[list[str]]:
         [
             r["kind"],
             f"{r['stopped']}/{r['n']}",
-            *(stats.seconds(r[k]) for k in ("min_s", "median_s", "p95_s", "max_s")),
+            *(stats.seconds(r[k]) for k in ("min_s", "median_s")),
+            stats.seconds(r["p95_s"]) if r["stopped"] >= P95_MIN_N else "-",
+            stats.seconds(r["max_s"]),
             _outcome(r),
         ]
         for r in stopper["rows"]
@@ -132,11 +143,35 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def write(path: Path, text: str) -> None:
-    """Whole or not at all: a temporary file beside it, renamed."""
+    """Whole or not at all: a temporary file beside it, renamed (removed if the write fails)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def unwritable(path: Path) -> str | None:
+    """Why `write(path, ...)` would fail, found before anything runs (None: it can write).
+    Leaves nothing behind: a probe file beside the path is made and removed."""
+    if path.is_dir():
+        return "is a directory"
+    here = path.parent
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    if not here.is_dir():
+        return f"{here} is not a directory"
+    if here != path.parent:  # write() makes the missing directories
+        return None if os.access(here, os.W_OK | os.X_OK) else f"{here} is not writable"
+    probe = here / f".{path.name}.probe-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    probe.unlink()
+    return None
 
 
 def json_text(doc: dict[str, Any]) -> str:

@@ -79,6 +79,11 @@ def _living_ticks(pid: int) -> int | None:
     return st.start_ticks if st is not None and not st.zombie else None
 
 
+def alive(member: Member) -> bool:
+    """That very process (pid and start ticks) is alive."""
+    return _living_ticks(member[0]) == member[1]
+
+
 def _read(path: str) -> bytes:
     try:
         with open(path, "rb") as f:

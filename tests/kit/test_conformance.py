@@ -10,45 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from kit_helpers import KIT, left_under
 
-from pytest_stoplatency.kit import cli, verdict, zoo
+from pytest_stoplatency.kit import cli, verdict
 
-KIT = [sys.executable, "-m", "pytest_stoplatency", "conformance"]
 ESCAPING = ("setsid-escapee", "env-scrubber")  # out of the group and session: `timeout` cannot reach them
 BOUND = "60"  # whole or not is what these tests prove; speed belongs in the benchmark
-
-
-def _left_under(root: Path) -> list[int]:
-    """Living processes whose argv names a path under root (every tree of a kit run there)."""
-    needle = os.fsencode(f"{root}/")
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if needle in f.read():
-                        out.append(int(entry))
-            except OSError:
-                pass
-    return out
-
-
-@pytest.fixture
-def kit(tmp_path):
-    """Runs the kit with its work directory under tmp_path; after the test, whatever a
-    failed run left there is killed, and the test fails had anything been left."""
-    work = tmp_path / "work"
-    work.mkdir()
-    env = {**os.environ, "TMPDIR": str(work)}
-
-    def run(*args, **kw):
-        return subprocess.run([*KIT, *map(str, args)], env=env, capture_output=True, text=True, timeout=300, **kw)
-
-    run.env, run.work = env, work
-    yield run
-    left = _left_under(work)
-    zoo.sweep(work)
-    assert left == [], f"the kit left processes behind: {left}"
 
 
 def _rows(path):
@@ -156,7 +123,7 @@ def test_a_stopped_kit_leaves_nothing_behind(kit, tmp_path):
     flag = kit.work / "stopping"  # in the hung command's argv: the scan below finds it too
     hang = f"{sys.executable} -c 'import time; time.sleep(600)' {flag}"
     proc = subprocess.Popen(
-        [*KIT, "--kinds", "setsid-escapee", "--stop", f"touch {flag}; {hang}"],
+        [*KIT, "--kinds", "setsid-escapee", "--stop", f"touch {flag}; {hang} # {{pid}}"],
         env=kit.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -164,12 +131,12 @@ def test_a_stopped_kit_leaves_nothing_behind(kit, tmp_path):
         while not flag.exists():  # the event: the stop command has begun
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.02)
-        assert _left_under(kit.work)  # the tree is up and being stopped
+        assert left_under(kit.work)  # the tree is up and being stopped
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode != 0
-    assert _left_under(kit.work) == []
+    assert proc.returncode == verdict.INTERRUPTED
+    assert left_under(kit.work) == []

@@ -73,3 +73,14 @@ def test_help_text_is_the_option(pytester):
     flat = " ".join(pytester.runpytest_subprocess("--help").stdout.str().split())
     for text in (_options.HELP_CONFORMANCE, _options.HELP_CONFORMANCE_START, _options.HELP_CONFORMANCE_STOP):
         assert " ".join(text.split()) in flat
+
+
+def test_an_adapter_whose_import_raises_is_a_usage_error_in_one_line(pytester):
+    """Path: kit/load.stopper_class from _conformance.Conformance: whatever the user's module
+    raises on import is a usage error naming it, not a traceback of the session."""
+    pytester.makepyfile(broken_adapter="raise RuntimeError('no config here')\n")
+    result = run(pytester, "-p", "no:xdist", "--stop-conformance", "broken_adapter:Stop")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "--stop-conformance: --stopper broken_adapter:Stop: cannot load it: RuntimeError: no config here" in err
+    assert "Traceback" not in err
