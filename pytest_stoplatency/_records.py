@@ -109,7 +109,9 @@ that removes the directory without knowing of it (an older plugin's) leaves it i
 
 
 def add_scratch(owner: Owner, paths) -> None:
-    owner_dir(owner)  # the base, private, exists
+    # The owner's record directory outside any session: the base, private, exists, and a
+    # later session's sweep gate sees a dead owner's records.
+    session_dir(None)
     with open(BASE / f"{owner.pid}.{owner.start_ticks}{SCRATCH_SUFFIX}", "a") as f:
         f.writelines(f"{Path(p).resolve()}\n" for p in paths)
 
