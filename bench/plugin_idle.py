@@ -9,9 +9,9 @@ least. The cost is the median of the paired differences (with minus without).
 
 Twice more (issue 28), `bytecode`: with writable byte code (PYTHONDONTWRITEBYTECODE unset: pytest
 caches what it rewrites) and without (PYTHONDONTWRITEBYTECODE=1, as in many CI images and
-containers, where pytest would parse, rewrite and compile every module it takes, in every
-session). The plugin's modules are loaded from their byte code either way (the finder in
-pytest_stoplatency/__init__.py), so the two costs should agree.
+containers, where pytest parses, rewrites and compiles every module it takes from source,
+in every session, unless it finds a copy it cached before: the tree's own __pycache__ may
+hold one from an earlier session with writable byte code).
 
 What an unused session reads depends on the records other sessions left (docs/plugin.md,
 "Turning it off"): with another session's records it imports its clean-up and reads their

@@ -7,43 +7,9 @@ module ``pytest_stoplatency.hold`` (``guard``, ``Hold``) for a harness that is n
 (the conformance kit): what it starts held, and a guardian should it die. They are
 imported lazily: ``python -m pytest_stoplatency.victim`` runs this file first, and the
 victim program must not pay for psutil or pytest.
-
-PYTEST_DONT_REWRITE: pytest's assertion rewriter takes every module of a pytest11 plugin's
-distribution, and loads it from source (parse, rewrite, compile) in every session that cannot
-write its own cached copy (PYTHONDONTWRITEBYTECODE=1, a read-only install): this package's
-modules assert nothing a user needs explained, so the finder below loads them the ordinary
-way, from their byte code.
 """
 
-import importlib.machinery
-import sys
-
 __all__ = ["Victim", "PreparedVictim", "ProcessLeakWarning", "sweep_ownerless_victims"]
-
-
-class _PlainImport:
-    """A meta path finder placed before pytest's rewriter: this package's submodules are
-    found by the ordinary path finder (their .pyc is used), never rewritten. This module
-    itself, imported before the finder exists, is the one pytest takes (its docstring
-    says PYTEST_DONT_REWRITE)."""
-
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        if path is None or not name.startswith(f"{__name__}."):
-            return None
-        return importlib.machinery.PathFinder.find_spec(name, path)
-
-
-def _installed() -> bool:
-    """Already in place (this module run twice: importlib.reload, a copy under another path)."""
-    return any(
-        getattr(f, "__module__", None) == __name__ and getattr(f, "__name__", None) == "_PlainImport"
-        for f in sys.meta_path
-    )
-
-
-if not _installed():
-    sys.meta_path.insert(0, _PlainImport)  # ablate: plugin-no-rewrite
 
 
 def sweep_ownerless_victims() -> int:

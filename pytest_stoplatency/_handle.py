@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ class VictimNotReady(RuntimeError):
     pass
 
 
+@dataclass(slots=True, eq=False, repr=False, kw_only=True)
 class Victim:
     """A victim that completed its ready handshake.
 
@@ -36,18 +38,21 @@ class Victim:
     lineage (every descendant inherits it), ``extras`` the descendants that lost it.
     """
 
-    def __init__(self, *, pid, start_ticks, token, kind, lang, extras, ready_path, process=None):
-        self.pid = pid
-        self.start_ticks = start_ticks
-        self.token = token
-        self.kind = kind
-        self.lang = lang
-        self.extras = extras
-        self.ready_path = ready_path
-        self.process = process  # the Popen when we started it (we must reap it)
-        ids = _procs.ids(pid)
+    pid: int
+    start_ticks: int
+    token: _token.Token
+    kind: str
+    lang: str
+    extras: list[dict[str, Any]]
+    ready_path: Path
+    process: subprocess.Popen[bytes] | None = None  # the Popen when we started it (we must reap it)
+    pgid: int = field(init=False)
+    sid: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        ids = _procs.ids(self.pid)
         if ids is None:
-            raise VictimNotReady(f"victim {kind} pid {pid} vanished right after its handshake")
+            raise VictimNotReady(f"victim {self.kind} pid {self.pid} vanished right after its handshake")
         _, self.pgid, self.sid = ids
 
     def __repr__(self):
