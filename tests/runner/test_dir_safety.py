@@ -354,7 +354,9 @@ def test_a_user_without_rights_on_roots_run_gets_one_line(user, area):
     _track(ids, run_dir)
     rd = RunDir(run_dir)
     try:
-        R.wait_event(rd, "session-start", timeout=10)
+        # Idle in its call (its child file written, children/ made): from then on the
+        # engine adds no name, so a listing now is the run's, not a write in flight.
+        R.wait_in_call(rd, timeout=30)
         before = sorted(os.listdir(run_dir))
         for parent_mode in (0o700, 0o755):
             mine.chmod(parent_mode)
