@@ -58,7 +58,7 @@ class Victim:
         # And what its processes recorded since the handshake (<id>.extras: each one
         # that drops its token records itself first, the setsid-spawner's every 50 ms).
         recorded = [(int(e["pid"]), int(e["start_ticks"])) for e in self.extras]
-        later = _records.read_extras(_records.extras_path(self.token))
+        later = _records.read_extras(_records.extras_path(self.ready_path))
         return sorted({(self.pid, self.start_ticks), *recorded, *later})
 
     def _reap(self) -> None:
