@@ -435,7 +435,9 @@ def kill_everything(
     found however it left its group and its environment. last: recorded processes
     SIGTERMed with the rest but SIGKILLed only once the rounds found nothing new (a
     stopper's engine: a child subreaper, it adopts what a killed member had just
-    forked, where the rounds find it; killed with the rest, it would hand it to init)."""
+    forked, where the rounds find it; killed with the rest, it would hand it to init).
+    Contained, no rounds run (what it adopts stays in the cgroup): `last` has its SIGKILL
+    first in the KILL round, its teardown beside the tree's."""
     t0 = time.monotonic()
     membership = Membership(
         run_id,
@@ -482,6 +484,12 @@ def kill_everything(
         # one scan finds the new members of the groups and the new tagged processes.
         contained = cgroup is not None and cgroup_scope is not None
 
+        if contained:
+            # `last` waits for the rounds, and contained there are none: the cgroup kill
+            # reaches what it adopts. Its SIGKILL goes first, so its own teardown (an
+            # engine: a Python process, the slowest to die) overlaps the tree's instead of
+            # following the cgroup's emptying (about 20 ms at a thousand processes).
+            _kill_last(watch, last, left)  # ablate: contained-last-killed-first
         if left:
             _signal_pids(watch, pids, signal.SIGKILL)  # ablate: kill-everything-pid-sigkill
         rescan = not contained
@@ -496,7 +504,7 @@ def kill_everything(
                 if watch.add(ident, named=False) is not None:
                     left.add(ident.pid)
             emptied = False
-            emptied = cgroup.kill(cgroup_scope, timeout=confirm_timeout)  # ablate: cgroup-kill
+            emptied = cgroup.kill(cgroup_scope, timeout=confirm_timeout, deaths=watch.wait)  # ablate: cgroup-kill
             if not emptied:
                 # Still populated after the kill by pid too: what is left is watched, so
                 # the confirmation below names it (never an exit 0 over a live member).
@@ -508,10 +516,8 @@ def kill_everything(
             # the last scan) is new: rounds repeat until one finds nothing new.
             tag = run_id if sweep_tag else None
             left |= kill_until_nothing_new(watch, tag, signalled, untagged, roots)  # ablate: kill-rounds-repeat
-        for ident in last:
             # Nothing new was found with it alive: now it goes too.
-            if watch.add(ident) is not None and ident.pid not in watch.done and watch.send(ident.pid, signal.SIGKILL):
-                left.add(ident.pid)
+            _kill_last(watch, last, left)
 
         watch.wait(time.monotonic() + confirm_timeout)
         survivors = watch.alive()
@@ -535,6 +541,13 @@ def kill_everything(
         watch.close()
     report.elapsed = time.monotonic() - t0
     return report
+
+
+def _kill_last(watch: Watch, last: Sequence[Identity], left: set[int]) -> None:
+    """SIGKILL each of `last` still alive (through its proven pidfd); added to `left`."""
+    for ident in last:
+        if watch.add(ident) is not None and ident.pid not in watch.done and watch.send(ident.pid, signal.SIGKILL):
+            left.add(ident.pid)
 
 
 def kill_until_nothing_new(
