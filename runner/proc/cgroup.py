@@ -354,11 +354,12 @@ class RunCgroup:
             self._kill_by_pid(which, self.leaderless(which))  # ablate: threads-as-liveness-cgroup
         first = time.monotonic() + timeout / 2
         if deaths is not None:
-            # A pidfd turns readable the moment its process exits; cgroup.events says so
-            # late (its poll backs off to 50 ms, its notification is rate-limited): at a
-            # thousand members, tens of milliseconds past the last death. The watched
-            # deaths are waited for first, in the same half of the timeout, and
-            # cgroup.events read once they are over (unwatched members keep it populated).
+            # A pidfd turns readable the moment its process exits; cgroup.events says an
+            # emptying late (its poll backs off to 50 ms, its notification is rate-limited):
+            # at a thousand members, tens of milliseconds past the last death. The deaths
+            # the caller watches are waited for first, in the same half of the timeout,
+            # and cgroup.events read once they are over (what it did not watch keeps the
+            # cgroup populated). After the write: some of them only cgroup.kill kills.
             deaths(first)  # ablate: cgroup-kill-waits-deaths-first
         if self.wait_empty(which, max(0.0, first - time.monotonic())):
             return True
