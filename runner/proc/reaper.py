@@ -328,21 +328,12 @@ def _watch_members(watch: Watch, groups: Iterable[int], sig: int, scan: identity
     return new
 
 
-def _kill_groups(
-    watch: Watch, signalled: Mapping[int, Sequence[Identity]], left: set[int], scan: _Scan, rescan: bool = True
-) -> set[int]:
+def _kill_groups(watch: Watch, signalled: Mapping[int, Sequence[Identity]], left: set[int], scan: _Scan) -> None:
     """The group route's SIGKILL: when anything is left, each group signalled at TERM is
-    killed, leader-proven ones before any scan. Then (`rescan`) the groups' members
-    forked after the TERM are watched, and killed too if nothing else was. Returns those
-    members."""
+    killed, leader-proven ones before any scan. Its members forked since the TERM are
+    found by the kill rounds (find_new), as every route's new members are."""
     if left:
         _signal_groups(watch, signalled.items(), signal.SIGKILL, scan)
-    if not rescan:
-        return set()
-    forked = _watch_members(watch, signalled, signal.SIGKILL, scan())
-    if forked and not left:
-        _signal_groups(watch, signalled.items(), signal.SIGKILL, scan)
-    return forked
 
 
 def _signal_pids(watch: Watch, pids: Iterable[Identity], sig: int) -> None:
@@ -370,17 +361,12 @@ def _signal_tagged(
     return hit
 
 
-def _kill_tagged_round(
-    watch: Watch, run_id: str | None, scan: identity.Scan | None, untagged: set[tuple[int, int]]
-) -> list[int]:
+def _kill_tagged_round(watch: Watch) -> list[int]:
     """The tag sweep's SIGKILL: what it found at TERM and still lives, through the
-    pidfds it holds (no environment read again: the same pidfd is the same process),
-    then (given a scan) the tagged processes new since the TERM round. Returns those
-    reached."""
-    hit = [pid for pid in sorted(watch.by_tag) if pid not in watch.done and watch.send(pid, signal.SIGKILL)]
-    if scan is None:
-        return hit
-    return hit + _signal_tagged(watch, run_id, signal.SIGKILL, scan, set(watch.fds), untagged)
+    pidfds it holds (no environment read again: the same pidfd is the same process).
+    The tagged processes new since the TERM round are found by the kill rounds
+    (find_new). Returns those reached."""
+    return [pid for pid in sorted(watch.by_tag) if pid not in watch.done and watch.send(pid, signal.SIGKILL)]
 
 
 def _signal_cgroup_members(
@@ -481,7 +467,8 @@ def kill_everything(
         # Contained, the cgroup kill reaches whatever of the run forked since the TERM
         # round, and cgroup.events confirms it: this round reads nothing of /proc (reads
         # of /proc during a thousand exits are slow, and slow the exits). Uncontained,
-        # one scan finds the new members of the groups and the new tagged processes.
+        # the kill rounds below find the new members of the groups, the new tagged
+        # processes and the roots' new descendants (find_new), one scan a round.
         contained = cgroup is not None and cgroup_scope is not None
 
         if contained:
@@ -492,11 +479,9 @@ def kill_everything(
             _kill_last(watch, last, left)  # ablate: contained-last-killed-first
         if left:
             _signal_pids(watch, pids, signal.SIGKILL)  # ablate: kill-everything-pid-sigkill
-        rescan = not contained
-        left |= _kill_groups(watch, signalled, left, scan, rescan)  # ablate: kill-everything-group-sigkill
+        _kill_groups(watch, signalled, left, scan)  # ablate: kill-everything-group-sigkill
         if sweep_tag:
-            new_scan = None if contained else scan()
-            left.update(_kill_tagged_round(watch, run_id, new_scan, untagged))  # ablate: tag-sweep-sigkill
+            left.update(_kill_tagged_round(watch))  # ablate: tag-sweep-sigkill
         if cgroup is not None and cgroup_scope is not None:
             # Members not watched yet (what a watched one needs, `left` has): a thousand
             # watched members cost no /proc read here.
@@ -558,8 +543,9 @@ def kill_until_nothing_new(
     roots: Sequence[Identity] = (),
     bound: float = defaults.KILL_ROUNDS_BOUND,
 ) -> set[int]:
-    """KILL rounds without a cgroup, after the routes' own KILL round: one pass over /proc
-    finds what is new since the last one (find_new) and SIGKILLs it. Each round's scan
+    """KILL rounds without a cgroup, after the routes' own KILL round (which SIGKILLs what
+    each route found at TERM and reads no /proc): one pass over /proc a round finds what
+    is new since the last one, the TERM round's first (find_new), and SIGKILLs it. Each round's scan
     begins after every process known so far was SIGKILLed, and a SIGKILLed process forks
     no more: a round that finds nothing new has found everything the groups, the tag and
     the roots' lineage can show. Nothing already watched is signalled again here, so
