@@ -78,6 +78,7 @@ class Watch:
         # SIGKILL nobody asks (at a thousand deaths, a thousand reads of /proc saved).
         self.track_sigkilled = True
         self.by_tag: set[int] = set()  # reached through the tag sweep (its KILL round kills them again)
+        self.by_lineage: set[int] = set()  # reached through the roots' lineage (likewise)
         self.early: set[int] = set()  # group members already dead of our signal when first seen
         self.proven: dict[tuple[int, int], Proof] = {}
         self.refused: list[str] = []
@@ -342,23 +343,9 @@ def _signal_pids(watch: Watch, pids: Iterable[Identity], sig: int) -> None:
             watch.send(ident.pid, sig)
 
 
-def _signal_tagged(
-    watch: Watch,
-    run_id: str | None,
-    sig: int,
-    scan: identity.Scan,
-    skip: Collection[int] = (),
-    untagged: set[tuple[int, int]] | None = None,
-) -> list[int]:
-    """The tag sweep: every living process that carries the run's tag; returns those
-    reached. `skip`: pids whose environment need not be read (already signalled this
-    round by another route, or dead)."""
-    hit = []
-    for ident in sweep.tagged(run_id, scan, skip=skip, untagged=untagged, protected=watch.protected):
-        if watch.add(ident, named=False, proof=Proof.TAG) is not None and watch.send(ident.pid, sig):
-            watch.by_tag.add(ident.pid)
-            hit.append(ident.pid)
-    return hit
+def _kill_watched(watch: Watch, pids: Iterable[int]) -> list[int]:
+    """SIGKILL each of `pids` still alive through the pidfd it is watched by; those reached."""
+    return [pid for pid in sorted(pids) if pid not in watch.done and watch.send(pid, signal.SIGKILL)]
 
 
 def _kill_tagged_round(watch: Watch) -> list[int]:
@@ -447,11 +434,25 @@ def kill_everything(
             # Kill first, look later: the cgroup lists its members without a pass over
             # /proc, so they have their SIGTERM (and die) while the scans below run.
             _signal_cgroup_members(watch, cgroup, cgroup_scope, signal.SIGTERM, signalled)
-        _watch_members(watch, signalled, signal.SIGTERM, scan())
-        if sweep_tag:
-            # Every watched process has had its SIGTERM (group, pid or cgroup route): the
-            # sweep reads the environment of the others only.
-            _signal_tagged(watch, run_id, signal.SIGTERM, scan(), skip=set(watch.fds), untagged=untagged)
+        # The TERM round's discovery is every round's (find_new), against what the
+        # signals above watch: every watched process has had its SIGTERM (group, pid or
+        # cgroup route), so the tag sweep reads the environment of the others only. The
+        # new members of a signalled group had the group's SIGTERM: never sent twice (a
+        # trap may count its signals).
+        grouped: set[int] = set()
+        tag = run_id if sweep_tag else None
+        new = find_new(
+            watch,
+            scan(),
+            groups=signalled,
+            run_id=tag,
+            untagged=untagged,
+            roots=roots,
+            sig=signal.SIGTERM,
+            grouped=grouped,
+        )
+        for pid in sorted(new - grouped):
+            watch.send(pid, signal.SIGTERM)
         at_term = set(watch.fds) | watch.early
         if not at_term and not signalled:
             # Nothing of the run was alive: a KILL round could find only what a process
@@ -482,6 +483,9 @@ def kill_everything(
         _kill_groups(watch, signalled, left, scan)  # ablate: kill-everything-group-sigkill
         if sweep_tag:
             left.update(_kill_tagged_round(watch))  # ablate: tag-sweep-sigkill
+        # What the roots' lineage found at TERM (an env-less setsid process of a trapping
+        # member): its route's SIGKILL, as the tag sweep's above.
+        left.update(_kill_watched(watch, watch.by_lineage))  # ablate: lineage-sigkill
         if cgroup is not None and cgroup_scope is not None:
             # Members not watched yet (what a watched one needs, `left` has): a thousand
             # watched members cost no /proc read here.
@@ -573,15 +577,23 @@ def find_new(
     run_id: str | None,
     untagged: set[tuple[int, int]],
     roots: Sequence[Identity] = (),
+    sig: int = signal.SIGKILL,
+    grouped: set[int] | None = None,
 ) -> set[int]:
     """The one route that finds the run's members not watched yet, from one pass over
-    /proc, for every mode's kill rounds (kill_until_nothing_new): the living members of
-    the run's signalled groups, the processes that carry its tag (`run_id`; None: no tag
-    sweep), and the living descendants of `roots` by parent links (each root checked
-    alive as itself after the scan, so the links read were its own: Proof.KNOWN, as the
-    stopper's lineage before its first signal). Each is watched (pidfd, start ticks,
-    membership), never signalled here. Returns the pids newly watched."""
-    new = _watch_members(watch, groups, signal.SIGKILL, scan)
+    /proc, for every mode and every round: the TERM round's (kill_everything, against
+    what its signals before the scan watch) and the kill rounds' (kill_until_nothing_new).
+    It finds the living members of the run's signalled groups, the processes that carry
+    its tag (`run_id`; None: no tag sweep), and the living descendants of `roots` by
+    parent links (each root checked alive as itself after the scan, so the links read
+    were its own: Proof.KNOWN, as the stopper's lineage before its first signal). Each is
+    watched (pidfd, start ticks, membership), never signalled here. Returns the pids
+    newly watched. `sig`: the round's signal (a group member found a zombie of it died
+    of it: `early`); `grouped`: filled with the new members of `groups`, which had the
+    group's signal already."""
+    new = _watch_members(watch, groups, sig, scan)
+    if grouped is not None:
+        grouped |= new
     if run_id:
         for ident in sweep.tagged(run_id, scan, skip=set(watch.fds), untagged=untagged, protected=watch.protected):
             if watch.add(ident, named=False, proof=Proof.TAG) is not None:
@@ -590,6 +602,7 @@ def find_new(
     alive = [r.pid for r in roots if identity.is_running(r)]
     for ident in sweep.lineage(alive, scan) if alive else ():  # ablate: reach-in-rounds
         if ident.pid not in watch.fds and watch.add(ident, named=False, proof=Proof.KNOWN) is not None:
+            watch.by_lineage.add(ident.pid)
             new.add(ident.pid)
     return new
 
