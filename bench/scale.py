@@ -7,13 +7,16 @@ opened before). Runner: a real run whose provider is the tree, stopped by
 `runner stop --now`. Since every process traps SIGTERM, the runner's forced phase waits
 out `kill_grace` before its SIGKILL; the comparison subtracts it from the forced phase
 the command reports itself ("... in 1.234s)"). The samples of both sides alternate, in
-the same run.
+the same run, and which side goes first alternates too (a machine whose load drifts
+during the run favours neither); the ratio is of the two sides' medians. The load
+average is kept beside each pair: on a shared machine it is what a figure means.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -80,17 +83,26 @@ def run(sizes: Sequence[int], n: int, work: Path, kill_grace: float, log: Any = 
     for size in sizes:
         raw: list[dict[str, Any]] = []
         ours: list[dict[str, Any]] = []
-        for _ in range(n):
-            for side in (raw, ours):
+        loads: list[float] = []
+        for i in range(n):
+            for side in (raw, ours) if i % 2 == 0 else (ours, raw):
                 serial += 1
                 tree = Tree(TREE, work / "trees", children=size - 1)
                 if side is raw:
                     raw.append(raw_sample(tree))
                 else:
                     ours.append(runner_sample(tree, work, kill_grace, f"scale-{serial}"))
-        rows.append(row(size, raw, ours, kill_grace))
+            loads.append(os.getloadavg()[0])
+        rows.append({**row(size, raw, ours, kill_grace), "loadavg_1m": _loads(loads)})
         log(f"bench: scale: {size} processes done")
     return {"n": n, "kill_grace": kill_grace, "tree": f"{TREE.lang} {TREE.kind}", "rows": rows}
+
+
+def _loads(loads: list[float]) -> dict[str, float | None]:
+    """The 1-minute load average read after each pair: its median and its range."""
+    if not loads:
+        return {"median": None, "min": None, "max": None}
+    return {"median": round(statistics.median(loads), 1), "min": round(min(loads), 1), "max": round(max(loads), 1)}
 
 
 def row(size: int, raw: list[dict[str, Any]], ours: list[dict[str, Any]], kill_grace: float) -> dict[str, Any]:

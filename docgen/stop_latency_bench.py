@@ -112,12 +112,21 @@ class BenchSection:
                 f"| {self._bench_figure(r['runner_end_to_end'], r['runner_end_to_end']['n'])} | {ratio} "
                 f"| {r['raw']['orphans']}, {r['runner_end_to_end']['orphans']} |"
             )
+        own = f" {self._part_tag(part)}; n={part['n']} per size and side." if part.get("date") else ""
+        loads = [
+            f"{r['processes']:,}: median {r['loadavg_1m']['median']:g} ({r['loadavg_1m']['min']:g}-"
+            f"{r['loadavg_1m']['max']:g})"
+            for r in part["rows"]
+            if (r.get("loadavg_1m") or {}).get("median") is not None
+        ]
+        load = f" The 1-minute load average after each pair, by size: {'; '.join(loads)}." if loads else ""
         return (
-            f"**At scale.** The tree: one {part['tree']} of N processes, every one trapping SIGTERM, "
+            f"**At scale.**{own} The tree: one {part['tree']} of N processes, every one trapping SIGTERM, "
             "all in one process group. Raw: one `killpg(SIGKILL)` until the last process is dead. Runner: "
             "a real run whose provider is the tree; its forced phase is the time `runner stop --now` reports, "
             "minus the kill grace it waits out before its SIGKILL (every process traps SIGTERM). "
-            "Both sides in the same run, alternating.\n\n" + "\n".join(rows)
+            "Both sides in the same run, alternating, each side first in every other pair; the ratio is "
+            f"of the two sides' medians.{load}\n\n" + "\n".join(rows)
         )
 
     def _bench_load(self) -> str:
@@ -499,7 +508,14 @@ class BenchSection:
         biggest = max((scale or {}).get("rows", []), key=lambda r: r["processes"], default=None)
         ratio = biggest.get("ratio") if biggest else None
         rows.append(
-            f"| {biggest['processes']:,} processes: `runner stop --now` forced phase over raw `killpg` (medians) "
+            f"| {biggest['processes']:,} processes: `runner stop --now` forced phase over raw `killpg` (medians"
+            + (f", n={biggest['raw']['n']} a side" if biggest.get("raw") else "")
+            + (
+                (f", load average {biggest['loadavg_1m']['median']:g}")
+                if (biggest.get("loadavg_1m") or {}).get("median") is not None
+                else ""
+            )
+            + ") "
             f"| at most {goals['scale_ratio_to_killpg']:g}× | "
             + (
                 f"{ratio:.2f}× · {self._verdict(ratio, goals['scale_ratio_to_killpg'])} |"

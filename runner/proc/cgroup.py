@@ -34,7 +34,7 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     import threading
-    from collections.abc import Collection, Sequence
+    from collections.abc import Callable, Collection, Sequence
 
 log = _log.get("runner.proc.cgroup")
 
@@ -313,11 +313,12 @@ class RunCgroup:
             return False  # the kill and its confirmation decide
         return b"populated 0" in events.split(b"\n")
 
-    def kill(self, which: str = "work", timeout: float = 1.0) -> bool:
+    def kill(self, which: str = "work", timeout: float = 1.0, deaths: Callable[[float], object] | None = None) -> bool:
         """cgroup.kill, confirmed by cgroup.events showing `populated 0`; True if empty
         within timeout. If this process or an ancestor is inside (a `runner stop` from a
         hook), the cgroup.kill would take it too: then each other member is SIGKILLed
-        through its pidfd instead."""
+        through its pidfd instead. `deaths(deadline)`: the caller's own wait for the
+        members it watches through pidfds, run before cgroup.events is first read."""
         base = self._dir(which)
         ready = self._ready.get(base / "cgroup.kill")
         if ready is None and not base.exists():
@@ -351,7 +352,16 @@ class RunCgroup:
             # alive): such a process is in cgroup.procs, its leader not in
             # cgroup.threads. Killed by its pid (kill(2) of it reaches every thread).
             self._kill_by_pid(which, self.leaderless(which))  # ablate: threads-as-liveness-cgroup
-        if self.wait_empty(which, timeout / 2):
+        first = time.monotonic() + timeout / 2
+        if deaths is not None:
+            # A pidfd turns readable the moment its process exits; cgroup.events says an
+            # emptying late (its poll backs off to 50 ms, its notification is rate-limited):
+            # at a thousand members, tens of milliseconds past the last death. The deaths
+            # the caller watches are waited for first, in the same half of the timeout,
+            # and cgroup.events read once they are over (what it did not watch keeps the
+            # cgroup populated). After the write: some of them only cgroup.kill kills.
+            deaths(first)  # ablate: cgroup-kill-waits-deaths-first
+        if self.wait_empty(which, max(0.0, first - time.monotonic())):
             return True
         # Still populated: not empty, whatever was written. What is left is found in the
         # cgroup's own lists and killed by its pid (proven as every signal is); the

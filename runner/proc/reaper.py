@@ -78,6 +78,7 @@ class Watch:
         # SIGKILL nobody asks (at a thousand deaths, a thousand reads of /proc saved).
         self.track_sigkilled = True
         self.by_tag: set[int] = set()  # reached through the tag sweep (its KILL round kills them again)
+        self.by_lineage: set[int] = set()  # reached through the roots' lineage (likewise)
         self.early: set[int] = set()  # group members already dead of our signal when first seen
         self.proven: dict[tuple[int, int], Proof] = {}
         self.refused: list[str] = []
@@ -328,21 +329,12 @@ def _watch_members(watch: Watch, groups: Iterable[int], sig: int, scan: identity
     return new
 
 
-def _kill_groups(
-    watch: Watch, signalled: Mapping[int, Sequence[Identity]], left: set[int], scan: _Scan, rescan: bool = True
-) -> set[int]:
+def _kill_groups(watch: Watch, signalled: Mapping[int, Sequence[Identity]], left: set[int], scan: _Scan) -> None:
     """The group route's SIGKILL: when anything is left, each group signalled at TERM is
-    killed, leader-proven ones before any scan. Then (`rescan`) the groups' members
-    forked after the TERM are watched, and killed too if nothing else was. Returns those
-    members."""
+    killed, leader-proven ones before any scan. Its members forked since the TERM are
+    found by the kill rounds (find_new), as every route's new members are."""
     if left:
         _signal_groups(watch, signalled.items(), signal.SIGKILL, scan)
-    if not rescan:
-        return set()
-    forked = _watch_members(watch, signalled, signal.SIGKILL, scan())
-    if forked and not left:
-        _signal_groups(watch, signalled.items(), signal.SIGKILL, scan)
-    return forked
 
 
 def _signal_pids(watch: Watch, pids: Iterable[Identity], sig: int) -> None:
@@ -351,36 +343,17 @@ def _signal_pids(watch: Watch, pids: Iterable[Identity], sig: int) -> None:
             watch.send(ident.pid, sig)
 
 
-def _signal_tagged(
-    watch: Watch,
-    run_id: str | None,
-    sig: int,
-    scan: identity.Scan,
-    skip: Collection[int] = (),
-    untagged: set[tuple[int, int]] | None = None,
-) -> list[int]:
-    """The tag sweep: every living process that carries the run's tag; returns those
-    reached. `skip`: pids whose environment need not be read (already signalled this
-    round by another route, or dead)."""
-    hit = []
-    for ident in sweep.tagged(run_id, scan, skip=skip, untagged=untagged, protected=watch.protected):
-        if watch.add(ident, named=False, proof=Proof.TAG) is not None and watch.send(ident.pid, sig):
-            watch.by_tag.add(ident.pid)
-            hit.append(ident.pid)
-    return hit
+def _kill_watched(watch: Watch, pids: Iterable[int]) -> list[int]:
+    """SIGKILL each of `pids` still alive through the pidfd it is watched by; those reached."""
+    return [pid for pid in sorted(pids) if pid not in watch.done and watch.send(pid, signal.SIGKILL)]
 
 
-def _kill_tagged_round(
-    watch: Watch, run_id: str | None, scan: identity.Scan | None, untagged: set[tuple[int, int]]
-) -> list[int]:
+def _kill_tagged_round(watch: Watch) -> list[int]:
     """The tag sweep's SIGKILL: what it found at TERM and still lives, through the
-    pidfds it holds (no environment read again: the same pidfd is the same process),
-    then (given a scan) the tagged processes new since the TERM round. Returns those
-    reached."""
-    hit = [pid for pid in sorted(watch.by_tag) if pid not in watch.done and watch.send(pid, signal.SIGKILL)]
-    if scan is None:
-        return hit
-    return hit + _signal_tagged(watch, run_id, signal.SIGKILL, scan, set(watch.fds), untagged)
+    pidfds it holds (no environment read again: the same pidfd is the same process).
+    The tagged processes new since the TERM round are found by the kill rounds
+    (find_new). Returns those reached."""
+    return [pid for pid in sorted(watch.by_tag) if pid not in watch.done and watch.send(pid, signal.SIGKILL)]
 
 
 def _signal_cgroup_members(
@@ -435,7 +408,9 @@ def kill_everything(
     found however it left its group and its environment. last: recorded processes
     SIGTERMed with the rest but SIGKILLed only once the rounds found nothing new (a
     stopper's engine: a child subreaper, it adopts what a killed member had just
-    forked, where the rounds find it; killed with the rest, it would hand it to init)."""
+    forked, where the rounds find it; killed with the rest, it would hand it to init).
+    Contained, no rounds run (what it adopts stays in the cgroup): `last` has its SIGKILL
+    first in the KILL round, its teardown beside the tree's."""
     t0 = time.monotonic()
     membership = Membership(
         run_id,
@@ -459,11 +434,25 @@ def kill_everything(
             # Kill first, look later: the cgroup lists its members without a pass over
             # /proc, so they have their SIGTERM (and die) while the scans below run.
             _signal_cgroup_members(watch, cgroup, cgroup_scope, signal.SIGTERM, signalled)
-        _watch_members(watch, signalled, signal.SIGTERM, scan())
-        if sweep_tag:
-            # Every watched process has had its SIGTERM (group, pid or cgroup route): the
-            # sweep reads the environment of the others only.
-            _signal_tagged(watch, run_id, signal.SIGTERM, scan(), skip=set(watch.fds), untagged=untagged)
+        # The TERM round's discovery is every round's (find_new), against what the
+        # signals above watch: every watched process has had its SIGTERM (group, pid or
+        # cgroup route), so the tag sweep reads the environment of the others only. The
+        # new members of a signalled group had the group's SIGTERM: never sent twice (a
+        # trap may count its signals).
+        grouped: set[int] = set()
+        tag = run_id if sweep_tag else None
+        new = find_new(
+            watch,
+            scan(),
+            groups=signalled,
+            run_id=tag,
+            untagged=untagged,
+            roots=roots,
+            sig=signal.SIGTERM,
+            grouped=grouped,
+        )
+        for pid in sorted(new - grouped):
+            watch.send(pid, signal.SIGTERM)
         at_term = set(watch.fds) | watch.early
         if not at_term and not signalled:
             # Nothing of the run was alive: a KILL round could find only what a process
@@ -479,16 +468,24 @@ def kill_everything(
         # Contained, the cgroup kill reaches whatever of the run forked since the TERM
         # round, and cgroup.events confirms it: this round reads nothing of /proc (reads
         # of /proc during a thousand exits are slow, and slow the exits). Uncontained,
-        # one scan finds the new members of the groups and the new tagged processes.
+        # the kill rounds below find the new members of the groups, the new tagged
+        # processes and the roots' new descendants (find_new), one scan a round.
         contained = cgroup is not None and cgroup_scope is not None
 
+        if contained:
+            # `last` waits for the rounds, and contained there are none: the cgroup kill
+            # reaches what it adopts. Its SIGKILL goes first, so its own teardown (an
+            # engine: a Python process, the slowest to die) overlaps the tree's instead of
+            # following the cgroup's emptying (about 20 ms at a thousand processes).
+            _kill_last(watch, last, left)  # ablate: contained-last-killed-first
         if left:
             _signal_pids(watch, pids, signal.SIGKILL)  # ablate: kill-everything-pid-sigkill
-        rescan = not contained
-        left |= _kill_groups(watch, signalled, left, scan, rescan)  # ablate: kill-everything-group-sigkill
+        _kill_groups(watch, signalled, left, scan)  # ablate: kill-everything-group-sigkill
         if sweep_tag:
-            new_scan = None if contained else scan()
-            left.update(_kill_tagged_round(watch, run_id, new_scan, untagged))  # ablate: tag-sweep-sigkill
+            left.update(_kill_tagged_round(watch))  # ablate: tag-sweep-sigkill
+        # What the roots' lineage found at TERM (an env-less setsid process of a trapping
+        # member): its route's SIGKILL, as the tag sweep's above.
+        left.update(_kill_watched(watch, watch.by_lineage))  # ablate: lineage-sigkill
         if cgroup is not None and cgroup_scope is not None:
             # Members not watched yet (what a watched one needs, `left` has): a thousand
             # watched members cost no /proc read here.
@@ -496,7 +493,7 @@ def kill_everything(
                 if watch.add(ident, named=False) is not None:
                     left.add(ident.pid)
             emptied = False
-            emptied = cgroup.kill(cgroup_scope, timeout=confirm_timeout)  # ablate: cgroup-kill
+            emptied = cgroup.kill(cgroup_scope, timeout=confirm_timeout, deaths=watch.wait)  # ablate: cgroup-kill
             if not emptied:
                 # Still populated after the kill by pid too: what is left is watched, so
                 # the confirmation below names it (never an exit 0 over a live member).
@@ -508,10 +505,8 @@ def kill_everything(
             # the last scan) is new: rounds repeat until one finds nothing new.
             tag = run_id if sweep_tag else None
             left |= kill_until_nothing_new(watch, tag, signalled, untagged, roots)  # ablate: kill-rounds-repeat
-        for ident in last:
             # Nothing new was found with it alive: now it goes too.
-            if watch.add(ident) is not None and ident.pid not in watch.done and watch.send(ident.pid, signal.SIGKILL):
-                left.add(ident.pid)
+            _kill_last(watch, last, left)
 
         watch.wait(time.monotonic() + confirm_timeout)
         survivors = watch.alive()
@@ -537,6 +532,13 @@ def kill_everything(
     return report
 
 
+def _kill_last(watch: Watch, last: Sequence[Identity], left: set[int]) -> None:
+    """SIGKILL each of `last` still alive (through its proven pidfd); added to `left`."""
+    for ident in last:
+        if watch.add(ident) is not None and ident.pid not in watch.done and watch.send(ident.pid, signal.SIGKILL):
+            left.add(ident.pid)
+
+
 def kill_until_nothing_new(
     watch: Watch,
     run_id: str | None,
@@ -545,8 +547,9 @@ def kill_until_nothing_new(
     roots: Sequence[Identity] = (),
     bound: float = defaults.KILL_ROUNDS_BOUND,
 ) -> set[int]:
-    """KILL rounds without a cgroup, after the routes' own KILL round: one pass over /proc
-    finds what is new since the last one (find_new) and SIGKILLs it. Each round's scan
+    """KILL rounds without a cgroup, after the routes' own KILL round (which SIGKILLs what
+    each route found at TERM and reads no /proc): one pass over /proc a round finds what
+    is new since the last one, the TERM round's first (find_new), and SIGKILLs it. Each round's scan
     begins after every process known so far was SIGKILLed, and a SIGKILLed process forks
     no more: a round that finds nothing new has found everything the groups, the tag and
     the roots' lineage can show. Nothing already watched is signalled again here, so
@@ -574,15 +577,23 @@ def find_new(
     run_id: str | None,
     untagged: set[tuple[int, int]],
     roots: Sequence[Identity] = (),
+    sig: int = signal.SIGKILL,
+    grouped: set[int] | None = None,
 ) -> set[int]:
     """The one route that finds the run's members not watched yet, from one pass over
-    /proc, for every mode's kill rounds (kill_until_nothing_new): the living members of
-    the run's signalled groups, the processes that carry its tag (`run_id`; None: no tag
-    sweep), and the living descendants of `roots` by parent links (each root checked
-    alive as itself after the scan, so the links read were its own: Proof.KNOWN, as the
-    stopper's lineage before its first signal). Each is watched (pidfd, start ticks,
-    membership), never signalled here. Returns the pids newly watched."""
-    new = _watch_members(watch, groups, signal.SIGKILL, scan)
+    /proc, for every mode and every round: the TERM round's (kill_everything, against
+    what its signals before the scan watch) and the kill rounds' (kill_until_nothing_new).
+    It finds the living members of the run's signalled groups, the processes that carry
+    its tag (`run_id`; None: no tag sweep), and the living descendants of `roots` by
+    parent links (each root checked alive as itself after the scan, so the links read
+    were its own: Proof.KNOWN, as the stopper's lineage before its first signal). Each is
+    watched (pidfd, start ticks, membership), never signalled here. Returns the pids
+    newly watched. `sig`: the round's signal (a group member found a zombie of it died
+    of it: `early`); `grouped`: filled with the new members of `groups`, which had the
+    group's signal already."""
+    new = _watch_members(watch, groups, sig, scan)
+    if grouped is not None:
+        grouped |= new
     if run_id:
         for ident in sweep.tagged(run_id, scan, skip=set(watch.fds), untagged=untagged, protected=watch.protected):
             if watch.add(ident, named=False, proof=Proof.TAG) is not None:
@@ -591,6 +602,7 @@ def find_new(
     alive = [r.pid for r in roots if identity.is_running(r)]
     for ident in sweep.lineage(alive, scan) if alive else ():  # ablate: reach-in-rounds
         if ident.pid not in watch.fds and watch.add(ident, named=False, proof=Proof.KNOWN) is not None:
+            watch.by_lineage.add(ident.pid)
             new.add(ident.pid)
     return new
 

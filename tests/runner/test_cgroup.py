@@ -2,8 +2,11 @@
 
 import json
 import logging
+import os
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -327,3 +330,71 @@ def test_kill_reaches_a_process_whose_leader_thread_exited(spawn, cg, caplog):
         assert cg.kill("work", timeout=2)
     assert "still populated" not in caplog.text, caplog.text
     assert v.wait_gone(2)
+
+
+def test_kill_waits_the_callers_deaths_before_it_reads_cgroup_events(spawn, cg, monkeypatch):
+    """Path: RunCgroup.kill's `deaths`: once cgroup.kill is written, the caller's own
+    wait for the members it watches through pidfds (the reaper's Watch.wait) runs once,
+    within the first half of the timeout, before cgroup.events is read: a pidfd says a
+    death at once, cgroup.events tens of milliseconds late at a thousand members (its
+    poll backs off to 50 ms). Ablation: `cgroup-kill-waits-deaths-first` (the caller's
+    wait never runs: red)."""
+    v = spawn("trap-term", cgroup=cg)
+    written, calls = [], []
+    real = Path.write_text
+
+    def spy(self, *args, **kwargs):
+        written.append(self.name)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", spy)
+    fd = os.pidfd_open(v.pid)
+    try:
+
+        def deaths(deadline):
+            calls.append((written.count("cgroup.kill"), deadline - time.monotonic()))
+            select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+
+        assert cg.kill("work", timeout=2, deaths=deaths)
+    finally:
+        os.close(fd)
+    assert len(calls) == 1, "the caller's wait for its watched deaths did not run once"
+    assert calls[0][0] == 1, "the caller's wait ran before cgroup.kill was written"
+    assert 0 < calls[0][1] <= 1.0
+    assert v.wait_gone(2)
+
+
+def test_contained_kill_round_sigkills_last_before_the_cgroup_kill(spawn, cg, monkeypatch):
+    """Path: kill_everything, contained: `last` (a stopper's engine, out of the run's
+    cgroup as a stopping engine is) has its SIGKILL at the start of the KILL round,
+    before the cgroup kill and its wait, so its teardown overlaps the tree's (contained,
+    no kill rounds follow for it to wait for: what it adopts stays in the cgroup).
+    Ablation: `contained-last-killed-first` (never SIGKILLed contained: red)."""
+    rid = new_run_id()
+    member = spawn("trap-term", cgroup=cg, run_id=rid)
+    engine = spawn("trap-term", run_id=rid)  # outside the cgroup: the run's by its tag
+    fd = os.pidfd_open(engine.pid)
+    dead_at_cgroup_kill = []
+    real = RunCgroup.kill
+
+    def spy(self, *args, **kwargs):
+        dead_at_cgroup_kill.append(bool(select.select([fd], [], [], 2.0)[0]))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RunCgroup, "kill", spy)
+    try:
+        report = reaper.kill_everything(
+            groups=[],
+            pids=[identity.current(member.pid)],
+            run_id=rid,
+            kill_grace=0.3,
+            cgroup=cg,
+            cgroup_scope="work",
+            last=[identity.current(engine.pid)],
+        )
+    finally:
+        os.close(fd)
+    assert dead_at_cgroup_kill == [True], "`last` was not SIGKILLed before the cgroup kill"
+    assert engine.pid in report.needed_kill and member.pid in report.needed_kill
+    assert report.unkillable == [] and report.left_running == []
+    assert engine.wait_gone(2) and member.wait_gone(2)

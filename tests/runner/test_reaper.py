@@ -218,36 +218,39 @@ def test_a_process_someone_else_sigkilled_during_the_grace_is_not_a_death_at_ter
 
 
 def test_kill_rounds_repeat_until_nothing_new(spawn, monkeypatch):
-    """Path: reaper.kill_until_nothing_new, uncontained. A tagged process of the run that
-    appears after the KILL round's scan (one forked between that scan and its parent's
-    SIGKILL) is found by the next round and SIGKILLed: the stop returns only once a round
-    finds nothing new. The window is made, not raced: the KILL round's scan itself (the
-    second _Scan of the stop, its first pass over /proc) starts the newcomer once its
-    pass is done, so the round cannot have seen it. Ablation: `kill-rounds-repeat` (one
-    KILL round) leaves the newcomer trapping SIGTERM for 7200 s: red, every time."""
+    """Path: reaper.kill_until_nothing_new, uncontained: the kill rounds, which alone find
+    what is new since the TERM round (find_new, one pass over /proc a round). A tagged
+    process of the run that appears after a round's pass, in a round that found something
+    new, is found by the next round and SIGKILLed: the stop returns only once a round
+    finds nothing new. The window is made, not raced: the first round's pass (the stop's
+    second pass over /proc) starts one newcomer before it reads /proc, so that round finds
+    it, and another once its pass is done, so that round cannot have seen it. Ablation:
+    `kill-rounds-repeat` (no rounds) leaves both newcomers trapping SIGTERM for 7200 s:
+    red, every time."""
     rid = new_run_id()
     v = spawn("trap-term", run_id=rid)
-    newcomer = []
+    newcomers = []
     scans = []
-    real = reaper._Scan
+    real = identity.Scan
 
-    class KillRoundMakesANewcomer(real):
-        def __init__(self):
-            super().__init__()
+    class FirstRoundMakesNewcomers(real):
+        def __init__(self, *args, **kwargs):
             scans.append(self)
+            first_round = len(scans) == 2
+            if first_round:
+                newcomers.append(spawn("trap-term", run_id=rid))  # seen by this pass
+            super().__init__(*args, **kwargs)
+            if first_round:
+                newcomers.append(spawn("trap-term", run_id=rid))  # after it: the next round's
 
-        def __call__(self):
-            first = self._scan is None
-            result = super().__call__()
-            if first and len(scans) == 2:  # the KILL round's one pass, now done
-                newcomer.append(spawn("trap-term", run_id=rid))
-            return result
-
-    monkeypatch.setattr(reaper, "_Scan", KillRoundMakesANewcomer)
+    monkeypatch.setattr(identity, "Scan", FirstRoundMakesNewcomers)
     report = reaper.kill_everything(groups=[], pids=[], run_id=rid, kill_grace=SHORT, confirm_timeout=SHORT)
-    assert len(newcomer) == 1, "the KILL round never scanned: the window was not made"
-    assert newcomer[0].wait_gone(2), f"a process of the run new since the KILL round's scan lives on: {report}"
-    assert newcomer[0].pid in report.needed_kill and report.left_running == [], report
+    monkeypatch.undo()
+    assert len(newcomers) == 2, "the first kill round never scanned: the window was not made"
+    for n in newcomers:
+        assert n.wait_gone(2), f"a process of the run new since the TERM round lives on: {report}"
+        assert n.pid in report.needed_kill, report
+    assert report.left_running == [], report
     assert v.pid in report.needed_kill and v.wait_gone(2), report
     assert sweep.tagged(rid) == []
 
