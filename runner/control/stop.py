@@ -246,14 +246,15 @@ class Stop:
     # -- 4. kill --------------------------------------------------------------------
 
     def kill(self) -> None:
-        """Every process proven the run's, whatever the mode (the module's step 4). The
-        engine's lineage is read first, before any signal: a killed parent's children
-        lose the link that proves them."""
+        """Every process proven the run's, whatever the mode (the module's step 4). A live
+        engine is the root of the kill's rounds: its lineage (its calls, what it adopted
+        as a child subreaper, what descends from them by parent links) is read by
+        reaper.find_new in every round, the first one included, as in the engine's own
+        stop: one route that finds the run's members in every mode."""
         view, engine = self.view, self.view.engine
         known: list[Identity] = []
         roots: list[Identity] = []
         if engine is not None and identity.is_running(engine) and self._engine() is not None:
-            known = _lineage(view, engine)  # ablate: now-shares-the-reach
             roots = [engine]
         # The engine last: SIGTERMed with the rest, SIGKILLed once the kill rounds found
         # nothing new. A child subreaper, it adopts what a member killed in a round had
@@ -327,7 +328,7 @@ class Stop:
         if not f.killed and any(_alive_member(pid, members) for pid in engine_left(self.rd)):
             self.kill()  # ablate: confirm-kills-what-the-engine-left
         if not f.engine_dead:
-            return  # a live engine's calls are its children: proven (_lineage), or not calls at all
+            return  # a live engine's calls are its children: proven (the kill's rounds), or not calls at all
         left = set(f.report.unkillable) | set(f.report.left_running) if f.report is not None else set()
         for call in self.view.children:
             st = identity.stat(call.pid)
@@ -402,24 +403,6 @@ def _of_no_run(pid: int) -> bool:
     process of another run, tagged or contained, is that run's, never this one's)."""
     where = membership.cgroup_of(pid)
     return membership.tag_of(pid) is None and not (where or "").startswith("/runner/")
-
-
-def _lineage(view: Survey, engine: Identity) -> list[Identity]:
-    """The engine's children and what descends from them, read live before any signal:
-    the same reach as the engine's own stop. The engine is proven the run's and alive:
-    its children (its calls, and what it adopted as a child subreaper: the kernel
-    re-parents to it only what descended from it, and it starts nothing but calls) are
-    read from its own task lists, and it is checked alive after, so the links read were
-    its own (Proof.KNOWN, as for the engine's registry). Their descendants are followed
-    by parent links (a setsid escapee or an env-scrubbed process whose parent lives, a
-    subreaper's grandchildren), as the registry snapshots a call before it kills it;
-    contained, the cgroup holds the calls' (no pass over /proc, as the registry's kill
-    skips its snapshot), but never what the engine adopted."""
-    kids = sweep.living_children(engine.pid)
-    calls = {(c.pid, c.start_ticks) for c in view.children}
-    roots = [st.pid for st in kids if view.cgroup is None or (st.pid, st.start_ticks) not in calls]
-    known = [identity.from_stat(st) for st in kids] + (sweep.lineage(roots) if roots else [])
-    return known if identity.is_running(engine) else []
 
 
 def _holder(rd: RunDir) -> str:

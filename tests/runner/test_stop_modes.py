@@ -70,7 +70,7 @@ def test_every_mode_keeps_the_same_promise(matrix_work, matrix_dashboard, mode, 
     victim in both containments: a documented exit code that is the mode's success,
     exit 0 only with nothing of the run alive, no session recorded failed, exactly one
     run-stop, and `runner resume` completes the run after. One trial per cell here;
-    `make soak` runs many (reliability/modes.py). Ablations: `now-shares-the-reach` (the
+    `make soak` runs many (reliability/modes.py). Ablations: `reach-in-rounds` (the
     env-scrubbed, escapee and subreaper cells of `--now` under group containment),
     `stop-lodges-first`, `killed-session-is-stopped` (their races, statistically)."""
     if containment == "cgroup" and not _cgroups_available():
@@ -114,14 +114,14 @@ def _stop_within(runs, bound, *args):
 
 @pytest.mark.parametrize("victim", ["env-scrubbed", "setsid-escapee", "subreaper"])
 def test_now_reaches_what_the_hard_stop_reaches(runs, matrix_work, victim):
-    """Path: Stop.kill's lineage (stop._lineage): under group containment (no cgroup),
-    `runner stop --now` finds the run's calls as children of its proven engine and their
-    descendants by parent links before its first signal, so it kills what the engine's
-    own stop kills: a provider that dropped its environment (its group's leader proves
-    nothing), an env-less setsid escapee whose parent lives, a child subreaper's env-less
+    """Path: Stop.kill's lineage (reaper.find_new, the engine a root of every round, the
+    first included): under group containment (no cgroup), `runner stop --now` finds the
+    run's calls as children of its proven engine and their descendants by parent links,
+    so it kills what the engine's own stop kills: a provider that dropped its environment
+    (its group's leader proves nothing), an env-less setsid escapee whose parent lives, a child subreaper's env-less
     setsid grandchildren. The engine is frozen first (SIGSTOP), so its own stop reaches
     nothing: what dies is the stopper's reach alone. Exit 0, nothing left. Ablation:
-    `now-shares-the-reach` (exit 0 with the tree alive: red)."""
+    `reach-in-rounds` (exit 0 with the tree alive: red)."""
     tree = modes.make_tree(victim, matrix_work / "trees", zoo.SLEEP)
     rd = runs.start(runs.spec(provider=tree.argv, stop={"kill_grace": KILL_GRACE, "containment": "group"}))
     tree.adopt(timeout=30)
