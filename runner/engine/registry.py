@@ -146,7 +146,14 @@ class Registry:
     def claim_stop(self) -> bool:
         """A call died on its own: if a hard stop is already asked for, it starts now and
         marks every live call (that one included) killed by the stop. True if it did."""
-        return self.claims is not None and self.claims()
+        if self.claims is None or not self.claims():
+            return False
+        # A stop another thread began (the watchdog's request, woken by the request's
+        # rename or the stop signal) has marked the run stopping before its kill marks
+        # the calls: this call, dead meanwhile, waits for that marking (or makes it),
+        # never judged on its own (a session a `--now` killed recorded failed).
+        self.stop_all(self.origin)  # ablate: claimed-call-waits-for-the-marking
+        return True
 
     def stop_all(self, origin: str | None) -> ReapReport:
         """Mark stopping, kill every registered tree. Thread-safe and idempotent: a

@@ -255,7 +255,14 @@ class StopController:
             return True
         origin = self._signal_origin
         if origin is None:
-            request = stop_request.peek(self._rundir)
+            # A request() in flight (the watchdog's, woken by the request's rename or by
+            # the stop signal) consumes the request and marks the stop under this lock:
+            # both are read under it too, or a request consumed and a stop not yet marked
+            # read as no stop at all (a session a `--now` killed recorded failed).
+            with self._lock:
+                if self._stopping.is_set():
+                    return True
+                request = stop_request.peek(self._rundir)
             if request is None or request.mode != Mode.HARD or request.unreadable:  # ablate: killed-session-is-stopped
                 return False
             origin = Origin.FILE

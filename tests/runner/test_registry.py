@@ -119,3 +119,19 @@ def test_a_stop_whose_kill_failed_is_retried(reg, start, monkeypatch):
     report = reg.stop_all("signal")
     assert len(calls) == 2 and v.pid in report.needed_kill
     assert v.wait_gone(KILL_GRACE + MARGIN)
+
+
+def test_a_claimed_call_is_the_stops_though_another_thread_began_it(reg, start):
+    """Path: Registry.claim_stop when the stop controller answers "stopping" for a stop
+    another thread began (the watchdog's request(), between marking the run stopping and
+    its kill's marking of the calls): the call that died meanwhile is marked killed by the
+    stop before claim_stop returns, never judged on its own (a `--now` of a cooperative
+    run under group containment recorded its session failed, 2 of 40 trials). The state
+    is made, not raced: `claims` answers True and nothing has called stop_all. Ablation:
+    `claimed-call-waits-for-the-marking` (the entry is not the stop's: red)."""
+    proc, v = start("cooperative")
+    entry = reg.register(proc, "provider")
+    reg.claims = lambda: True  # the controller's word: a stop is under way
+    assert reg.claim_stop()
+    assert reg.killed_by_stop(entry) and reg.stopping
+    assert v.wait_gone(KILL_GRACE + MARGIN)
