@@ -134,7 +134,7 @@ def test_refused_posts_and_gets_leave_a_live_run_running(runs, victim, dashboard
         assert row["words"] == "stopped from the dashboard"
         assert row["buttons"] == {"resume": {"enabled": True, "why": None}}
         action = wait_action(dash, "run", "done")
-        assert action["action"] == "stop" and action["code"] == Exit.OK and "origin dashboard" in action["message"]
+        assert action["action"] == "stop" and action["code"] == Exit.OK and "from the dashboard" in action["message"]
     finally:
         v.kill()  # a red test's held stop ends at once (the dashboard's teardown waits for it)
 
