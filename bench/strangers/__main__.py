@@ -60,6 +60,8 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
+from pytest_stoplatency import _options  # the check's defaults: the checker's graces
+
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
@@ -241,7 +243,9 @@ def session(py: Path, suite: Suite, src: Path, mode: str, kind: str, out: Path, 
     run_id = f"lc{os.getpid()}x{int(time.time() * 1000) % 10**9}"
     checker_out = out / "checker.json"
     checker = subprocess.Popen(
-        [sys.executable, str(HERE / "checker.py"), "--socket", str(sock), "--run", run_id, "--out", str(checker_out)],
+        [sys.executable, str(HERE / "checker.py"), "--socket", str(sock), "--run", run_id, "--out", str(checker_out)]
+        # The plugin's defaults (what a user runs): the checker's graces, never typed in twice.
+        + ["--grace", str(_options.GRACE), "--stop-grace", str(_options.STOP_GRACE)],
         stdin=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 30

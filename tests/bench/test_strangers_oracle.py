@@ -1,0 +1,164 @@
+"""`make leaks-strangers`' independent oracle (bench/strangers/checker.py and its probe) on real
+processes, through the harness's own session (a pytest session with --process-leaks, the
+checker beside it): what it counts a leak, and what it does not (issue 39).
+
+- Told to stop is not leaked: a process a test told to stop (Popen.terminate(), a stop signal
+  pytest's own process sent), or whose parent was (a server stopping its own worker), that
+  exits within the plugin's default stop grace is no leak of the oracle's either
+  (supervisor's test_issue_565: supervisord after its SIGINT, and its listener).
+- A session inside a test (pytester's runpytest(), in process or as a child) is part of that
+  test: what its tests leave is the outer test's, a leak only if it outlives the outer test
+  (pytest-xprocess's test_functional_work_flow, whose last inner session kills the server
+  its first one left).
+- And the oracle stays red on a real leak: a forgotten process, a told one that ignores its
+  stop, an inner session's process that outlives the outer test; each the plugin reports too.
+"""
+
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.strangers.__main__ import Suite, session
+from pytest_stoplatency import _leaks, _options, _procs
+
+SUITE = """
+import os, signal, subprocess, sys
+
+# A server whose stop takes a while: its handler spends 0.8 s cleaning up, then exits.
+SERVER = (
+    "import signal, sys, time\\n"
+    "def stop(*a):\\n"
+    "    print('stopping', flush=True)\\n"
+    "    time.sleep(0.8)\\n"
+    "    sys.exit(0)\\n"
+    "signal.signal(signal.SIGTERM, stop)\\n"
+    "print('ready', flush=True)\\n"
+    "time.sleep({mark}1)\\n"
+)
+# One that ignores its stop.
+DEAF = (
+    "import signal, time\\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+    "print('ready', flush=True)\\n"
+    "time.sleep({mark}2)\\n"
+)
+# One that stops its worker itself (a signal pytest never sends): the worker is SERVER.
+PARENT = (
+    "import os, signal, subprocess, sys\\n"
+    "w = subprocess.Popen([sys.executable, '-c', os.environ['WORKER']], stdout=subprocess.PIPE)\\n"
+    "assert w.stdout.readline() == b'ready\\\\n'\\n"
+    "def stop(*a):\\n"
+    "    w.terminate()\\n"
+    "    w.wait()\\n"
+    "    sys.exit(0)\\n"
+    "signal.signal(signal.SIGTERM, stop)\\n"
+    "print('ready', flush=True)\\n"
+    "signal.pause()\\n"
+)
+INNER = '''
+import subprocess
+def test_inner():
+    p = subprocess.Popen(["sleep", "{mark}3"])
+    with open("inner.pid", "w") as f:
+        f.write(str(p.pid))
+'''
+
+def _start(code, **env):
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env={{**os.environ, **env}})
+    assert child.stdout.readline() == b"ready\\n"
+    return child
+
+def test_a_terminates_its_server():
+    child = _start(SERVER)
+    child.terminate()
+    assert child.stdout.readline() == b"stopping\\n"  # in its handler: nothing left pending
+
+def test_b_forgets_its_server():
+    subprocess.Popen(["sleep", "{mark}4"])
+
+def test_c_terminates_a_server_that_ignores_it():
+    _start(DEAF).terminate()
+
+def test_d_terminates_a_server_that_stops_its_worker():
+    _start(PARENT, WORKER=SERVER).terminate()
+
+def test_e_stops_what_its_inner_session_left(pytester):
+    pytester.makepyfile(test_inner=INNER)
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    os.kill(int((pytester.path / "inner.pid").read_text()), signal.SIGKILL)
+
+def test_f_stops_what_its_inner_subprocess_session_left(pytester):
+    pytester.makepyfile(test_inner=INNER)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    os.kill(int((pytester.path / "inner.pid").read_text()), signal.SIGKILL)
+
+def test_g_leaves_what_its_inner_session_left(pytester):
+    pytester.makepyfile(test_inner=INNER)
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+"""
+
+
+def _marked(mark: str) -> list[tuple[int, int]]:
+    out = []
+    for entry in os.listdir("/proc"):
+        pid = int(entry) if entry.isdigit() else 0
+        if pid and pid != os.getpid() and mark in _procs.cmdline(pid):
+            ticks = _procs.start_ticks(pid)
+            if ticks is not None and _procs.is_alive(pid, ticks):
+                out.append((pid, ticks))
+    return out
+
+
+@pytest.fixture
+def mark():
+    m = str(random.randrange(10**6, 10**7))
+    yield m
+    left = _marked(m)
+    for pid, ticks in left:
+        _procs.signal_identified(pid, ticks, 9)
+    _leaks.wait_dead(left, 5.0)
+
+
+def test_the_oracle_spares_what_was_told_to_stop_and_inner_sessions_and_counts_real_leaks(tmp_path, mark):
+    """Paths: checker.Checker._told (a stop signal the probe's audit hook saw pytest send, or a
+    told ancestry), the stop grace it then gets (the plugin's STOP_GRACE, passed by the
+    harness), and leakcheck_probe._watched (only the outermost session of a process that no
+    test started is watched). The plugin and the oracle must agree on every process: the
+    three real leaks (forgotten; told and deaf to it; an inner session's that outlives the
+    outer test, the outer test's) and nothing else; the tests counted are the outer ones.
+
+    Ablations: oracle-told-signals, oracle-told-ancestry, oracle-outer-session-only,
+    oracle-inner-process (each: a false leak of the oracle, red)."""
+    src = tmp_path / "suite"
+    src.mkdir()
+    (src / "test_suite.py").write_text(SUITE.format(mark=mark))
+    (src / "pytest.ini").write_text("[pytest]\n")
+    suite = Suite("oracle", "0", ("test_suite.py",), options=("-p", "pytester", "-p", "no:xdist"))
+    got = session(Path(sys.executable), suite, src, "serial", "check", tmp_path / "out", timeout=300)
+    log = (tmp_path / "out" / "pytest.log").read_text()
+    assert sorted(got["outcomes"]) == [
+        f"test_suite.py::test_{x}"
+        for x in (
+            "a_terminates_its_server",
+            "b_forgets_its_server",
+            "c_terminates_a_server_that_ignores_it",
+            "d_terminates_a_server_that_stops_its_worker",
+            "e_stops_what_its_inner_session_left",
+            "f_stops_what_its_inner_subprocess_session_left",
+            "g_leaves_what_its_inner_session_left",
+        )
+    ], log
+    oracle = {(x["pid"], x["start_ticks"]): x for x in got["checker"]["leaks"]}
+    plugin = {(x["pid"], x["start_ticks"]): x for x in got["plugin"]["leaks"]}
+    which = [(x["scope"].split("::")[1], x["cmdline"].split(mark)[1][:1]) for x in oracle.values()]
+    assert sorted(which) == [
+        ("test_b_forgets_its_server", "4"),
+        ("test_c_terminates_a_server_that_ignores_it", "2"),
+        ("test_g_leaves_what_its_inner_session_left", "3"),
+    ], got["checker"]["leaks"]
+    assert set(plugin) == set(oracle), (got["plugin"]["leaks"], got["checker"]["leaks"])
+    assert (got["checker"]["grace_s"], got["checker"]["stop_grace_s"]) == (_options.GRACE, _options.STOP_GRACE)
+    assert got["checker"]["outlived_session"] == []
