@@ -11,7 +11,8 @@ process started (by start ticks). A process that descends from one already count
 it. At the end of a test's teardown (before the plugin's check: the probe waits for it), the
 checker takes a snapshot of the living processes of the test and of the fixtures torn down
 with it, and watches each through a pidfd (a thread records when each exits); a process of
-the snapshot still alive GRACE seconds after it outlived its scope, counted once. At the test's
+the snapshot still alive GRACE seconds after the snapshot is done (when the plugin's check
+begins), counted once. At the test's
 end (after its report), what is alive of those scopes and not in a snapshot gets GRACE seconds
 to exit (one pidfd wait) and is counted the same way. At the session's end,
 what a gap (between tests, after the last) or a scope already ended started, the same. After
@@ -27,7 +28,7 @@ after its scope, gets STOP_GRACE seconds from then instead of GRACE (supervisord
 SIGINT, and the listener it stops in turn). Both come from the harness, which reads them from
 the plugin's defaults: this checker types in no figure of the rule it checks.
 
-    python checker.py --socket PATH --run ID --out PATH --grace S --stop-grace S
+    python -m bench.strangers.checker --socket PATH --run ID --out PATH --grace S --stop-grace S
 
 Messages (one JSON object a line; any of them may carry "told": [[target, signal, ticks], ...],
 the signals its process sent since its last message): {"op": "start", "tag", "nodeid", "pid", "ticks"},
@@ -274,7 +275,7 @@ class Checker:
                         os.close(fd)
 
     def _snapshot(self, tags: set[str]) -> None:
-        t = time.monotonic()
+        taken = []
         for x in self._candidates(tags.__contains__):
             try:
                 fd = os.pidfd_open(x["pid"])
@@ -286,8 +287,15 @@ class Checker:
                 continue
             with self._lock:
                 self._watched[fd] = (x["pid"], x["start_ticks"])
-            self.snaps.setdefault(x["tag"], []).append((x, t))
+            taken.append(x)
         os.write(self._wake_w, b"x")
+        # The graces count from here: the snapshot done, the probe answered, the plugin's check
+        # begins (the plugin's count from its own snapshot, after the probe's: a busy machine's
+        # scan of /proc, here before this moment, made the oracle's stop grace end before the
+        # plugin's, and a told process that exited within the plugin's a leak of the oracle's).
+        t = time.monotonic()
+        for x in taken:
+            self.snaps.setdefault(x["tag"], []).append((x, t))
 
     def _judge_snapshots(self, tags: set[str], nodeid: str | None) -> None:
         """The snapshot's processes still alive GRACE seconds after it outlived their scope."""
@@ -306,7 +314,16 @@ class Checker:
                     continue
                 self.counted.add(key)
                 scope = self.scopes.get(x["tag"], {})
-                self.leaks.append({**x, "scope": scope.get("nodeid", x["tag"]), "found_at": nodeid, "when": "snapshot"})
+                late = None if gone is None else round(gone - t, 3)  # exited this long after the snapshot
+                self.leaks.append(
+                    {
+                        **x,
+                        "scope": scope.get("nodeid", x["tag"]),
+                        "found_at": nodeid,
+                        "when": "snapshot",
+                        "gone_after_s": late,
+                    }
+                )
 
     def _count(self, found: list[dict], when: str, nodeid: str | None) -> None:
         for x in self._wait(found):

@@ -1,6 +1,6 @@
 """The probe of `make leaks-strangers`, loaded into every pytest process of a stranger's session
-(PYTEST_PLUGINS=probe): the scopes the independent checker (checker.py) needs, marked in its own
-way, and each test's outcome.
+(PYTEST_PLUGINS=bench.strangers.leakcheck_probe): the scopes the independent checker
+(checker.py) needs, marked in its own way, and each test's outcome.
 
 In each process that runs tests: LEAKCHECK_SCOPE in os.environ names the running test (set
 before its setup), a wider fixture while it is set up and torn down, or the gap after a test;
@@ -37,6 +37,8 @@ from collections import deque
 
 import pytest
 
+from bench.strangers import nesting
+
 TAG = "LEAKCHECK_SCOPE"
 LEAK_REPORT = "stoplatency: process leaks"  # the first words of the plugin's report (compared, not imported)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -44,9 +46,9 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 _ids = itertools.count(1)
 _state: dict = {"conn": None, "file": None, "worker": "main", "gaps": [], "ended": [], "open": {}}
 _outcomes: dict[str, dict[str, str]] = {}
-_configs: list = []  # this process's sessions, outermost first (pytester nests them)
 _sent: deque = deque()  # (target, signal, ticks): os.kill's target, or -pgid for os.killpg
 _INHERITED = os.environ.get(TAG, "")
+_watched = nesting.watched
 
 
 def _audit(event, args):
@@ -60,12 +62,6 @@ def _audit(event, args):
 
 
 sys.addaudithook(_audit)
-
-
-def _watched() -> bool:
-    """Whether the hook runs for the watched session: the outermost of this process, in a
-    process that no test or fixture of the watched run started."""
-    return len(_configs) == 1 and not _state.get("inner")  # ablate: oracle-outer-session-only
 
 
 def _ticks() -> int:
@@ -100,21 +96,13 @@ def _start(tag: str, nodeid: str) -> None:
 
 
 def pytest_configure(config):
-    _configs.append(config)
-    if len(_configs) > 1:
-        return  # a session inside a test (pytester, in process): the outer test's
-    # A pytest started by a test or a wider fixture of the watched run (runpytest_subprocess):
-    # its scope's, as any other process of it. (xdist's workers inherit no such scope: the
-    # controller runs no test; a gap's, at most, when it replaces a worker.)
-    kind = _INHERITED.rsplit(".", 1)[-1][:1]
-    _state["inner"] = kind in ("t", "f")  # ablate: oracle-inner-process
-    if hasattr(config, "workerinput"):
+    nesting.configured(config, _INHERITED)
+    if hasattr(config, "workerinput") and _watched():
         _state["worker"] = config.workerinput["workerid"]
 
 
 def pytest_unconfigure(config):
-    if config in _configs:
-        _configs.remove(config)
+    nesting.unconfigured(config)
 
 
 @pytest.hookimpl(tryfirst=True)
