@@ -190,3 +190,24 @@ def test_the_probe_watches_the_outermost_session_of_a_process_no_test_started(mo
         nesting.configured(outer, inherited)
         assert nesting.watched() is watched, inherited
         nesting.unconfigured(outer)
+
+
+def test_what_a_test_leaked_and_outlived_the_session_is_counted_both_ways(tmp_path, mark):
+    """Path: the checker's last look (op final, _candidates(every=True)) takes what it already
+    counted as a test's leak too: a plain session (no check to kill it) whose test leaves a
+    process has that leak, and the same process outlived the session, and the harness kills
+    it. (The last look skipped counted processes: supervisor's plain sessions left three
+    test_1231.py processes for about 400 s each, while the rows said 0 outlived.)"""
+    src = tmp_path / "suite"
+    src.mkdir()
+    (src / "test_left.py").write_text(
+        f"import subprocess\n\ndef test_left():\n    subprocess.Popen(['sleep', '{mark}5'])\n"
+    )
+    (src / "pytest.ini").write_text("[pytest]\n")
+    suite = Suite("oracle", "0", ("test_left.py",), options=("-p", "no:xdist"))
+    got = session(Path(sys.executable), suite, src, "serial", "plain", tmp_path / "out", timeout=300)
+    [leak] = got["checker"]["leaks"]
+    [outlived] = got["checker"]["outlived_session"]
+    assert (outlived["pid"], outlived["start_ticks"]) == (leak["pid"], leak["start_ticks"])
+    assert got["killed_after"] == 1
+    assert not _leaks.wait_dead([(leak["pid"], leak["start_ticks"])], 10.0)  # the harness's SIGKILL took it
