@@ -9,7 +9,10 @@ pytest-timeout (this repository's versions), this plugin and what the suite's te
 one virtualenv under --work. Then, serially (`-p no:xdist`) and with `-n 2`, three sessions:
 plain, with `--process-leaks` (default settings), plain again. Beside each session runs the
 independent checker (checker.py, a process of its own), told of every test's start and end by
-the probe (leakcheck_probe.py, loaded into every pytest process through PYTEST_PLUGINS).
+the probe (leakcheck_probe.py, loaded into every pytest process through PYTEST_PLUGINS). Both
+run under their own dotted names (bench.strangers.*: a mutation campaign proves by them that
+its killers ran the mutated copy), the stranger's session seeing nothing else of this
+repository (a directory of its own on its path, holding `bench` alone).
 
 Per suite and mode, measured:
 - tests: the node ids that ran (the probe's reports);
@@ -60,8 +63,9 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
+from pytest_stoplatency import _options  # the check's defaults: the checker's graces
+
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,25 @@ def _kill_outlived(procs: list[dict]) -> int:
     return n
 
 
+PROBE = "bench.strangers.leakcheck_probe"
+
+
+def _inherited_path() -> list[str]:
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def _probe_path(where: Path) -> str:
+    """PYTHONPATH for a stranger's pytest: a directory of its own that holds `bench` alone (a
+    link to this repository's), so that the probe imports as bench.strangers.leakcheck_probe
+    and no other package of this repository (tests, runner) shadows the stranger's; then what
+    this harness was given."""
+    where.mkdir(parents=True, exist_ok=True)
+    link = where / "bench"
+    if not link.is_symlink():
+        link.symlink_to(ROOT / "bench", target_is_directory=True)
+    return os.pathsep.join([str(where), *_inherited_path()])
+
+
 def session(py: Path, suite: Suite, src: Path, mode: str, kind: str, out: Path, timeout: float) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -241,8 +264,12 @@ def session(py: Path, suite: Suite, src: Path, mode: str, kind: str, out: Path, 
     run_id = f"lc{os.getpid()}x{int(time.time() * 1000) % 10**9}"
     checker_out = out / "checker.json"
     checker = subprocess.Popen(
-        [sys.executable, str(HERE / "checker.py"), "--socket", str(sock), "--run", run_id, "--out", str(checker_out)],
+        [sys.executable, "-m", "bench.strangers.checker", "--socket", str(sock), "--run", run_id]
+        + ["--out", str(checker_out)]
+        # The plugin's defaults (what a user runs): the checker's graces, never typed in twice.
+        + ["--grace", str(_options.GRACE), "--stop-grace", str(_options.STOP_GRACE)],
         stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *_inherited_path()])},
     )
     deadline = time.monotonic() + 30
     while not (tmp / "s.ready").exists():
@@ -255,8 +282,8 @@ def session(py: Path, suite: Suite, src: Path, mode: str, kind: str, out: Path, 
     env = {
         **os.environ,
         **dict(suite.env),
-        "PYTEST_PLUGINS": "leakcheck_probe",
-        "PYTHONPATH": str(HERE),
+        "PYTEST_PLUGINS": PROBE,
+        "PYTHONPATH": _probe_path(tmp / "path"),
         "LEAKCHECK_SOCKET": str(sock),
         "LEAKCHECK_RUN": run_id,
         "LEAKCHECK_OUTCOMES": str(out / "outcomes.json"),
@@ -362,8 +389,8 @@ def recheck(py: Path, suite: Suite, src: Path, nodeid: str, out: Path, want: tup
         env = {
             **os.environ,
             **dict(suite.env),
-            "PYTEST_PLUGINS": "leakcheck_probe",
-            "PYTHONPATH": str(HERE),
+            "PYTEST_PLUGINS": PROBE,
+            "PYTHONPATH": _probe_path(out / "path"),
             "LEAKCHECK_OUTCOMES": str(where),
         }
         env.pop("LEAKCHECK_SOCKET", None)

@@ -11,7 +11,8 @@ process started (by start ticks). A process that descends from one already count
 it. At the end of a test's teardown (before the plugin's check: the probe waits for it), the
 checker takes a snapshot of the living processes of the test and of the fixtures torn down
 with it, and watches each through a pidfd (a thread records when each exits); a process of
-the snapshot still alive GRACE seconds after it outlived its scope, counted once. At the test's
+the snapshot still alive GRACE seconds after the snapshot is done (when the plugin's check
+begins), counted once. At the test's
 end (after its report), what is alive of those scopes and not in a snapshot gets GRACE seconds
 to exit (one pidfd wait) and is counted the same way. At the session's end,
 what a gap (between tests, after the last) or a scope already ended started, the same. After
@@ -19,9 +20,18 @@ pytest has exited, what is left of the run (any of its tags, or under an ended s
 the session. pytest's own helpers are not the suite's: the plugin's session guardian,
 multiprocessing's resource tracker and fork server.
 
-    python checker.py --socket PATH --run ID --out PATH [--grace 0.25]
+Told to stop (the rule the plugin documents for --process-leaks-stop-grace): a process
+exiting (PF_EXITING), with SIGTERM, SIGINT or SIGHUP pending, or sent one (to it or its process
+group) by a pytest process of the session since it started (the probe tells each os.kill and
+os.killpg), or whose parent or an ancestor below pytest was, decided when it is first seen
+after its scope, gets STOP_GRACE seconds from then instead of GRACE (supervisord after its
+SIGINT, and the listener it stops in turn). Both come from the harness, which reads them from
+the plugin's defaults: this checker types in no figure of the rule it checks.
 
-Messages (one JSON object a line): {"op": "start", "tag", "nodeid", "pid", "ticks"},
+    python -m bench.strangers.checker --socket PATH --run ID --out PATH --grace S --stop-grace S
+
+Messages (one JSON object a line; any of them may carry "told": [[target, signal, ticks], ...],
+the signals its process sent since its last message): {"op": "start", "tag", "nodeid", "pid", "ticks"},
 {"op": "snapshot", "tags": [...]} (answered), {"op": "end", "tags": [...], "nodeid"} (answered "ok"),
 {"op": "session-end", "tags": [...]}
 (answered), {"op": "final"} (from the harness, after pytest exited: answered with what outlived
@@ -43,6 +53,9 @@ TAG = "LEAKCHECK_SCOPE"
 _KEY = TAG.encode() + b"="
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 HELPERS = (b"pytest_stoplatency._guardian", b"multiprocessing.resource_tracker", b"multiprocessing.forkserver")
+STOP_SIGNALS = (15, 2, 1)  # SIGTERM, SIGINT, SIGHUP: the plugin's documented stop signals
+_STOP_MASK = sum(1 << (sig - 1) for sig in STOP_SIGNALS)
+PF_EXITING = 0x4  # include/linux/sched.h: the process is exiting
 
 
 def now_ticks() -> int:
@@ -51,13 +64,33 @@ def now_ticks() -> int:
 
 def stat(pid: int) -> tuple[str, int, int] | None:
     """(state, ppid, start ticks), or None if gone."""
+    fields = _fields(pid)
+    if fields is None:
+        return None
+    return fields[0].decode(), int(fields[1]), int(fields[19])
+
+
+def _fields(pid: int) -> list[bytes] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
     except OSError:
         return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[1]), int(fields[19])
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def stopping(pid: int, ticks: int) -> tuple[bool, int] | None:
+    """(exiting or a stop signal pending, its process group), or None if gone or another."""
+    fields = _fields(pid)
+    if fields is None or int(fields[19]) != ticks:
+        return None
+    if int(fields[6]) & PF_EXITING:
+        return True, int(fields[2])
+    pending = 0
+    for line in read(f"/proc/{pid}/status").splitlines():
+        if line.startswith((b"SigPnd:", b"ShdPnd:")):
+            pending |= int(line.split()[1], 16)
+    return bool(pending & _STOP_MASK), int(fields[2])
 
 
 def read(path: str) -> bytes:
@@ -77,9 +110,12 @@ def tag_of(pid: int) -> str | None:
 
 
 class Checker:
-    def __init__(self, run: str, grace: float) -> None:
+    def __init__(self, run: str, grace: float, stop_grace: float) -> None:
         self.run = run
         self.grace = grace
+        self.stop_grace = max(stop_grace, grace)
+        self.sent: list[tuple[int, int]] = []  # stop signals a pytest process sent: (target, ticks)
+        self.deadlines: dict[tuple[int, int], float] = {}  # a snapshot's process: its grace's end
         self.me = os.getpid()
         self.born = now_ticks()
         self.scopes: dict[str, dict] = {}  # tag -> {nodeid, pid, start, end}
@@ -108,7 +144,9 @@ class Checker:
                     out[pid] = s
         return out
 
-    def _owner(self, pid: int, procs: dict, tags: dict) -> tuple[str | None, tuple[int, int] | None]:
+    def _owner(
+        self, pid: int, procs: dict, tags: dict, every: bool = False
+    ) -> tuple[str | None, tuple[int, int] | None]:
         """(the scope tag it belongs to, the counted process it descends from)."""
         q, depth = pid, 0
         tag = None
@@ -119,7 +157,7 @@ class Checker:
                 tag = tags[q]
             ppid = procs[q][1]
             parent = procs.get(ppid)
-            if parent is not None and (ppid, parent[2]) in self.counted:
+            if not every and parent is not None and (ppid, parent[2]) in self.counted:
                 return None, (ppid, parent[2])
             if tag is None and ppid in self.timeline:
                 # Under a pytest process that runs tests, without any tag: the scope that process
@@ -134,32 +172,58 @@ class Checker:
             q, depth = ppid, depth + 1
         return tag, None
 
-    def _candidates(self, wanted) -> list[dict]:
+    def _told(self, pid: int, procs: dict) -> bool:
+        """Told to stop, or a parent or an ancestor below pytest was (a server stops its own
+        children, with signals only it sent)."""
+        q = pid
+        for _ in range(64):
+            if q not in procs or q <= 1 or q in self.timeline or q == self.me:
+                return False
+            ticks = procs[q][2]
+            got = stopping(q, ticks)
+            if got is None:
+                return False
+            if got[0] or any(t >= ticks and target in (q, -got[1]) for target, t in self.sent):
+                return True
+            q = procs[q][1]  # ablate: oracle-told-ancestry
+        return False
+
+    def _candidates(self, wanted, *, every: bool = False) -> list[dict]:
+        """The living processes of the scopes `wanted` names; with `every` (the last look, after
+        pytest exited) those already counted a leak of a test, and what they started, too:
+        what outlived the session is all that is left, counted or not."""
         t0 = time.perf_counter()
         procs = self._processes()
         tags: dict[int, str | None] = {}
         out = []
         for pid, (state, _ppid, ticks) in procs.items():
-            if pid == self.me or ticks < self.born or state in ("Z", "X", "x") or (pid, ticks) in self.counted:
+            if pid == self.me or ticks < self.born or state in ("Z", "X", "x"):
+                continue
+            if not every and (pid, ticks) in self.counted:
                 continue
             if pid in self.timeline:
                 continue  # a pytest process itself
             cmdline = read(f"/proc/{pid}/cmdline")
             if any(h in cmdline for h in HELPERS):
                 continue
-            tag, lineage = self._owner(pid, procs, tags)
+            tag, lineage = self._owner(pid, procs, tags, every)
             if lineage is not None:
                 continue
             if tag is not None and wanted(tag):
                 cmd = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
-                out.append({"pid": pid, "start_ticks": ticks, "cmdline": cmd, "tag": tag})
+                told = self._told(pid, procs)
+                out.append({"pid": pid, "start_ticks": ticks, "cmdline": cmd, "tag": tag, "told": told})
         self.scans += 1
         self.scan_s += time.perf_counter() - t0
         return out
 
     def _wait(self, found: list[dict]) -> list[dict]:
-        """Those still alive after the grace (one wait on all their pidfds)."""
+        """Those still alive at the end of their grace (one wait on all their pidfds): GRACE
+        from now, STOP_GRACE for one told to stop, or what was left of it when a snapshot
+        first saw it outlive its scope."""
         fds = {}
+        deadline = {}
+        now = time.monotonic()
         for x in found:
             try:
                 fd = os.pidfd_open(x["pid"])
@@ -170,17 +234,25 @@ class Checker:
                 os.close(fd)
                 continue
             fds[fd] = x
+            own = self.deadlines.pop((x["pid"], x["start_ticks"]), None)
+            deadline[fd] = own if own is not None else now + (self.stop_grace if x.get("told") else self.grace)
         try:
             poller = select.poll()
             for fd in fds:
                 poller.register(fd, select.POLLIN)
             left = set(fds)
-            deadline = time.monotonic() + self.grace
-            while left and (remaining := deadline - time.monotonic()) > 0:
-                for fd, _ in poller.poll(remaining * 1000):
+            late = set()  # exited, but after its grace
+            while left:
+                now = time.monotonic()
+                waiting = [deadline[fd] for fd in left if deadline[fd] > now]
+                if not waiting:
+                    break
+                for fd, _ in poller.poll((max(waiting) - now) * 1000):
                     poller.unregister(fd)
                     left.discard(fd)
-            alive = []
+                    if time.monotonic() > deadline[fd]:
+                        late.add(fd)
+            alive = [fds[fd] for fd in late]
             for fd in left:
                 s = stat(fds[fd]["pid"])
                 if s is not None and s[0] not in ("Z", "X", "x"):
@@ -210,7 +282,7 @@ class Checker:
                         os.close(fd)
 
     def _snapshot(self, tags: set[str]) -> None:
-        t = time.monotonic()
+        taken = []
         for x in self._candidates(tags.__contains__):
             try:
                 fd = os.pidfd_open(x["pid"])
@@ -222,8 +294,15 @@ class Checker:
                 continue
             with self._lock:
                 self._watched[fd] = (x["pid"], x["start_ticks"])
-            self.snaps.setdefault(x["tag"], []).append((x, t))
+            taken.append(x)
         os.write(self._wake_w, b"x")
+        # The graces count from here: the snapshot done, the probe answered, the plugin's check
+        # begins (the plugin's count from its own snapshot, after the probe's: a busy machine's
+        # scan of /proc, here before this moment, made the oracle's stop grace end before the
+        # plugin's, and a told process that exited within the plugin's a leak of the oracle's).
+        t = time.monotonic()
+        for x in taken:
+            self.snaps.setdefault(x["tag"], []).append((x, t))
 
     def _judge_snapshots(self, tags: set[str], nodeid: str | None) -> None:
         """The snapshot's processes still alive GRACE seconds after it outlived their scope."""
@@ -232,13 +311,26 @@ class Checker:
                 key = (x["pid"], x["start_ticks"])
                 with self._lock:
                     gone = self.exits.get(key)
-                if key in self.counted or (gone is not None and gone <= t + self.grace):
+                allowed = t + (self.stop_grace if x["told"] else self.grace)
+                if key in self.counted or (gone is not None and gone <= allowed):
                     continue
-                if gone is None and time.monotonic() < t + self.grace:
-                    continue  # still within its grace (an end that comes at once): the scan below waits
+                if gone is None and time.monotonic() < allowed:
+                    # Still within its grace (an end that comes at once): the scan below waits
+                    # until then (a child of a server told to stop: told, even once the server is gone).
+                    self.deadlines[key] = allowed
+                    continue
                 self.counted.add(key)
                 scope = self.scopes.get(x["tag"], {})
-                self.leaks.append({**x, "scope": scope.get("nodeid", x["tag"]), "found_at": nodeid, "when": "snapshot"})
+                late = None if gone is None else round(gone - t, 3)  # exited this long after the snapshot
+                self.leaks.append(
+                    {
+                        **x,
+                        "scope": scope.get("nodeid", x["tag"]),
+                        "found_at": nodeid,
+                        "when": "snapshot",
+                        "gone_after_s": late,
+                    }
+                )
 
     def _count(self, found: list[dict], when: str, nodeid: str | None) -> None:
         for x in self._wait(found):
@@ -253,6 +345,8 @@ class Checker:
 
     def handle(self, msg: dict) -> dict | None:
         op = msg["op"]
+        told = [(target, ticks) for target, sig, ticks in msg.get("told", ()) if sig in STOP_SIGNALS]
+        self.sent += told  # ablate: oracle-told-signals
         if op == "start":
             self.scopes[msg["tag"]] = {"nodeid": msg["nodeid"], "pid": msg["pid"], "start": msg["ticks"]}
             self.timeline.setdefault(msg["pid"], []).append((msg["ticks"], msg["tag"]))
@@ -280,7 +374,8 @@ class Checker:
             self._count(self._candidates(wanted), "session end", None)
             return {"ok": True}
         if op == "final":
-            found = self._wait(self._candidates(lambda tag: tag.startswith(self.run)))
+            every = True  # ablate: oracle-last-look-takes-counted
+            found = self._wait(self._candidates(lambda tag: tag.startswith(self.run), every=every))
             self.outlived = found
             return {"ok": True, "outlived": found}
         raise ValueError(f"unknown op {op!r}")
@@ -289,6 +384,7 @@ class Checker:
         return {
             "run": self.run,
             "grace_s": self.grace,
+            "stop_grace_s": self.stop_grace,
             "leaks": self.leaks,
             "outlived_session": self.outlived,
             "scans": self.scans,
@@ -336,9 +432,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--socket", required=True)
     ap.add_argument("--run", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--grace", type=float, default=0.25)
+    ap.add_argument("--grace", type=float, required=True)
+    ap.add_argument("--stop-grace", type=float, required=True)
     args = ap.parse_args(argv)
-    serve(args.socket, Checker(args.run, args.grace), args.out)
+    serve(args.socket, Checker(args.run, args.grace, args.stop_grace), args.out)
     return 0
 
 

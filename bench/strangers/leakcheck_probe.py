@@ -1,6 +1,6 @@
 """The probe of `make leaks-strangers`, loaded into every pytest process of a stranger's session
-(PYTEST_PLUGINS=probe): the scopes the independent checker (checker.py) needs, marked in its own
-way, and each test's outcome.
+(PYTEST_PLUGINS=bench.strangers.leakcheck_probe): the scopes the independent checker
+(checker.py) needs, marked in its own way, and each test's outcome.
 
 In each process that runs tests: LEAKCHECK_SCOPE in os.environ names the running test (set
 before its setup), a wider fixture while it is set up and torn down, or the gap after a test;
@@ -14,6 +14,16 @@ nothing different. On the controller (or a plain session): every test's outcome 
 failure's first message line and where it was raised, and whether a teardown error is the
 leak check's own report, written at the session's end to LEAKCHECK_OUTCOMES. With
 LEAKCHECK_SORT set, the collected tests are sorted by node id. Standard library and pytest only; nothing of the plugin.
+
+The stop signals (os.kill, os.killpg: Popen.terminate(), pexpect's and psutil's kill) each
+pytest process sends are told to the checker with its next message (an audit hook): once a
+signal has reached a Python handler, /proc shows nothing of it, and the checker gives a
+process told to stop the stop grace.
+
+Only the outermost session of a process is watched: a session a test runs inside it
+(pytester's runpytest(), in process) or starts as its child (runpytest_subprocess(): its
+environment carries a test's or a fixture's scope) is part of that test. What its tests start
+carries the outer test's scope, and is the outer test's leak only if it outlives the outer test.
 """
 
 import gc
@@ -21,9 +31,13 @@ import itertools
 import json
 import os
 import socket
+import sys
 import time
+from collections import deque
 
 import pytest
+
+from bench.strangers import nesting
 
 TAG = "LEAKCHECK_SCOPE"
 LEAK_REPORT = "stoplatency: process leaks"  # the first words of the plugin's report (compared, not imported)
@@ -32,6 +46,22 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 _ids = itertools.count(1)
 _state: dict = {"conn": None, "file": None, "worker": "main", "gaps": [], "ended": [], "open": {}}
 _outcomes: dict[str, dict[str, str]] = {}
+_sent: deque = deque()  # (target, signal, ticks): os.kill's target, or -pgid for os.killpg
+_INHERITED = os.environ.get(TAG, "")
+_watched = nesting.watched
+
+
+def _audit(event, args):
+    if event != "os.kill" and event != "os.killpg":
+        return
+    try:
+        target, sig = int(args[0]), int(args[1])
+    except (TypeError, ValueError, IndexError):
+        return
+    _sent.append((-target if event == "os.killpg" else target, sig, _ticks()))
+
+
+sys.addaudithook(_audit)
 
 
 def _ticks() -> int:
@@ -46,6 +76,11 @@ def _send(msg: dict, *, wait: bool) -> None:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
         _state["conn"], _state["file"] = conn, conn.makefile("rb")
+    told = []
+    while _sent:
+        told.append(_sent.popleft())
+    if told:
+        msg = {**msg, "told": told}
     _state["conn"].sendall(json.dumps(msg).encode() + b"\n")
     if wait:
         _state["file"].readline()
@@ -61,12 +96,19 @@ def _start(tag: str, nodeid: str) -> None:
 
 
 def pytest_configure(config):
-    if hasattr(config, "workerinput"):
+    nesting.configured(config, _INHERITED)
+    if hasattr(config, "workerinput") and _watched():
         _state["worker"] = config.workerinput["workerid"]
+
+
+def pytest_unconfigure(config):
+    nesting.unconfigured(config)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
+    if not _watched():
+        return
     tag = _new_tag("t")
     _state["open"][item.nodeid] = tag
     _start(tag, item.nodeid)
@@ -74,7 +116,7 @@ def pytest_runtest_setup(item):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef, request):
-    if fixturedef.scope == "function":
+    if fixturedef.scope == "function" or not _watched():
         return (yield)
     tag = _new_tag("f")
     label = f"fixture {fixturedef.argname!r} ({fixturedef.scope} scope)"
@@ -105,6 +147,8 @@ def pytest_fixture_setup(fixturedef, request):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     # Inner to the leak check's own wrapper (tryfirst): this runs first once the teardown is over.
+    if not _watched():
+        return (yield)
     try:
         return (yield)
     finally:
@@ -116,6 +160,8 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_runtest_logfinish(nodeid, location):
+    if not _watched():
+        return
     gap = _new_tag("g")
     _state["gaps"].append(gap)
     ended, _state["ended"] = _state["ended"], []
@@ -133,6 +179,8 @@ def pytest_runtest_logfinish(nodeid, location):
 
 
 def pytest_runtest_logreport(report):
+    if not _watched():
+        return
     phases = _outcomes.setdefault(report.nodeid, {})
     outcome = report.outcome
     if hasattr(report, "wasxfail"):
@@ -153,11 +201,13 @@ def pytest_collection_modifyitems(session, config, items):
     # LEAKCHECK_SORT: a suite that shuffles its own tests at each import (sh) collects them in a
     # different order in each xdist worker, and xdist then runs none; sorted by node id, every
     # worker (and every session) collects the same list.
-    if os.environ.get("LEAKCHECK_SORT"):
+    if os.environ.get("LEAKCHECK_SORT") and _watched():
         items.sort(key=lambda item: item.nodeid)
 
 
 def pytest_sessionfinish(session):
+    if not _watched():
+        return
     ended, _state["ended"] = _state["ended"], []
     _send({"op": "session-end", "tags": _state["gaps"] + ended}, wait=True)
     out = os.environ.get("LEAKCHECK_OUTCOMES")
