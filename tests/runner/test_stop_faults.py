@@ -230,13 +230,14 @@ def _zombies_of(pid):
 
 @pytest.mark.parametrize("flags", [[], ["--now"]], ids=["hard", "now"])
 def test_an_escapee_the_engine_adopted_is_killed(runs, flags):
-    """Path: Registry.adopted (the engine's stop and clean-up) and stop._lineage (the
-    stopper's kill): under cgroup containment a call double-forks a process that leaves
-    the run's cgroup (root may) and drops the run's tag. The engine, a child subreaper,
-    adopts it: the kernel re-parents to it only what descended from it, so it is the
-    run's (Proof.KNOWN, the engine's own child) whatever its tag or cgroup, and the
-    stop, hard or `--now`, kills it: exit 0 and it is gone. Ablation: `adopted-are-known`
-    (the hard stop leaves it alive behind an exit 0: red)."""
+    """Path: the kill rounds' lineage of the engine (reaper.find_new, the engine a root of
+    its own stop's rounds and of a stopper's), beside Registry.adopted: under cgroup
+    containment a call double-forks a process that leaves the run's cgroup (root may)
+    and drops the run's tag. The engine, a child subreaper, adopts it: the kernel
+    re-parents to it only what descended from it, so it is the run's (Proof.KNOWN, the
+    engine's own child) whatever its tag or cgroup, and the stop, hard or `--now`, kills
+    it: exit 0 and it is gone. A survivor of `adopted-are-known` (the rounds reach it
+    too); that ablation's killer is the call's end below."""
     from runner.proc import cgroup as cgroupmod
 
     if cgroupmod.resolve_containment("auto") != "cgroup":
@@ -273,6 +274,51 @@ def test_an_escapee_the_engine_adopted_is_killed(runs, flags):
         st = identity.stat(escapee)
         if st is not None and st.start_ticks == ticks:
             os.kill(escapee, signal.SIGKILL)
+
+
+def test_an_escapee_the_engine_adopted_is_killed_when_its_call_ends(runs, tmp_path):
+    """Path: Registry.adopted at a call's end (child._kill_tree) and the run's clean-up
+    (phases._kill_adopted), where no stop's rounds run: a call double-forks a process that
+    leaves the run's cgroup (root may) and drops the run's tag, then exits 0 once that
+    process is up (its marker file: an event). The engine, a child subreaper, adopted it:
+    the run's by the kernel's word, killed when the call ends, never left behind a
+    completed run. Ablation: `adopted-are-known` (it outlives the run: red)."""
+    from runner.proc import cgroup as cgroupmod
+
+    if cgroupmod.resolve_containment("auto") != "cgroup":
+        pytest.skip("no writable cgroup v2 hierarchy")
+    with open("/proc/mounts") as f:
+        root = next(line.split()[1] for line in f if line.split()[2] == "cgroup2")
+    mark = tmp_path / "escaped"
+    escape = (
+        f'(sh -c "echo \\$\\$ > {root}/cgroup.procs && touch {mark} && exec setsid env -i sleep 7214" &) & '
+        f"while [ ! -e {mark} ]; do sleep 0.01; done; exit 0"
+    )
+    rd = runs.start(runs.spec(provider=faults.sh(escape), stop={"kill_grace": KILL_GRACE, "containment": "cgroup"}))
+    try:
+        runs.wait_event(rd, "run-complete", timeout=60)
+        runs.wait_engine_exit(rd)
+        assert mark.exists(), "the escapee never started: nothing was proven"
+        assert _living(b"sleep\x007214\x00") == [], "the adopted escapee outlived its call and the run"
+    finally:
+        for pid in _living(b"sleep\x007214\x00"):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _living(cmdline):
+    """Pids of the living (not zombie) processes whose command line is `cmdline`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if f.read() != cmdline:
+                    continue
+        except (OSError, ValueError):
+            continue
+        st = identity.stat(int(entry))
+        if st is not None and not st.zombie:
+            out.append(st.pid)
+    return out
 
 
 # -- a SIGTERM in the first instants ------------------------------------------------------
